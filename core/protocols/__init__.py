@@ -1,0 +1,1 @@
+"""Wire protocols: OpenAI chat, OpenAI responses, Anthropic messages, Gemini."""

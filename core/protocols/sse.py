@@ -1,0 +1,153 @@
+"""Server-sent-event framing and the small JSON/content helpers every wire protocol shares.
+
+JSON is encoded with orjson: the proxy's added latency has to stay at a couple of milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import orjson
+
+from core.errors import ProtocolError
+
+DONE = b"data: [DONE]\n\n"
+
+# HTTP status for each error kind (`ProtocolError.kind`, plus the proxy's own 'backend'/'server'/...).
+KIND_STATUS: dict[str, int] = {
+    "invalid_request": 400,
+    "context_length": 400,
+    "authentication": 401,
+    "permission": 403,
+    "not_found": 404,
+    "too_large": 413,
+    "rate_limit": 429,
+    "server": 500,
+    "backend": 502,
+    "overloaded": 503,
+    "timeout": 504,
+}
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON bytes."""
+    return orjson.dumps(obj)
+
+
+def data_frame(obj: Any, eol: bytes = b"\n\n") -> bytes:
+    """`data: <json>` followed by the blank line that ends the event."""
+    return b"data: " + orjson.dumps(obj) + eol
+
+
+def event_frame(event: str, obj: Any) -> bytes:
+    """`event: <name>` + `data: <json>` (Responses and Messages framing)."""
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+def now() -> int:
+    """Unix time in whole seconds (the `created` fields)."""
+    return int(time.time())
+
+
+def dump_args(obj: Any) -> str:
+    """Tool-call arguments as JSON text (the canonical `ToolCall.arguments`)."""
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def load_args(arguments: str) -> dict[str, Any]:
+    """Tool-call arguments text as an object; non-object or broken JSON is wrapped so nothing is lost."""
+    if not arguments or not arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {"raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def args_json(arguments: str) -> str:
+    """Arguments text guaranteed to be a JSON object (what streaming parsers accumulate)."""
+    if arguments and arguments.strip():
+        try:
+            if isinstance(orjson.loads(arguments), dict):
+                return arguments
+        except orjson.JSONDecodeError:
+            pass
+    return dump_args(load_args(arguments))
+
+
+def require_dict(body: Any, what: str = "request body") -> dict[str, Any]:
+    """`body` itself, or a ProtocolError saying it is not a JSON object."""
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{what} must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def model_name(body: dict[str, Any], model: str | None) -> str:
+    """The model from the URL, else the body's `model` (which must then be a string)."""
+    if model is not None:
+        return model
+    value = body.get("model")
+    if not isinstance(value, str) or not value:
+        raise ProtocolError("'model' is required and must be a non-empty string")
+    return value
+
+
+def opt_int(body: dict[str, Any], *keys: str) -> int | None:
+    """The first of `keys` present as an integer; a wrong type is a ProtocolError."""
+    for key in keys:
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise ProtocolError(f"'{key}' must be an integer, got {value!r}")
+        return int(value)
+    return None
+
+
+def opt_float(body: dict[str, Any], key: str) -> float | None:
+    """`body[key]` as a float, None when absent; a wrong type is a ProtocolError."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProtocolError(f"'{key}' must be a number, got {value!r}")
+    return float(value)
+
+
+def stop_list(value: Any, key: str) -> list[str]:
+    """A stop field (string or list of strings) as a list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return list(value)
+    raise ProtocolError(f"'{key}' must be a string or a list of strings")
+
+
+def function_tool(name: Any, description: Any, parameters: Any, where: str) -> dict[str, Any]:
+    """A canonical OpenAI function tool."""
+    if not isinstance(name, str) or not name:
+        raise ProtocolError(f"{where}: a function tool needs a non-empty string 'name'")
+    function: dict[str, Any] = {"name": name}
+    if isinstance(description, str) and description:
+        function["description"] = description
+    function["parameters"] = (
+        parameters if isinstance(parameters, dict) else {"type": "object", "properties": {}}
+    )
+    return {"type": "function", "function": function}
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """A canonical assistant `tool_calls` entry."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def text_remainder(streamed: str, final: str) -> str:
+    """The part of the final text that was not streamed yet (empty when it all was)."""
+    if len(final) > len(streamed) and final.startswith(streamed):
+        return final[len(streamed) :]
+    return ""

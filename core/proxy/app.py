@@ -1,0 +1,352 @@
+"""The recording proxy as a plain ASGI app.
+
+Routes (each also under ``/r/{token}/``): OpenAI ``/v1/chat/completions`` and
+``/v1/responses``, Anthropic ``/v1/messages`` (+ ``/count_tokens``), Gemini
+``/v1beta/models/{model}:generateContent|streamGenerateContent|countTokens``,
+``GET /v1/models``, ``HEAD /``, ``GET /health`` and ``/_forgetui/sql``.
+Routing is hand-written rather than a framework's: the proxy's added latency
+is a benchmark floor (≤ 2 ms p50) and the routes are few and fixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote
+
+import orjson
+
+from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
+from core.errors import BackendError, ForgetuiError, ProtocolError, StoreError
+from core.protocols.base import WireProtocol
+from core.protocols.registry import get_protocol
+from core.proxy.asgi import SSE_HEADERS, ClientGone, Receive, Scope, Send, header, read_body, send_bytes, send_json
+from core.proxy.policy import Policy
+from core.proxy.recorder import CallInFlight, CallSink
+from core.proxy.sessions import SessionRegistry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+_ID_PREFIX = {"chat": "chatcmpl-", "responses": "resp_", "messages": "msg_", "gemini": "gem-"}
+_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+    "/v1/messages": "messages",
+    "/messages": "messages",
+}
+
+
+class QuerySink(CallSink, Protocol):
+    """A store that records calls and answers read-only SQL from live readers."""
+
+    def handle_query(self, sql: str) -> dict[str, Any]: ...
+
+
+def _api_key(scope: Scope) -> str | None:
+    auth = header(scope, b"authorization")
+    if auth and auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return header(scope, b"x-api-key") or header(scope, b"x-goog-api-key") or _query(scope).get("key")
+
+
+def _query(scope: Scope) -> dict[str, str]:
+    raw = scope.get("query_string", b"").decode("latin-1")
+    return {k: v[-1] for k, v in parse_qs(raw).items()} if raw else {}
+
+
+def split_token(path: str) -> tuple[str | None, str]:
+    """``/r/{token}/rest`` → (token, ``/rest``)."""
+    if not path.startswith("/r/"):
+        return None, path
+    token, _, rest = path[3:].partition("/")
+    return unquote(token) or None, "/" + rest
+
+
+class ProxyApp:
+    """Serves every harness protocol from one policy and records each call into the store."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        sessions: SessionRegistry,
+        store: QuerySink | None,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY,
+        call_timeout_s: float | None = None,
+        served_model: str = "forgetui",
+    ) -> None:
+        self.policy = policy
+        self.sessions = sessions
+        self.store = store
+        self.max_body_bytes = max_body_bytes
+        self.call_timeout_s = call_timeout_s
+        self.served_model = served_model
+        self.inflight: set[asyncio.Task] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        token, path = split_token(scope["path"])
+        method = scope["method"]
+        try:
+            if method == "POST":
+                api = _ROUTES.get(path)
+                if api is not None:
+                    await self._generate(scope, receive, send, api, token, model=None, stream=None)
+                    return
+                if path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
+                    await self._count_tokens(scope, receive, send, "messages", token, None)
+                    return
+                gemini = _gemini_route(path)
+                if gemini is not None:
+                    model, action = gemini
+                    if action == "countTokens":
+                        await self._count_tokens(scope, receive, send, "gemini", token, model)
+                    elif action in ("generateContent", "streamGenerateContent"):
+                        await self._generate(scope, receive, send, "gemini", token, model=model, stream=action == "streamGenerateContent")
+                    else:
+                        await self._error(send, get_protocol("gemini"), 404, "not_found", f"unknown Gemini method {action!r}")
+                    return
+                if path == "/_forgetui/sql":
+                    await self._sql(scope, receive, send)
+                    return
+            elif method in ("GET", "HEAD"):
+                if path in ("/", "/health", "/healthz"):
+                    body = b"" if method == "HEAD" else orjson.dumps({"status": "ok", "service": "forgetui-proxy"})
+                    await send_bytes(send, 200, body)
+                    return
+                if path in ("/v1/models", "/models"):
+                    await send_json(send, 200, {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "forgetui"}]})
+                    return
+                if path == "/_forgetui/sql":
+                    await self._run_sql(send, _query(scope).get("q", ""))
+                    return
+            await self._error(send, get_protocol("chat"), 404, "not_found", f"no route for {method} {path}")
+        except ClientGone:
+            log.debug("client left before its request was read")
+
+    # -- generation -------------------------------------------------------------------------
+
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, api: str, token: str | None, *, model: str | None, stream: bool | None) -> None:
+        proto = get_protocol(api)
+        try:
+            session = self.sessions.resolve(token, _api_key(scope))
+            body = await read_body(scope, receive, self.max_body_bytes)
+            data = _loads(body)
+            request = proto.parse_request(data, model=model, stream=stream)
+        except ProtocolError as exc:
+            await self._error(send, proto, exc.status, exc.kind, str(exc))
+            return
+        call = CallInFlight(
+            call_id="call-" + uuid.uuid4().hex,
+            session=session,
+            seq=session.next_seq(),
+            api=api,
+            request=request,
+            body=data,
+            backend=self.policy.name,
+        )
+        response_id = _ID_PREFIX[api] + uuid.uuid4().hex[:24]
+        events = self.policy.stream(request, session, call.call_id, call.trace)
+        try:
+            if request.stream:
+                await self._stream(send, receive, proto, request, call, events, response_id)
+            else:
+                await self._answer(send, proto, request, call, events, response_id)
+        finally:
+            await events.aclose()
+
+    async def _answer(self, send: Send, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
+        try:
+            completion = await self._with_timeout(_collect(events))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error and a recorded call
+            status, kind, message = _classify(exc)
+            self._record(call, "error", None, {"partial_text": call.trace.partial_text}, message)
+            await self._error(send, proto, status, kind, message)
+            return
+        response = proto.render_response(request, completion, response_id)
+        self._record(call, "ok", completion, response, None)
+        await send_json(send, 200, response)
+
+    async def _stream(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
+        # wait for the first event before sending headers, so a prompt that does not fit or an
+        # unreachable backend is an ordinary HTTP error, not an error event in a 200 stream
+        try:
+            first = await self._with_timeout(anext(events))
+        except StopAsyncIteration:
+            first = Finished(Completion())
+        except Exception as exc:  # noqa: BLE001
+            status, kind, message = _classify(exc)
+            self._record(call, "error", None, {"partial_text": call.trace.partial_text}, message)
+            await self._error(send, proto, status, kind, message)
+            return
+        if call.trace.prompt_ids is not None:
+            request.extra["prompt_tokens"] = len(call.trace.prompt_ids)  # message_start reports it up front
+        renderer = proto.stream_renderer(request, response_id)
+        pump = asyncio.create_task(self._pump(send, proto, request, call, events, renderer, first, response_id))
+        self.inflight.add(pump)
+        watcher = asyncio.create_task(_wait_disconnect(receive))
+        try:
+            await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not pump.done():
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+        except asyncio.CancelledError:
+            pump.cancel()
+            raise
+        finally:
+            watcher.cancel()
+            self.inflight.discard(pump)
+
+    async def _pump(self, send: Send, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], renderer: Any, first: StreamEvent, response_id: str) -> None:
+        completion: Completion | None = None
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await _send_chunk(send, renderer.start())
+            event: StreamEvent | None = first
+            while event is not None:
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        await _send_chunk(send, renderer.text(event.text))
+                else:
+                    completion = event.completion
+                    await _send_chunk(send, renderer.finish(completion))
+                event = await self._with_timeout(anext(events, None))
+        except asyncio.CancelledError:
+            self._record(call, "cancelled", completion, {"partial_text": call.trace.partial_text}, "client disconnected mid-stream; generation cancelled")
+            raise
+        except Exception as exc:  # noqa: BLE001 - the stream ends with the protocol's error event
+            _, kind, message = _classify(exc)
+            self._record(call, "error", completion, {"partial_text": call.trace.partial_text}, message)
+            with contextlib.suppress(Exception):
+                await _send_chunk(send, renderer.error(kind, message))
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        assert completion is not None
+        self._record(call, "ok", completion, proto.render_response(request, completion, response_id), None)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _with_timeout(self, awaitable: Any) -> Any:
+        if self.call_timeout_s is None:
+            return await awaitable
+        try:
+            async with asyncio.timeout(self.call_timeout_s):
+                return await awaitable
+        except TimeoutError:
+            raise BackendError(f"the backend did not answer within the call timeout of {self.call_timeout_s:g} s") from None
+
+    async def _count_tokens(self, scope: Scope, receive: Receive, send: Send, api: str, token: str | None, model: str | None) -> None:
+        proto = get_protocol(api)
+        try:
+            self.sessions.resolve(token, _api_key(scope))
+            data = _loads(await read_body(scope, receive, self.max_body_bytes))
+            if api == "messages" and isinstance(data, dict):
+                data = {"max_tokens": 1, **data}
+            request = proto.parse_request(data, model=model, stream=False)
+            count = await self.policy.count_tokens(request)
+        except ProtocolError as exc:
+            await self._error(send, proto, exc.status, exc.kind, str(exc))
+            return
+        await send_json(send, 200, {"input_tokens": count} if api == "messages" else {"totalTokens": count})
+
+    # -- store --------------------------------------------------------------------------------
+
+    def _record(self, call: CallInFlight, status: str, completion: Completion | None, response: Any, error: str | None) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.record_call(call.row(status, completion, response, error))
+        except Exception:  # noqa: BLE001 - recording must never take the server down
+            log.exception("could not record call %s", call.call_id)
+
+    async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
+        data = _loads(await read_body(scope, receive, self.max_body_bytes))
+        sql = data.get("sql") if isinstance(data, dict) else None
+        await self._run_sql(send, sql or "")
+
+    async def _run_sql(self, send: Send, sql: str) -> None:
+        if self.store is None:
+            await send_json(send, 404, {"error": "this proxy has no store"})
+            return
+        try:
+            result = await asyncio.to_thread(self.store.handle_query, sql)
+        except StoreError as exc:
+            await send_json(send, 400, {"error": str(exc)})
+            return
+        await send_json(send, 200, result)
+
+    async def _error(self, send: Send, proto: WireProtocol, status: int, kind: str, message: str) -> None:
+        await send_json(send, status, proto.error_body(status, kind, message))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for task in list(self.inflight):
+                    task.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+
+
+def _gemini_route(path: str) -> tuple[str, str] | None:
+    for prefix in ("/v1beta/models/", "/v1/models/", "/v1beta1/models/"):
+        if path.startswith(prefix):
+            model, sep, action = unquote(path[len(prefix) :]).rpartition(":")
+            if sep and model:
+                return model, action
+    return None
+
+
+def _classify(exc: BaseException) -> tuple[int, str, str]:
+    if isinstance(exc, ProtocolError):
+        return exc.status, exc.kind, str(exc)
+    if isinstance(exc, BackendError):
+        return 502, "backend", str(exc)
+    if isinstance(exc, ForgetuiError):
+        return 500, "server", str(exc)
+    log.exception("unexpected error while answering a call", exc_info=exc)
+    return 500, "server", f"internal error in forgetui proxy: {type(exc).__name__}: {exc}"
+
+
+async def _collect(events: AsyncIterator[StreamEvent]) -> Completion:
+    completion = None
+    async for event in events:
+        if isinstance(event, Finished):
+            completion = event.completion
+    if completion is None:
+        raise BackendError("the backend ended without a completion")
+    return completion
+
+
+async def _send_chunk(send: Send, data: bytes) -> None:
+    if data:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+

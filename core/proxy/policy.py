@@ -1,0 +1,170 @@
+"""Policies answer canonical requests: the token path (template → token ids → parse) or passthrough."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from core.backends.base import GenerationContext, PassthroughBackend, SamplingParams, TokenBackend
+from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
+from core.errors import ContextLengthError
+from core.proxy.sessions import Session
+from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
+
+
+@dataclass
+class CallTrace:
+    """What the recorder needs about one call, filled in while it runs (so failures keep partial data)."""
+
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    branch: int | None = None
+    parent_call_id: str | None = None
+    extends_parent: bool | None = None
+    prefix_tokens: int | None = None
+    first_token_at: float | None = None
+    partial_text: str = ""
+    backend_finish: str | None = None
+
+
+class Policy(Protocol):
+    name: str
+
+    def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]: ...
+
+    async def count_tokens(self, request: ChatRequest) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class TokenPolicy:
+    """Renders the prompt with the policy's tokenizer, samples token ids, parses tool calls from the text."""
+
+    def __init__(self, backend: TokenBackend, parser: str = "hermes", default_max_tokens: int = 1024) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.tokenizer = backend.tokenizer
+        self.parse = get_parser(parser)
+        self.open_tag = OPEN_TAGS.get(parser, "<tool_call>")
+        self.default_max_tokens = default_max_tokens
+        self.eos_text = self.tokenizer.eos_token or ""
+        self.eos_id = self.tokenizer.eos_token_id
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        from core.tokens.template import encode, render_chat
+
+        text = await asyncio.to_thread(render_chat, self.tokenizer, request.messages, request.tools, True)
+        return len(encode(self.tokenizer, text))
+
+    async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
+        cont = session.continuation_for(self.tokenizer)
+        plan = await asyncio.to_thread(cont.plan, request.messages, request.tools)
+        trace.prompt_ids = plan.prompt_ids
+        trace.branch, trace.parent_call_id = plan.branch, plan.parent_call_id
+        trace.extends_parent, trace.prefix_tokens = plan.extends_parent, plan.prefix_tokens
+        room = self.backend.context_length - len(plan.prompt_ids)
+        if room <= 0:
+            raise ContextLengthError(len(plan.prompt_ids), self.backend.context_length)
+        wanted = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
+        max_new = max(1, min(wanted, room))
+        # a cap the client did not ask for must not look like a client-side limit (Codex fails on "incomplete")
+        capped_by_us = request.max_tokens is None or request.max_tokens > max_new
+        sampling = SamplingParams(
+            max_tokens=max_new,
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            stop_token_ids=[self.eos_id] if self.eos_id is not None else [],
+        )
+        visible = VisibleTextStream(self.open_tag)
+        text = ""
+        context = GenerationContext(session=session.token, call_seq=session.calls, request=request)
+        async for chunk in self.backend.generate(plan.prompt_ids, sampling, context):
+            if trace.first_token_at is None and chunk.token_ids:
+                trace.first_token_at = time.perf_counter()
+                yield TextDelta("")  # the backend is sampling: the stream may start (headers go out)
+            trace.completion_ids.extend(chunk.token_ids)
+            trace.logprobs.extend(chunk.logprobs)
+            if chunk.finish_reason:
+                trace.backend_finish = chunk.finish_reason
+            new_text = self._decode(trace.completion_ids)
+            if new_text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its next byte
+                continue
+            delta, text = new_text[len(text) :], new_text
+            trace.partial_text = text
+            shown = visible.feed(delta)
+            if shown:
+                yield TextDelta(shown)
+        text = self._decode(trace.completion_ids)
+        parsed = self.parse(text)
+        rest = visible.rest(parsed.text)
+        if rest:
+            yield TextDelta(rest)
+        finish = "length" if trace.backend_finish == "length" else "stop"
+        completion = Completion(
+            text=parsed.text,
+            tool_calls=parsed.tool_calls,
+            finish_reason="tool_calls" if parsed.tool_calls else finish,
+            prompt_tokens=len(plan.prompt_ids),
+            completion_tokens=len(trace.completion_ids),
+            prompt_token_ids=plan.prompt_ids,
+            completion_token_ids=list(trace.completion_ids),
+            completion_logprobs=list(trace.logprobs),
+            tool_parse_error=parsed.error,
+            truncated_by_proxy=finish == "length" and capped_by_us,
+        )
+        cont.remember(call_id, plan, request.messages, request.tools, assistant_message(completion), completion.completion_token_ids or [])
+        yield Finished(completion)
+
+    def _decode(self, ids: list[int]) -> str:
+        if ids and ids[-1] == self.eos_id:
+            ids = ids[:-1]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+class PassthroughPolicy:
+    """Forwards the canonical request to a provider (LiteLLM); records text and any token ids returned."""
+
+    def __init__(self, backend: PassthroughBackend) -> None:
+        self.backend = backend
+        self.name = backend.name
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        counter = getattr(self.backend, "count_tokens", None)
+        if counter is not None:
+            return await counter(request)
+        chars = sum(len(m.get("content") or "") for m in request.messages)
+        return max(1, chars // 4)
+
+    async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
+        context = GenerationContext(session=session.token, call_seq=session.calls, request=request)
+        async for event in self.backend.complete(request, context):
+            if isinstance(event, TextDelta):
+                if trace.first_token_at is None:
+                    trace.first_token_at = time.perf_counter()
+                trace.partial_text += event.text
+            else:
+                c = event.completion
+                trace.prompt_ids = c.prompt_token_ids
+                trace.completion_ids = list(c.completion_token_ids or [])
+                trace.logprobs = list(c.completion_logprobs or [])
+            yield event
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+def assistant_message(completion: Completion) -> dict[str, Any]:
+    """The assistant message a harness will echo back for this completion."""
+    msg: dict[str, Any] = {"role": "assistant", "content": completion.text}
+    if completion.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in completion.tool_calls
+        ]
+    return msg

@@ -1,0 +1,76 @@
+"""Who is calling: rollout tokens (from the URL or the API key) mapped to sessions."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import AuthError
+from core.tokens.continuation import Continuation
+
+ADHOC_DEFAULT = "default"
+
+
+@dataclass
+class Session:
+    """One rollout as the proxy sees it."""
+
+    token: str
+    rollout_id: str
+    run_id: str
+    calls: int = 0
+    _continuations: dict[int, Continuation] = field(default_factory=dict)
+
+    def next_seq(self) -> int:
+        seq = self.calls
+        self.calls += 1
+        return seq
+
+    def continuation_for(self, tokenizer: Any) -> Continuation:
+        cont = self._continuations.get(id(tokenizer))
+        if cont is None:
+            cont = self._continuations[id(tokenizer)] = Continuation(tokenizer)
+        return cont
+
+
+def new_token() -> str:
+    return "ftr_" + secrets.token_urlsafe(18)
+
+
+class SessionRegistry:
+    """Tokens → sessions. In a run unknown tokens are refused; a standalone proxy makes ad-hoc sessions."""
+
+    def __init__(self, run_id: str, adhoc: bool, on_new_adhoc: Callable[[Session], None] | None = None) -> None:
+        self.run_id = run_id
+        self.adhoc = adhoc
+        self.on_new_adhoc = on_new_adhoc
+        self._by_token: dict[str, Session] = {}
+
+    def register(self, rollout_id: str, token: str | None = None) -> Session:
+        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id)
+        self._by_token[session.token] = session
+        return session
+
+    def unregister(self, token: str) -> None:
+        self._by_token.pop(token, None)
+
+    def get(self, token: str) -> Session | None:
+        return self._by_token.get(token)
+
+    def resolve(self, path_token: str | None, api_key: str | None) -> Session:
+        """The session for a request: the URL's token first, then the API key."""
+        for candidate in (path_token, api_key):
+            if candidate and candidate in self._by_token:
+                return self._by_token[candidate]
+        if not self.adhoc:
+            raise AuthError("unknown rollout token: use the base URL /r/<token>/ (or the token as API key) given to this rollout")
+        name = path_token or ADHOC_DEFAULT
+        session = self.register(rollout_id=f"{self.run_id}-{name}", token=name)
+        if self.on_new_adhoc is not None:
+            self.on_new_adhoc(session)
+        return session
+
+    def __len__(self) -> int:
+        return len(self._by_token)

@@ -1,0 +1,1 @@
+"""The token path: chat templates, tool-call parsing and token-exact continuation."""

@@ -1,0 +1,136 @@
+"""The `forgetui` command line: the TUI by default, and headless subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from core.errors import ForgetuiError
+
+log = logging.getLogger("forgetui")
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=_stderr_console(), show_path=False, rich_tracebacks=False)],
+    )
+
+
+def _stderr_console():  # noqa: ANN202 - rich import kept lazy
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from core.proxy.standalone import run_standalone_proxy
+
+    def ready(url: str, store: Path) -> None:
+        log.info("forgetui proxy listening on %s (store %s)", url, store)
+        print(url, flush=True)
+
+    asyncio.run(
+        run_standalone_proxy(
+            args.backend,
+            host=args.host,
+            port=args.port,
+            store_path=Path(args.store) if args.store else None,
+            on_ready=ready,
+            tokenizer=args.tokenizer,
+            parser=args.parser,
+            max_body_bytes=args.max_body_bytes,
+        )
+    )
+    return 0
+
+
+def cmd_serve_model(args: argparse.Namespace) -> int:
+    from core.models.server import serve_model
+
+    asyncio.run(serve_model(args.model, args.host, args.port))
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from core.paths import home
+    from core.store.query import format_result, latest_store, run_query, store_for_run
+
+    if args.store:
+        store = Path(args.store)
+    elif args.run:
+        store = store_for_run(args.run)
+    else:
+        found = latest_store(home())
+        if found is None:
+            raise ForgetuiError(f"no store found under {home()}: run `forgetui proxy` or `forgetui run` first, or pass --store PATH")
+        store = found
+    if not store.exists():
+        raise ForgetuiError(f"no store at {store}")
+    result = run_query(store, args.query)
+    sys.stdout.write(format_result(result, args.format))
+    if not format_result_ends_newline(args.format):
+        sys.stdout.write("\n")
+    return 0
+
+
+def format_result_ends_newline(fmt: str) -> bool:
+    return fmt == "csv"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forgetui", description="Train AI agents inside the harnesses they ship in.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("proxy", help="run the recording proxy on its own (harnesses run by hand)")
+    p.add_argument("--backend", required=True, help="builtin:MODEL | scripted:FILE | vllm:URL | litellm:MODEL")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8400)
+    p.add_argument("--store", help="DuckDB file (default: FORGETUI_HOME/stores/proxy-<time>.duckdb)")
+    p.add_argument("--tokenizer", help="the policy's model for tokenization (needed by vllm:URL)")
+    p.add_argument("--parser", default="hermes", help="tool-call parser for token backends (hermes, qwen)")
+    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    p.set_defaults(func=cmd_proxy)
+
+    p = sub.add_parser("serve-model", help="serve a local model over a vLLM-compatible token-in/token-out API")
+    p.add_argument("model", help="tiny | smollm2-135m | a local HF folder | a hub id")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8500)
+    p.set_defaults(func=cmd_serve_model)
+
+    p = sub.add_parser("sql", help="query a store with DuckDB SQL (works while it is being written)")
+    p.add_argument("query")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--store", help="path of a .duckdb store")
+    where.add_argument("--run", help="a run id (FORGETUI_HOME/runs/RUN_ID/store.duckdb)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.set_defaults(func=cmd_sql)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    if args.command is None:
+        from forgetui.tui.app import run_tui
+
+        return run_tui()
+    try:
+        return args.func(args)
+    except ForgetuiError as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""Shared fixtures: an isolated FORGETUI_HOME (models cached across runs) and a live recording proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+# one home for the whole test session: the tiny model and converted SmolLM2 are built once and reused
+os.environ.setdefault("FORGETUI_HOME", str(REPO / ".test-home"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def harness_requests() -> list[tuple[str, dict]]:
+    """(harness, request) for every first request real harness binaries sent."""
+    out = []
+    folder = FIXTURES / "harness-requests"
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                out.append((path.stem, json.loads(line)))
+    return out
+
+
+@dataclass
+class LiveProxy:
+    url: str
+    token: str
+    store: object
+    sessions: object
+    app: object
+
+    @property
+    def base(self) -> str:
+        """The rollout's base URL, as a harness is given it."""
+        return f"{self.url}/r/{self.token}"
+
+    def rows(self, sql: str) -> list[tuple]:
+        self.store.flush()
+        return [tuple(r) for r in self.store.handle_query(sql)["rows"]]
+
+
+@pytest.fixture
+def script_file(tmp_path: Path):
+    """Write a scripted-backend script and return its path."""
+
+    def write(turns: list[dict]) -> Path:
+        path = tmp_path / "script.json"
+        path.write_text(json.dumps({"turns": turns}))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def live_proxy(tmp_path: Path):
+    """Start a proxy for a backend spec with one registered rollout; stop it (and close its store) after."""
+    from core.proxy.app import ProxyApp
+    from core.proxy.factory import make_policy
+    from core.proxy.server import BackgroundServer
+    from core.proxy.sessions import SessionRegistry
+    from core.store.writer import Store
+
+    started: list[tuple[BackgroundServer, Store]] = []
+
+    def start(spec: str, *, adhoc: bool = False, policy=None, **app_kwargs) -> LiveProxy:
+        store = Store.open(tmp_path / f"store{len(started)}.duckdb")
+        store.insert_run("run-test", {"spec": spec})
+        sessions = SessionRegistry(run_id="run-test", adhoc=adhoc)
+        session = sessions.register("rollout-1")
+        store.upsert_rollout({"rollout_id": "rollout-1", "run_id": "run-test", "status": "running", "token": session.token})
+        app = ProxyApp(policy or make_policy(spec), sessions, store, **app_kwargs)
+        server = BackgroundServer(app)
+        server.start()
+        started.append((server, store))
+        return LiveProxy(url=server.url, token=session.token, store=store, sessions=sessions, app=app)
+
+    yield start
+    for server, store in started:
+        server.stop()
+        store.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    from core.models.resolve import resolve_model
+
+    return AutoTokenizer.from_pretrained(str(resolve_model("tiny")))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    Path(os.environ["FORGETUI_HOME"]).mkdir(parents=True, exist_ok=True)
+
