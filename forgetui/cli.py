@@ -29,6 +29,11 @@ def _stderr_console():  # noqa: ANN202 - rich import kept lazy
     return Console(stderr=True)
 
 
+def _quiet_libraries() -> None:
+    for name in ("httpx", "httpcore", "LiteLLM", "litellm", "urllib3", "docker"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def cmd_proxy(args: argparse.Namespace) -> int:
     from core.proxy.standalone import run_standalone_proxy
 
@@ -84,6 +89,13 @@ def format_result_ends_newline(fmt: str) -> bool:
     return fmt == "csv"
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from forgetui.demo import run_demo
+
+    run_demo(args.model)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forgetui", description="Train AI agents inside the harnesses they ship in.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
@@ -112,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--run", help="a run id (FORGETUI_HOME/runs/RUN_ID/store.duckdb)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("demo", help="record a short real session with a local model and show the store (what `make demo` runs)")
+    p.add_argument("--model", help="tiny | smollm2-135m (default: smollm2-135m when installed)")
+    p.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -119,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
+    _quiet_libraries()
     if args.command is None:
         from forgetui.tui.app import run_tui
 

@@ -1,0 +1,85 @@
+"""Helpers shared by the sandbox backends: names, tar packing, exec transcripts."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import secrets
+import tarfile
+import time
+from pathlib import Path, PurePosixPath
+
+TRANSCRIPT_CHARS = 4000  # per exec stream kept for logs()
+
+
+def sandbox_name(run_id: str, rollout_id: str, limit: int = 63) -> str:
+    """A unique DNS-1123-ish name for a container/pod: ``forgetui-<run>-<rollout>-<6 hex>``."""
+
+    def clean(text: str) -> str:
+        return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "x"
+
+    suffix = secrets.token_hex(3)
+    budget = limit - len("forgetui---") - len(suffix)
+    run, rollout = clean(run_id), clean(rollout_id)
+    half = budget // 2
+    rollout = rollout[: max(half, budget - len(run))]
+    run = run[: budget - len(rollout)]
+    return re.sub(r"-+", "-", f"forgetui-{run}-{rollout}-{suffix}")
+
+
+def absolute(path: str, workdir: str) -> str:
+    """``path`` made absolute against the sandbox working directory."""
+    p = PurePosixPath(path)
+    return str(p if p.is_absolute() else PurePosixPath(workdir) / p)
+
+
+def tar_file(name: str, data: bytes, mode: int) -> bytes:
+    """A tar archive holding one file at ``name`` (relative to the extraction root)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name.lstrip("/"))
+        info.size = len(data)
+        info.mode = mode
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tar_dir(local_dir: Path) -> bytes:
+    """A tar archive of ``local_dir``'s contents (entries relative to it)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for child in sorted(Path(local_dir).iterdir()):
+            tar.add(str(child), arcname=child.name)
+    return buf.getvalue()
+
+
+def untar_file(archive: bytes, path: str) -> bytes:
+    """The content of the single regular file in ``archive`` (as `docker cp`/`tar c` produce)."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                return extracted.read()
+    raise IsADirectoryError(f"{path} is not a regular file")
+
+
+def timeout_wrap(cmd: list[str], timeout_s: float) -> list[str]:
+    """``cmd`` under coreutils ``timeout --signal=KILL``, which kills its whole process group."""
+    return ["timeout", "--signal=KILL", f"{max(1, math.ceil(timeout_s))}s", *cmd]
+
+
+def clip(text: str, limit: int = TRANSCRIPT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit // 2] + "\n[...]\n" + text[-limit // 2 :]
+
+
+def transcript_entry(cmd: list[str], exit_code: int, stdout: str, stderr: str, timed_out: bool) -> str:
+    head = f"$ {' '.join(cmd)}  -> exit {exit_code}{' (timed out)' if timed_out else ''}"
+    parts = [head]
+    if stdout:
+        parts.append(clip(stdout).rstrip())
+    if stderr:
+        parts.append("[stderr] " + clip(stderr).rstrip())
+    return "\n".join(parts)

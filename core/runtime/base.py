@@ -1,0 +1,122 @@
+"""The sandbox contract: a spec, a `Sandbox` (one rollout's container/pod) and a `Runtime` that makes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from core.runtime import labels as L
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command in a sandbox did; ``exit_code`` is -1 (or 137) when it was killed on timeout."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass
+class SandboxSpec:
+    """Everything a runtime needs to create one rollout's sandbox."""
+
+    image: str
+    run_id: str
+    rollout_id: str
+    owner: str = field(default_factory=L.default_owner)
+    workdir: str = "/workspace"
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: float = 1.0
+    memory: str = "2g"
+    pids_limit: int = 512
+    network: Literal["host", "bridge"] = "host"
+    labels: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 3600.0
+
+    def all_labels(self) -> dict[str, str]:
+        """The spec's extra labels plus the forgetui run/rollout/owner keys."""
+        return L.sandbox_labels(self.run_id, self.rollout_id, self.owner, self.labels)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One rollout's isolated environment; every method is safe to call from asyncio."""
+
+    @property
+    def id(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def exec(
+        self,
+        cmd: list[str] | str,
+        *,
+        timeout_s: float,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (a list, or a string run by ``bash -lc``) and wait at most ``timeout_s``."""
+        ...
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    async def put_dir(self, local_dir: Path | str, remote_dir: str) -> None: ...
+
+    async def get_file(self, path: str) -> bytes: ...
+
+    async def logs(self) -> str: ...
+
+    async def stop(self) -> None:
+        """Remove the container/pod; idempotent."""
+        ...
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Makes sandboxes and cleans up the ones left behind."""
+
+    name: str
+
+    def create(self, spec: SandboxSpec) -> Sandbox: ...
+
+    async def reap(self, run_id: str | None = None, owner: str | None = None) -> int:
+        """Remove labelled leftovers (of one run/owner, or all of ours); returns how many."""
+        ...
+
+    def available(self) -> bool: ...
+
+
+def shell_command(cmd: list[str] | str) -> list[str]:
+    """A string becomes ``bash -lc STRING``; a list is used as is."""
+    if isinstance(cmd, str):
+        return ["bash", "-lc", cmd]
+    if not cmd:
+        raise ValueError("empty command")
+    return list(cmd)
+
+
+def parse_memory(memory: str) -> int:
+    """Bytes in a docker-style size ("512m", "2g", "1024k", "100")."""
+    text = memory.strip().lower().removesuffix("b").removesuffix("i")
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def k8s_memory(memory: str) -> str:
+    """A Kubernetes quantity for a docker-style size ("2g" → "2Gi")."""
+    text = memory.strip()
+    suffixes = {"k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti"}
+    low = text.lower().removesuffix("b").removesuffix("i")
+    if low and low[-1] in suffixes:
+        return f"{low[:-1]}{suffixes[low[-1]]}"
+    return str(int(low))

@@ -1,0 +1,328 @@
+"""Sandbox images: a debootstrapped base, and layers on top built once and cached by content hash.
+
+Tags are ``forgetui/<layer names>:<hash12>`` where the hash covers the base image name, every
+layer's Dockerfile text and context files, and the CA bundle if one is baked in: an unchanged
+recipe reuses its image, a changed one gets a new tag. Images carry the label
+``forgetui.image=true`` so `forgetui images` can list them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from core.errors import ConfigError, SandboxError
+from core.runtime import labels as L
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE = "forgetui/base:bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_INCLUDE = ("python3", "ca-certificates", "bash", "coreutils", "procps")
+CA_PATH = "/usr/local/share/ca-certificates/forgetui-ca.crt"
+CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT", "CURL_CA_BUNDLE")
+_PROXY_ARGS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+class ImageLayer(NamedTuple):
+    """One image layer: Dockerfile lines (no FROM) and the files they COPY, by context-relative path."""
+
+    name: str
+    dockerfile: str
+    files: Mapping[str, bytes | str] = {}
+
+
+def _bytes(data: bytes | str) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def _repo_name(layers: list[ImageLayer]) -> str:
+    joined = "-".join(layer.name for layer in layers) or "image"
+    name = re.sub(r"[^a-z0-9]+", "-", joined.lower()).strip("-")
+    return (name or "image")[:100]
+
+
+def image_tag(base: str, layers: list[ImageLayer], ca_bundle: bytes | None = None) -> str:
+    """The content-hash tag of ``base`` + ``layers`` (+ a CA bundle): ``forgetui/<names>:<hash12>``."""
+    h = hashlib.sha256()
+
+    def feed(part: bytes) -> None:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+
+    feed(base.encode())
+    if ca_bundle is not None:
+        feed(b"ca")
+        feed(ca_bundle)
+    for layer in layers:
+        feed(layer.name.encode())
+        feed(layer.dockerfile.encode())
+        for path in sorted(layer.files):
+            feed(path.encode())
+            feed(_bytes(layer.files[path]))
+    return f"forgetui/{_repo_name(layers)}:{h.hexdigest()[:12]}"
+
+
+def dockerfile_text(base: str, layers: list[ImageLayer], with_ca: bool) -> str:
+    """The Dockerfile ``ensure_image`` builds: FROM base, the CA setup, then each layer in order."""
+    lines = [f"FROM {base}"]
+    if with_ca:
+        lines.append(f"COPY ca.crt {CA_PATH}")
+        lines.append("ENV " + " ".join(f"{var}={CA_PATH}" for var in CA_ENV))
+        lines.append(
+            "RUN (command -v update-ca-certificates >/dev/null && update-ca-certificates >/dev/null) || true"
+        )
+    for layer in layers:
+        lines.append(f"# --- layer: {layer.name}")
+        lines.append(layer.dockerfile.strip())
+    return "\n".join(lines) + "\n"
+
+
+def _context_tar(dockerfile: str, layers: list[ImageLayer], ca: bytes | None) -> io.BytesIO:
+    files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
+    if ca is not None:
+        files["ca.crt"] = ca
+    for layer in layers:
+        for path, data in layer.files.items():
+            rel = path.lstrip("/")
+            content = _bytes(data)
+            if rel in files and files[rel] != content:
+                raise ConfigError(
+                    f"image layers disagree about build-context file {rel!r} (layer {layer.name!r}); "
+                    "give the files distinct names"
+                )
+            files[rel] = content
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel, content in sorted(files.items()):
+            info = tarfile.TarInfo(rel)
+            info.size = len(content)
+            info.mode = 0o755 if rel.endswith(".sh") else 0o644
+            tar.addfile(info, io.BytesIO(content))
+    buf.seek(0)
+    return buf
+
+
+def image_exists(client: Any, tag: str) -> bool:
+    """True when the engine has ``tag`` locally."""
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def ensure_image(
+    client: Any,
+    base: str,
+    layers: list[ImageLayer],
+    ca_bundle: Path | None = None,
+    *,
+    network_mode: str | None = None,
+) -> str:
+    """Build ``base`` + ``layers`` unless its content-hash tag already exists; returns the tag.
+
+    With ``ca_bundle`` (e.g. the host's /etc/ssl/certs/ca-certificates.crt behind a TLS-intercepting
+    proxy) the bundle is copied into the image and SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+    NODE_EXTRA_CA_CERTS and PIP_CERT point at it, so pip/npm/curl in build steps and at run time trust it.
+    """
+    import docker.errors
+
+    if not layers and ca_bundle is None:
+        return base
+    ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
+    tag = image_tag(base, layers, ca)
+    if image_exists(client, tag):
+        log.info("image %s exists; reusing it", tag)
+        return tag
+    if not image_exists(client, base):
+        raise SandboxError(
+            f"base image {base!r} is not on this Docker engine: build it with `forgetui images --bootstrap` "
+            f"(debootstrap) or pull/tag it from your registry"
+        )
+    context = _context_tar(dockerfile_text(base, layers, ca is not None), layers, ca)
+    buildargs = {k: v for k in _PROXY_ARGS if (v := os.environ.get(k))}
+    log.info("building image %s from %s (+%s)", tag, base, ", ".join(x.name for x in layers) or "CA bundle")
+    output: list[str] = []
+    try:
+        stream = client.api.build(
+            fileobj=context,
+            custom_context=True,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            buildargs=buildargs or None,
+            network_mode=network_mode,
+            labels={
+                L.IMAGE: "true",
+                "forgetui.layers": ",".join(x.name for x in layers),
+                "forgetui.base": base,
+            },
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                text = chunk["stream"]
+                output.append(text)
+                if text.strip():
+                    log.debug("build %s: %s", tag, text.rstrip())
+            if "error" in chunk:
+                tail = "".join(output)[-3000:]
+                raise SandboxError(
+                    f"building image {tag} failed: {chunk['error'].strip()}\n--- build output ---\n{tail}"
+                )
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"building image {tag} failed: {exc}") from exc
+    if not image_exists(client, tag):
+        raise SandboxError(f"building image {tag} reported success but the engine has no such image")
+    log.info("built image %s", tag)
+    return tag
+
+
+def bootstrap_base(
+    tag: str = DEFAULT_BASE,
+    suite: str = "bookworm",
+    include: Iterable[str] = DEFAULT_INCLUDE,
+    mirror: str = DEFAULT_MIRROR,
+    *,
+    client: Any = None,
+    workdir: Path | None = None,
+) -> str:
+    """Build a minimal Debian base image with debootstrap and `docker import` it; skipped when ``tag`` exists.
+
+    Needs root and the ``debootstrap`` program (``apt-get install -y debootstrap``); takes about 80 s.
+    """
+    import docker
+
+    client = client or docker.from_env()
+    if image_exists(client, tag):
+        log.info("base image %s exists; skipping debootstrap", tag)
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise SandboxError(
+            "debootstrap is not installed: run `apt-get install -y debootstrap` (as root), then retry"
+        )
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        raise SandboxError(
+            "debootstrap needs root: run the base-image bootstrap as root (or build the base elsewhere)"
+        )
+    tmp = Path(tempfile.mkdtemp(prefix="forgetui-rootfs-", dir=workdir))
+    rootfs = tmp / "rootfs"
+    try:
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(include)}",
+            suite,
+            str(rootfs),
+            mirror,
+        ]
+        log.info("debootstrap %s into %s (takes a minute or two)", suite, rootfs)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr)[-3000:]
+            raise SandboxError(
+                f"debootstrap of {suite} from {mirror} failed (exit {proc.returncode}):\n{tail}"
+            )
+        for cache in (rootfs / "var/cache/apt/archives").glob("*.deb"):
+            cache.unlink()
+        repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
+        log.info("importing %s as %s", rootfs, tag)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        try:
+            assert tar.stdout is not None
+            client.api.import_image_from_stream(
+                tar.stdout,
+                repository=repo,
+                tag=version,
+                changes=[f"LABEL {L.IMAGE}=true", 'CMD ["bash"]', "ENV LANG=C.UTF-8"],
+            )
+        finally:
+            if tar.stdout is not None:
+                tar.stdout.close()
+            tar.wait()
+        if tar.returncode != 0:
+            raise SandboxError(f"tar of {rootfs} failed (exit {tar.returncode})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not image_exists(client, tag):
+        raise SandboxError(f"docker import of {tag} did not produce the image")
+    log.info("base image %s ready", tag)
+    return tag
+
+
+def list_images(client: Any = None) -> list[dict[str, Any]]:
+    """forgetui's images (labelled ``forgetui.image`` or tagged ``forgetui/...``): tags, id, size, created."""
+    import docker
+
+    client = client or docker.from_env()
+    seen: dict[str, Any] = {}
+    for image in client.images.list(filters={"label": f"{L.IMAGE}=true"}):
+        seen[image.id] = image
+    for image in client.images.list():
+        if any(t.startswith("forgetui/") for t in image.tags):
+            seen[image.id] = image
+    rows = []
+    for image in seen.values():
+        attrs = image.attrs
+        rows.append(
+            {
+                "id": image.short_id,
+                "tags": sorted(image.tags),
+                "size": attrs.get("Size", 0),
+                "created": attrs.get("Created", ""),
+                "layers": (attrs.get("Config") or {}).get("Labels", {}).get("forgetui.layers", ""),
+            }
+        )
+    return sorted(rows, key=lambda r: r["tags"])
+
+
+def push_image(tag: str, registry: str, client: Any = None) -> str:
+    """Tag ``tag`` as ``<registry>/<tag>`` and push it (uses the engine's configured credentials)."""
+    import docker
+
+    client = client or docker.from_env()
+    repo, _, version = tag.rpartition(":")
+    target_repo = f"{registry.rstrip('/')}/{repo}"
+    client.images.get(tag).tag(target_repo, version)
+    for chunk in client.images.push(target_repo, tag=version, stream=True, decode=True):
+        if "error" in chunk:
+            raise SandboxError(f"pushing {target_repo}:{version} failed: {chunk['error']}")
+    return f"{target_repo}:{version}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m core.runtime.images bootstrap [--tag T] [--suite S] [--mirror URL]`` (for CI scripts)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m core.runtime.images")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    boot = sub.add_parser("bootstrap", help="debootstrap the base image unless it exists")
+    boot.add_argument("--tag", default=DEFAULT_BASE)
+    boot.add_argument("--suite", default="bookworm")
+    boot.add_argument("--mirror", default=DEFAULT_MIRROR)
+    sub.add_parser("list", help="list forgetui images")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if args.cmd == "bootstrap":
+        print(bootstrap_base(args.tag, args.suite, mirror=args.mirror))
+    else:
+        for row in list_images():
+            print(row["id"], " ".join(row["tags"]), row["size"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Read-only SQL on a store from any process: through the writer's live endpoint, or the file opened read-only."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from core import paths
+from core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS = 100_000
+ALLOWED_PRAGMAS = frozenset(
+    {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "version",
+     "database_list", "show", "metadata_info", "functions", "collations", "platform", "user_agent"}
+)
+
+
+@dataclass
+class QueryResult:
+    """Columns, rows (lists of values) and whether rows were cut at the row limit."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool = False
+    types: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": self.columns, "types": self.types, "rows": self.rows, "truncated": self.truncated}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueryResult:
+        return cls(list(data["columns"]), [list(r) for r in data["rows"]], bool(data["truncated"]),
+                   list(data.get("types") or []))
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[str]:
+    """Split `sql` into statements and refuse anything but SELECT / WITH / DESCRIBE / SHOW / EXPLAIN / PRAGMA info."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise StoreError(f"SQL does not parse: {exc}") from exc
+    if not statements:
+        raise StoreError("no SQL statement given")
+    out = []
+    for st in statements:
+        kind = st.type
+        if kind == duckdb.StatementType.PRAGMA:
+            name = st.query.strip().split(None, 1)[1] if len(st.query.split()) > 1 else ""
+            name = name.split("(")[0].split("=")[0].strip().rstrip(";").lower()
+            if name not in ALLOWED_PRAGMAS:
+                raise StoreError(f"PRAGMA {name} is not allowed here; only informational pragmas "
+                                 f"({', '.join(sorted(ALLOWED_PRAGMAS))})")
+        elif kind not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+            raise StoreError(
+                f"only read-only queries are allowed (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN, PRAGMA table_info); "
+                f"got a {kind.name} statement: {st.query.strip()[:80]!r}"
+            )
+        out.append(st.query)
+    return out
+
+
+def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = DEFAULT_MAX_ROWS) -> QueryResult:
+    """Run checked statements inside a READ ONLY transaction on `cur`; the last one's rows are returned."""
+    statements = check_read_only(cur, sql)
+    cur.execute("BEGIN TRANSACTION READ ONLY")
+    try:
+        for stmt in statements:
+            cur.execute(stmt)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        types = [str(d[1]) for d in cur.description] if cur.description else []
+        rows = [list(r) for r in cur.fetchmany(max_rows + 1)] if cur.description else []
+    except duckdb.Error as exc:
+        raise StoreError(f"query failed: {exc}") from exc
+    finally:
+        try:
+            cur.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+    truncated = len(rows) > max_rows
+    return QueryResult(columns, rows[:max_rows], truncated, types)
+
+
+# ---------------------------------------------------------------------- finding the store and its writer
+def sidecar_path(store_path: Path) -> Path:
+    """`<store>.live.json`: written by a writer that serves live queries."""
+    return Path(str(store_path) + ".live.json")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_sidecar(store_path: Path) -> dict[str, Any] | None:
+    """The live endpoint of the store's writer, or None; a sidecar left by a dead process is removed."""
+    side = sidecar_path(store_path)
+    try:
+        info = orjson.loads(side.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        log.warning("ignoring unreadable %s: %s", side, exc)
+        return None
+    pid = int(info.get("pid", 0))
+    if pid <= 0 or not pid_alive(pid):
+        log.info("removing stale %s (pid %s is gone)", side, pid)
+        side.unlink(missing_ok=True)
+        return None
+    return info
+
+
+def run_query(store_path: str | Path, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout: float = 60.0) -> QueryResult:
+    """Run read-only SQL on a store, live (through its writer) or from the file; never blocks the writer."""
+    import httpx
+
+    store_path = Path(store_path).expanduser().resolve()
+    info = read_sidecar(store_path)
+    if info is not None:
+        headers = {"X-Forgetui-Token": str(info.get("token", ""))}
+        try:
+            resp = httpx.post(info["url"], json={"sql": sql, "max_rows": max_rows}, headers=headers, timeout=timeout)
+        except httpx.TransportError as exc:
+            log.info("live endpoint %s of %s does not answer (%s); opening the file", info["url"], store_path, exc)
+        else:
+            data = resp.json()
+            if resp.status_code != 200:
+                raise StoreError(data.get("error") or f"live query failed with HTTP {resp.status_code}")
+            return QueryResult.from_dict(data)
+    if not store_path.exists():
+        raise StoreError(f"no store at {store_path}")
+    try:
+        con = duckdb.connect(str(store_path), read_only=True)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            raise StoreError(
+                f"store {store_path} is open in a writer process that serves no live query endpoint "
+                f"(no live {sidecar_path(store_path).name}); query it after that process ends, "
+                f"or start it with live queries on ({exc})"
+            ) from exc
+        raise StoreError(f"cannot open store {store_path} read-only: {exc}") from exc
+    try:
+        return execute_read_only(con, sql, max_rows)
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------------- output
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, (list, dict, tuple)):
+        return orjson.dumps(value, default=str).decode()
+    return str(value)
+
+
+def format_result(result: QueryResult, fmt: str = "table") -> str:
+    """Render a result as a rich `table`, `csv` (with header) or `json` (a list of objects)."""
+    if fmt == "json":
+        objs = [dict(zip(result.columns, row, strict=False)) for row in result.rows]
+        return orjson.dumps(objs, default=str, option=orjson.OPT_INDENT_2).decode()
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(result.columns)
+        writer.writerows([_cell(v) for v in row] for row in result.rows)
+        return buf.getvalue()
+    if fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(*result.columns, show_lines=False)
+        for row in result.rows:
+            table.add_row(*(Text(_cell(v)) if v is not None else Text("NULL", style="dim") for v in row))
+        console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
+        console.print(table)
+        if result.truncated:
+            console.print(f"(truncated at {len(result.rows)} rows)")
+        return console.file.getvalue()  # type: ignore[attr-defined]
+    raise StoreError(f"unknown output format {fmt!r}; use table, csv or json")
+
+
+def store_for_run(run_id: str) -> Path:
+    """FORGETUI_HOME/runs/<run_id>/store.duckdb."""
+    return paths.runs_dir() / run_id / "store.duckdb"
+
+
+def _last_written(path: Path) -> float:
+    times = []
+    for p in (path, Path(str(path) + ".wal")):
+        try:
+            times.append(p.stat().st_mtime)
+        except FileNotFoundError:
+            pass
+    return max(times, default=0.0)
+
+
+def latest_store(home: Path | None = None) -> Path | None:
+    """The most recently written store under FORGETUI_HOME (runs/*/store.duckdb and stores/*.duckdb)."""
+    home = Path(home) if home is not None else paths.home()
+    candidates = [*home.glob("runs/*/store.duckdb"), *home.glob("stores/*.duckdb")]
+    if not candidates:
+        return None
+    return max(candidates, key=_last_written)

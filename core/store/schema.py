@@ -1,0 +1,168 @@
+"""The store's tables: DDL (`SCHEMA_SQL`), column types per table, and a Markdown description (`SCHEMA_DOC`)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
+TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
+    (
+        "meta",
+        "Facts about the store file itself.",
+        [
+            ("key", "VARCHAR", "Name of the fact (`schema_version`, `created_at`)."),
+            ("value", "VARCHAR", "Its value, as text."),
+        ],
+        "key",
+    ),
+    (
+        "runs",
+        "One row per run (training, eval or a standalone proxy session).",
+        [
+            ("run_id", "VARCHAR", "Run id; also the folder name under `FORGETUI_HOME/runs/`."),
+            ("created_at", "TIMESTAMP", "When the run was created (UTC)."),
+            ("status", "VARCHAR", "`running`, `done`, `failed`, `interrupted`, ..."),
+            ("config", "JSON", "The fully resolved run config."),
+        ],
+        "run_id",
+    ),
+    (
+        "rollouts",
+        "One row per rollout: one harness working on one task in its own sandbox.",
+        [
+            ("rollout_id", "VARCHAR", "Rollout id."),
+            ("run_id", "VARCHAR", "The run it belongs to (`runs.run_id`)."),
+            ("env", "VARCHAR", "Environment name (e.g. `claw-bench`)."),
+            ("task_id", "VARCHAR", "Task id inside the environment."),
+            ("harness", "VARCHAR", "Harness name (e.g. `codex`, `react`)."),
+            ("sample_index", "INTEGER", "Index of this rollout inside its task's group (0..n-1)."),
+            (
+                "status",
+                "VARCHAR",
+                "`pending`, `starting`, `running`, `verifying`, `done`, `failed`, `timeout`, `infra_error`.",
+            ),
+            ("reward", "DOUBLE", "Verifier score in [0, 1]."),
+            ("passed", "BOOLEAN", "Whether the score reached the environment's threshold."),
+            ("started_at", "TIMESTAMP", "Sandbox start (UTC)."),
+            ("ended_at", "TIMESTAMP", "End of verification or failure (UTC)."),
+            ("error", "VARCHAR", "What went wrong, for failed/timeout/infra_error rollouts."),
+            ("token", "VARCHAR", "Rollout token the harness uses in the proxy URL (`/r/{token}/...`)."),
+            ("attempt", "INTEGER", "Attempt number (infrastructure retries start a new attempt)."),
+            ("harness_version", "VARCHAR", "Version of the harness binary/package."),
+            ("image_digest", "VARCHAR", "Digest of the sandbox image."),
+            ("tool_schema_hash", "VARCHAR", "Hash of the tool schemas the harness sent."),
+            ("env_version", "VARCHAR", "Version of the environment package."),
+            ("task_hash", "VARCHAR", "Content hash of the task (instruction, files, verifier)."),
+            ("meta", "JSON", "Anything else (free-form)."),
+        ],
+        "rollout_id",
+    ),
+    (
+        "calls",
+        "One row per model call the proxy served, token-exact.",
+        [
+            ("call_id", "VARCHAR", "Call id."),
+            ("rollout_id", "VARCHAR", "The rollout that made it (`rollouts.rollout_id`)."),
+            ("seq", "INTEGER", "Order of the call inside its rollout (0, 1, ...)."),
+            ("api", "VARCHAR", "Wire protocol (`chat`, `responses`, `anthropic`, `gemini`, ...)."),
+            ("model", "VARCHAR", "Model name the harness asked for."),
+            ("request", "JSON", "The request body as the harness sent it."),
+            ("response", "JSON", "The response body as returned (streams: the assembled final body)."),
+            ("prompt_token_ids", "INTEGER[]", "Token ids of the rendered prompt."),
+            ("completion_token_ids", "INTEGER[]", "Token ids the policy sampled."),
+            ("completion_logprobs", "DOUBLE[]", "Log-probability of each sampled token."),
+            ("finish_reason", "VARCHAR", "`stop`, `length`, `tool_calls`, ..."),
+            ("status", "VARCHAR", "`ok`, `error` or `cancelled`."),
+            ("error", "VARCHAR", "Error message when status is not `ok`."),
+            ("started_at", "TIMESTAMP", "When the request arrived (UTC)."),
+            ("latency_ms", "DOUBLE", "Time from request to last byte, in ms."),
+            ("ttft_ms", "DOUBLE", "Time to first token, in ms (streams)."),
+            ("branch", "INTEGER", "Branch number inside the rollout (a new one when the prefix breaks)."),
+            ("parent_call_id", "VARCHAR", "The call whose prompt + completion this call's prompt extends."),
+            ("extends_parent", "BOOLEAN", "Whether the prompt starts token-exactly with the parent's sequence."),
+            ("prefix_tokens", "INTEGER", "How many leading prompt tokens were spliced from earlier calls."),
+            ("tool_parse_error", "VARCHAR", "Why tool calls could not be parsed from the sampled text, if so."),
+            ("backend", "VARCHAR", "Backend that served it (`vllm`, `transformers`, `scripted`, `passthrough`)."),
+            ("stream", "BOOLEAN", "Whether the harness asked for a stream."),
+        ],
+        "call_id",
+    ),
+    (
+        "samples",
+        "Training samples built from calls (one per rollout branch).",
+        [
+            ("sample_id", "VARCHAR", "Sample id."),
+            ("run_id", "VARCHAR", "Run id."),
+            ("rollout_id", "VARCHAR", "Rollout id."),
+            ("branch", "INTEGER", "Branch of the rollout this sample covers."),
+            ("step", "INTEGER", "Training step that used it."),
+            ("token_ids", "INTEGER[]", "The merged token sequence."),
+            ("loss_mask", "TINYINT[]", "1 for tokens the model sampled, 0 for inserted ones."),
+            ("logprobs", "DOUBLE[]", "Sampling log-probabilities (0 where the mask is 0)."),
+            ("reward", "DOUBLE", "The rollout's reward."),
+            ("advantage", "DOUBLE", "Advantage used in training (e.g. GRPO group-normalised)."),
+            ("n_calls", "INTEGER", "How many calls were merged into this sample."),
+            ("created_at", "TIMESTAMP", "When it was built (UTC)."),
+        ],
+        "sample_id",
+    ),
+    (
+        "train_steps",
+        "One row per optimizer step.",
+        [
+            ("run_id", "VARCHAR", "Run id."),
+            ("step", "INTEGER", "Step number."),
+            ("created_at", "TIMESTAMP", "When the step finished (UTC)."),
+            ("loss", "DOUBLE", "Training loss."),
+            ("reward_mean", "DOUBLE", "Mean reward of the step's rollouts."),
+            ("metrics", "JSON", "Other metrics (kl, grad norm, lr, ...)."),
+        ],
+        None,
+    ),
+    (
+        "store_errors",
+        "Rows the writer could not store (dead letters), kept so nothing is lost silently.",
+        [
+            ("at", "TIMESTAMP", "When the write failed (UTC)."),
+            ("table_name", "VARCHAR", "Table the row was meant for."),
+            ("row", "JSON", "The row as given."),
+            ("error", "VARCHAR", "DuckDB's error message."),
+        ],
+        None,
+    ),
+]
+
+COLUMNS: dict[str, dict[str, str]] = {name: {c: t for c, t, _ in cols} for name, _, cols, _ in TABLES}
+PRIMARY_KEYS: dict[str, str | None] = {name: pk for name, _, _, pk in TABLES}
+JSON_COLUMNS: dict[str, frozenset[str]] = {
+    name: frozenset(c for c, t in cols.items() if t == "JSON") for name, cols in COLUMNS.items()
+}
+TIMESTAMP_COLUMNS: dict[str, frozenset[str]] = {
+    name: frozenset(c for c, t in cols.items() if t == "TIMESTAMP") for name, cols in COLUMNS.items()
+}
+
+
+def q(name: str) -> str:
+    """Quote an identifier (some column names, like `at`, are SQL keywords)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _ddl(name: str, cols: list[tuple[str, str, str]], pk: str | None) -> str:
+    lines = [f"    {q(c)} {t}{' PRIMARY KEY' if c == pk else ''}" for c, t, _ in cols]
+    return f"CREATE TABLE IF NOT EXISTS {name} (\n" + ",\n".join(lines) + "\n);"
+
+
+SCHEMA_SQL = "\n".join(_ddl(name, cols, pk) for name, _, cols, pk in TABLES)
+
+
+def _doc() -> str:
+    parts = [f"Schema version {SCHEMA_VERSION}. Timestamps are UTC; JSON columns hold JSON text.\n"]
+    for name, about, cols, pk in TABLES:
+        parts.append(f"### `{name}`\n\n{about}" + (f" Primary key: `{pk}`." if pk else "") + "\n")
+        parts.append("| column | type | meaning |\n|---|---|---|")
+        parts.extend(f"| `{c}` | {t} | {d} |" for c, t, d in cols)
+        parts.append("")
+    return "\n".join(parts)
+
+
+SCHEMA_DOC = _doc()

@@ -1,0 +1,476 @@
+"""The single read-write owner of a store file: a background thread batches every write into one transaction."""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import logging
+import queue
+import secrets
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import orjson
+
+from core.errors import StoreError
+from core.store.schema import (
+    COLUMNS,
+    JSON_COLUMNS,
+    PRIMARY_KEYS,
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+    TIMESTAMP_COLUMNS,
+    q,
+)
+
+log = logging.getLogger(__name__)
+
+BACKLOG_WARNING = 50_000
+_FLUSH = object()  # queue marker type tag for flush requests
+_STOP = object()
+
+
+def utcnow() -> dt.datetime:
+    """Naive UTC now (the store's TIMESTAMP columns are UTC without a zone)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _json_default(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def to_json_text(value: Any) -> str | None:
+    """JSON column value: str/bytes are taken as JSON text, anything else is serialized with orjson."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8")
+    return orjson.dumps(value, default=_json_default, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def to_timestamp(value: Any) -> Any:
+    """TIMESTAMP column value: datetimes become naive UTC, numbers are epoch seconds, strings pass through."""
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return dt.datetime.fromtimestamp(value, dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def _normalize(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for col in JSON_COLUMNS[table] & out.keys():
+        out[col] = to_json_text(out[col])
+    for col in TIMESTAMP_COLUMNS[table] & out.keys():
+        out[col] = to_timestamp(out[col])
+    return out
+
+
+def _object_array(values: list[Any]) -> np.ndarray:
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):  # element-wise so lists stay list objects, not a 2-D array
+        arr[i] = v
+    return arr
+
+
+_LIST_DTYPES = {"INTEGER[]": np.int32, "TINYINT[]": np.int8, "DOUBLE[]": np.float64}
+
+
+def _column(sql_type: str, values: list[Any]) -> np.ndarray:
+    """One column of a batch; numeric lists become numpy arrays, which DuckDB scans much faster than lists."""
+    dtype = _LIST_DTYPES.get(sql_type)
+    if dtype is not None:
+        values = [v if v is None or isinstance(v, np.ndarray) else np.asarray(v, dtype=dtype) for v in values]
+    return _object_array(values)
+
+
+class _Op:
+    """One queued write: an `insert` (append rows), `upsert` (rollouts) or `run_status` update."""
+
+    __slots__ = ("kind", "table", "row")
+
+    def __init__(self, kind: str, table: str, row: dict[str, Any]) -> None:
+        self.kind, self.table, self.row = kind, table, row
+
+
+class Store:
+    """Read-write handle on one store file. Only one process may hold it; it serves live queries itself."""
+
+    def __init__(
+        self,
+        path: Path,
+        con: duckdb.DuckDBPyConnection,
+        *,
+        linger_s: float = 0.05,
+        max_batch: int = 2000,
+    ) -> None:
+        self.path = path
+        self._con = con
+        self._linger_s = linger_s
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.dead_letter: list[dict[str, Any]] = []
+        self.commits = 0
+        self._warned_at = 0.0
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._thread_error: BaseException | None = None
+        self._live: Any = None
+        self.query_token = secrets.token_urlsafe(24)  # required by the live query endpoints
+        self._thread = threading.Thread(target=self._run, name=f"store-writer:{path.name}", daemon=True)
+        self._thread.start()
+        ref = weakref.ref(self)
+        atexit.register(lambda: (s := ref()) is not None and s.close())
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, path: str | Path, *, lock_wait_s: float = 10.0, **kwargs: Any) -> Store:
+        """Open (or create) a store read-write; waits up to `lock_wait_s` for short-lived readers to let go."""
+        path = Path(path).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + lock_wait_s
+        while True:
+            try:
+                con = duckdb.connect(str(path))
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower():
+                    raise StoreError(f"cannot open store {path}: {exc}") from exc
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"store {path} is held by another process ({exc}); only one process may write a store: "
+                        f"stop the other writer or use a different store path"
+                    ) from exc
+                time.sleep(0.1)
+            except duckdb.Error as exc:
+                raise StoreError(f"cannot open store {path}: {exc}") from exc
+        try:
+            create_schema(con)
+        except BaseException:
+            con.close()
+            raise
+        return cls(path, con, **kwargs)
+
+    # ----------------------------------------------------------------- writes (all non-blocking)
+    def _enqueue(self, kind: str, table: str, row: dict[str, Any]) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed; open it again to write")
+        if self._thread_error is not None:
+            raise StoreError(f"store writer thread for {self.path} died: {self._thread_error!r}")
+        unknown = row.keys() - COLUMNS[table].keys()
+        if unknown:
+            raise StoreError(f"unknown column(s) for table {table}: {sorted(unknown)}; known: {list(COLUMNS[table])}")
+        self._queue.put(_Op(kind, table, dict(row)))
+
+    def insert_run(self, run_id: str, config: dict[str, Any], status: str = "running") -> None:
+        """Create the run's row (or refresh its config and status when it already exists, e.g. on resume)."""
+        self._enqueue("upsert", "runs", {"run_id": run_id, "config": config, "status": status, "created_at": utcnow()})
+
+    def update_run_status(self, run_id: str, status: str) -> None:
+        self._enqueue("run_status", "runs", {"run_id": run_id, "status": status})
+
+    def upsert_rollout(self, row: dict[str, Any]) -> None:
+        """Insert a rollout or update only the columns given in `row` (which must hold `rollout_id`)."""
+        if "rollout_id" not in row:
+            raise StoreError("upsert_rollout needs a 'rollout_id'")
+        self._enqueue("upsert", "rollouts", row)
+
+    def record_call(self, row: dict[str, Any]) -> None:
+        """Queue one call row (durable within ~linger + one commit); never touches the disk in the caller."""
+        self._enqueue("insert", "calls", row)
+
+    def insert_samples(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            self._enqueue("insert", "samples", {"created_at": utcnow(), **row})
+
+    def insert_train_step(self, row: dict[str, Any]) -> None:
+        self._enqueue("insert", "train_steps", {"created_at": utcnow(), **row})
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until everything queued before this call is committed (or dead-lettered)."""
+        if self._thread_error is not None:
+            raise StoreError(f"store writer thread died: {self._thread_error!r}")
+        if not self._thread.is_alive():
+            if self._closed:
+                return
+            raise StoreError("store writer thread is not running")
+        done = threading.Event()
+        self._queue.put((_FLUSH, done))
+        if not done.wait(timeout):
+            raise StoreError(f"store flush did not finish within {timeout} s")
+        if self._thread_error is not None:
+            raise StoreError(f"store writer thread died: {self._thread_error!r}")
+
+    async def aflush(self) -> None:
+        """`flush` for asyncio callers (runs in a worker thread)."""
+        import asyncio
+
+        await asyncio.to_thread(self.flush)
+
+    def pending(self) -> int:
+        """Approximate number of queued, not yet committed writes."""
+        return self._queue.qsize()
+
+    # ----------------------------------------------------------------- reads in this process
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of the writer's connection for reads in this process (one per thread)."""
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        return self._con.cursor()
+
+    def serve_queries(self, host: str = "127.0.0.1", **kwargs: Any) -> str:
+        """Serve read-only SQL over HTTP on a free loopback port and write `<store>.live.json`; returns the URL."""
+        from core.store.live import LiveServer
+
+        if self._live is None:
+            self._live = LiveServer(self, host=host, **kwargs)
+            self._live.start()
+        return self._live.url
+
+    def query_app(self) -> Any:
+        """A Starlette app answering POST {"sql": ...}; the proxy mounts it at `/_forgetui/sql`."""
+        from core.store.live import query_app
+
+        return query_app(self)
+
+    def handle_query(self, sql: str, max_rows: int | None = None) -> dict[str, Any]:
+        """Run one read-only query on its own cursor and return it as a JSON-ready dict."""
+        from core.store.live import handle_query
+
+        return handle_query(self, sql, max_rows=max_rows)
+
+    # ----------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Flush, checkpoint and close; idempotent and safe from atexit or a signal handler's caller."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        try:
+            self._con.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            log.warning("checkpoint of %s failed on close: %s", self.path, exc)
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- the writer thread
+    def _run(self) -> None:
+        cur = self._con.cursor()
+        try:
+            while True:
+                item = self._queue.get()
+                batch: list[_Op] = []
+                waiters: list[threading.Event] = []
+                stop = False
+                deadline = time.monotonic() + self._linger_s
+                while True:
+                    if item is _STOP:
+                        stop = True
+                    elif isinstance(item, tuple) and item and item[0] is _FLUSH:
+                        waiters.append(item[1])
+                    else:
+                        batch.append(item)
+                    if stop or waiters or len(batch) >= self._max_batch:
+                        # a flush or stop commits now; drain what is already queued first
+                        try:
+                            while len(batch) < self._max_batch:
+                                nxt = self._queue.get_nowait()
+                                if nxt is _STOP:
+                                    stop = True
+                                elif isinstance(nxt, tuple) and nxt and nxt[0] is _FLUSH:
+                                    waiters.append(nxt[1])
+                                else:
+                                    batch.append(nxt)
+                        except queue.Empty:
+                            pass
+                        break
+                    remaining = deadline - time.monotonic()
+                    try:
+                        item = self._queue.get(timeout=max(remaining, 0)) if remaining > 0 else self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                if batch:
+                    self._write_batch(cur, batch)
+                    backlog = self._queue.qsize()
+                    if backlog > BACKLOG_WARNING and time.monotonic() - self._warned_at > 10:
+                        self._warned_at = time.monotonic()
+                        log.warning("store %s is falling behind: %d writes queued", self.path, backlog)
+                for w in waiters:
+                    w.set()
+                if stop:
+                    return
+        except BaseException as exc:  # keep the reason for flush() callers
+            self._thread_error = exc
+            log.exception("store writer thread for %s died", self.path)
+            raise
+        finally:
+            cur.close()
+            self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        try:
+            while True:
+                item = self._queue.get_nowait()
+                if isinstance(item, tuple) and item and item[0] is _FLUSH:
+                    item[1].set()
+        except queue.Empty:
+            pass
+
+    def _write_batch(self, cur: duckdb.DuckDBPyConnection, batch: list[_Op]) -> None:
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            self._apply(cur, batch)
+            cur.execute("COMMIT")
+            self.commits += 1
+            return
+        except Exception as exc:
+            try:
+                cur.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            log.warning("store batch of %d writes failed (%s); retrying row by row", len(batch), exc)
+        for op in batch:  # row by row, each its own transaction, so one bad row loses only itself
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                self._apply(cur, [op])
+                cur.execute("COMMIT")
+                self.commits += 1
+            except Exception as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                self._dead(cur, op, exc)
+
+    def _dead(self, cur: duckdb.DuckDBPyConnection, op: _Op, exc: Exception) -> None:
+        pk = PRIMARY_KEYS.get(op.table)
+        key = op.row.get(pk) if pk else None
+        log.error("store: dropped a %s row (%s=%r) into store_errors: %s", op.table, pk, key, exc)
+        entry = {"at": utcnow(), "table_name": op.table, "row": op.row, "error": str(exc)}
+        self.dead_letter.append(entry)
+        try:
+            cur.execute(
+                "INSERT INTO store_errors VALUES (?, ?, ?, ?)",
+                [entry["at"], op.table, to_json_text(op.row), str(exc)],
+            )
+        except Exception as exc2:
+            log.error("store: could not record the failed row in store_errors either: %s", exc2)
+
+    def _apply(self, cur: duckdb.DuckDBPyConnection, ops: list[_Op]) -> None:
+        inserts: dict[str, list[dict[str, Any]]] = {}
+        for op in ops:
+            if op.kind == "insert":
+                inserts.setdefault(op.table, []).append(op.row)
+                continue
+            self._flush_inserts(cur, inserts)  # keep the order of writes to the same table
+            row = _normalize(op.table, op.row)
+            if op.kind == "run_status":
+                cur.execute("UPDATE runs SET status = ? WHERE run_id = ?", [row["status"], row["run_id"]])
+            else:
+                _upsert(cur, op.table, row)
+        self._flush_inserts(cur, inserts)
+
+    @staticmethod
+    def _flush_inserts(cur: duckdb.DuckDBPyConnection, inserts: dict[str, list[dict[str, Any]]]) -> None:
+        for table, rows in inserts.items():
+            _bulk_insert(cur, table, [_normalize(table, r) for r in rows])
+        inserts.clear()
+
+
+def _upsert(cur: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
+    pk = PRIMARY_KEYS[table]
+    cols = list(row)
+    updates = [c for c in cols if c != pk]
+    action = "DO UPDATE SET " + ", ".join(f"{q(c)} = excluded.{q(c)}" for c in updates) if updates else "DO NOTHING"
+    sql = (
+        f"INSERT INTO {table} ({', '.join(map(q, cols))}) VALUES ({', '.join('?' for _ in cols)}) "
+        f"ON CONFLICT ({q(pk)}) {action}"
+    )
+    cur.execute(sql, [row[c] for c in cols])
+
+
+def _bulk_insert(cur: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    """Append rows in one statement by scanning a dict of numpy object arrays (far faster than executemany)."""
+    if not rows:
+        return
+    types = COLUMNS[table]
+    cols = [c for c in types if any(c in r for r in rows)]
+    if len(rows) == 1:
+        row = rows[0]
+        cur.execute(
+            f"INSERT INTO {table} ({', '.join(map(q, cols))}) VALUES ({', '.join('?' for _ in cols)})",
+            [row.get(c) for c in cols],
+        )
+        return
+    data = {f"c{i}": _column(types[c], [r.get(c) for r in rows]) for i, c in enumerate(cols)}
+    select = ", ".join(f"CAST(c{i} AS {types[c]})" for i, c in enumerate(cols))
+    view = f"_forgetui_batch_{threading.get_ident()}"
+    cur.register(view, data)
+    try:
+        cur.execute(f"INSERT INTO {table} ({', '.join(map(q, cols))}) SELECT {select} FROM {view}")
+    finally:
+        cur.unregister(view)
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every table (idempotent) and check the file's schema version."""
+    try:
+        con.execute(SCHEMA_SQL)
+        found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if found is None:
+            con.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?), ('created_at', ?)",
+                [str(SCHEMA_VERSION), utcnow().isoformat()],
+            )
+        elif int(found[0]) > SCHEMA_VERSION:
+            raise StoreError(
+                f"this store has schema version {found[0]}, newer than this forgetui ({SCHEMA_VERSION}); "
+                f"upgrade forgetui to open it"
+            )
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot create the store schema: {exc}") from exc
+
+
+def install_signal_flush(store: Store, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+    """Close `store` on SIGINT/SIGTERM, then hand the signal to the previous handler (main thread only).
+
+    Servers that own their signal handling (uvicorn) should instead close the store in their shutdown hook.
+    """
+
+    for signum in signals:
+        previous = signal.getsignal(signum)
+
+        def handler(sig: int, frame: Any, previous: Any = previous) -> None:
+            store.close()
+            if callable(previous):
+                previous(sig, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(sig, signal.SIG_DFL)
+                signal.raise_signal(sig)
+
+        signal.signal(signum, handler)

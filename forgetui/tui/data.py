@@ -1,0 +1,249 @@
+"""Headless data access for the TUI: store discovery, summaries, calls and SQL, all through core.store.query."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core import paths
+from core.errors import StoreError
+from core.store.query import QueryResult, read_sidecar, run_query
+
+log = logging.getLogger(__name__)
+
+CALLS_LIMIT = 2000
+CALL_COLUMNS = (
+    "seq", "rollout", "api", "model", "status", "prompt tok", "compl tok", "latency_ms", "branch", "extends",
+)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One row of a store's `runs` table."""
+
+    run_id: str
+    status: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """A store file under FORGETUI_HOME with its runs and row counts (or why it could not be read)."""
+
+    path: Path
+    kind: str  # "run" or "proxy"
+    name: str
+    modified: float
+    live: bool
+    runs: tuple[RunRow, ...] = ()
+    n_rollouts: int = 0
+    n_calls: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """One line of the calls table."""
+
+    call_id: str
+    seq: int | None
+    rollout_id: str
+    api: str
+    model: str
+    status: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float | None
+    branch: int | None
+    extends_parent: bool | None
+
+    def cells(self) -> tuple[str, ...]:
+        """Display values, in CALL_COLUMNS order."""
+        return (
+            _text(self.seq), _short(self.rollout_id), _text(self.api), _text(self.model), _text(self.status),
+            _text(self.prompt_tokens), _text(self.completion_tokens),
+            "" if self.latency_ms is None else f"{self.latency_ms:.0f}",
+            _text(self.branch), {True: "yes", False: "no"}.get(self.extends_parent, ""),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class CallDetail:
+    """Everything the inspector shows about one call."""
+
+    call_id: str
+    rollout_id: str
+    api: str
+    model: str
+    status: str
+    error: str | None
+    finish_reason: str | None
+    request: Any
+    response: Any
+    prompt_token_ids: list[int] = field(default_factory=list)
+    completion_token_ids: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
+    prefix_tokens: int | None = None
+    branch: int | None = None
+    extends_parent: bool | None = None
+    latency_ms: float | None = None
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def cell_text(value: Any) -> str:
+    """A result cell as text: timestamps ISO, lists and dicts as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    if isinstance(value, (list, dict, tuple)):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)
+
+
+def _short(value: str | None, n: int = 12) -> str:
+    return "" if not value else value if len(value) <= n else value[:n] + "…"
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal (run_query takes no parameters)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _json(value: Any) -> Any:
+    """JSON columns come back as text (file or live endpoint); parse them, keep anything unparsable as is."""
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _last_written(path: Path) -> float:
+    times = []
+    for p in (path, Path(str(path) + ".wal")):
+        try:
+            times.append(p.stat().st_mtime)
+        except FileNotFoundError:
+            pass
+    return max(times, default=0.0)
+
+
+def _fmt_time(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return _text(value).replace("T", " ")[:19]
+
+
+def find_stores(home: Path | None = None) -> list[tuple[Path, str, str]]:
+    """(path, kind, name) of every store under FORGETUI_HOME, newest first."""
+    home = Path(home) if home is not None else paths.home()
+    found = [(p, "run", p.parent.name) for p in home.glob("runs/*/store.duckdb")]
+    found += [(p, "proxy", p.stem) for p in home.glob("stores/*.duckdb")]
+    found.sort(key=lambda t: _last_written(t[0]), reverse=True)
+    return found
+
+
+def summarize_store(path: Path, kind: str = "run", name: str | None = None) -> StoreInfo:
+    """Runs and counts of one store; a store that cannot be read yields a StoreInfo with `error` set."""
+    base = StoreInfo(path=path, kind=kind, name=name or path.stem, modified=_last_written(path),
+                     live=read_sidecar(path) is not None)
+    try:
+        runs = run_query(path, "SELECT run_id, status, created_at FROM runs ORDER BY created_at DESC")
+        counts = run_query(path, "SELECT (SELECT count(*) FROM rollouts), (SELECT count(*) FROM calls)")
+    except StoreError as exc:
+        return StoreInfo(**{**base.__dict__, "error": str(exc)})
+    n_rollouts, n_calls = counts.rows[0] if counts.rows else (0, 0)
+    rows = tuple(RunRow(_text(r[0]), _text(r[1]), _fmt_time(r[2])) for r in runs.rows)
+    return StoreInfo(**{**base.__dict__, "runs": rows, "n_rollouts": int(n_rollouts or 0),
+                        "n_calls": int(n_calls or 0)})
+
+
+class StoreCatalog:
+    """Lists stores, re-reading a store's summary only when its file changed or it is live."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home
+        self._cache: dict[Path, tuple[float, StoreInfo]] = {}
+
+    def list(self) -> list[StoreInfo]:
+        out = []
+        seen = set()
+        for path, kind, name in find_stores(self.home):
+            seen.add(path)
+            stamp = _last_written(path)
+            cached = self._cache.get(path)
+            if cached is not None and cached[0] == stamp and not cached[1].live and cached[1].error is None:
+                out.append(cached[1])
+                continue
+            info = summarize_store(path, kind, name)
+            self._cache[path] = (stamp, info)
+            out.append(info)
+        for gone in set(self._cache) - seen:
+            del self._cache[gone]
+        return out
+
+
+def load_calls(path: Path, limit: int = CALLS_LIMIT) -> list[CallRow]:
+    """The last `limit` calls of a store, oldest first."""
+    sql = f"""
+        SELECT * FROM (
+            SELECT call_id, seq, rollout_id, api, model, status,
+                   len(prompt_token_ids), len(completion_token_ids), latency_ms, branch, extends_parent, started_at
+            FROM calls ORDER BY started_at DESC NULLS LAST, rollout_id DESC, seq DESC LIMIT {int(limit)}
+        ) ORDER BY started_at NULLS FIRST, rollout_id, seq
+    """
+    result = run_query(path, sql)
+    return [
+        CallRow(
+            call_id=_text(r[0]), seq=r[1], rollout_id=_text(r[2]), api=_text(r[3]), model=_text(r[4]),
+            status=_text(r[5]), prompt_tokens=r[6], completion_tokens=r[7], latency_ms=r[8], branch=r[9],
+            extends_parent=r[10],
+        )
+        for r in result.rows
+    ]
+
+
+def load_call(path: Path, call_id: str) -> CallDetail:
+    """One call in full; StoreError if it is not there."""
+    result = run_query(path, f"SELECT * FROM calls WHERE call_id = {sql_str(call_id)}")
+    if not result.rows:
+        raise StoreError(f"call {call_id} is not in {path}")
+    row = dict(zip(result.columns, result.rows[0], strict=False))
+    return CallDetail(
+        call_id=_text(row.get("call_id")), rollout_id=_text(row.get("rollout_id")), api=_text(row.get("api")),
+        model=_text(row.get("model")), status=_text(row.get("status")), error=row.get("error"),
+        finish_reason=row.get("finish_reason"), request=_json(row.get("request")),
+        response=_json(row.get("response")),
+        prompt_token_ids=list(row.get("prompt_token_ids") or []),
+        completion_token_ids=list(row.get("completion_token_ids") or []),
+        completion_logprobs=[float(x) if x is not None else math.nan for x in row.get("completion_logprobs") or []],
+        prefix_tokens=row.get("prefix_tokens"), branch=row.get("branch"), extends_parent=row.get("extends_parent"),
+        latency_ms=row.get("latency_ms"),
+    )
+
+
+def run_sql(path: Path, sql: str, max_rows: int = 10_000) -> QueryResult:
+    """Read-only SQL typed by the user; StoreError says what is wrong."""
+    if not sql.strip():
+        raise StoreError("type a query first, e.g. SELECT count(*) FROM calls")
+    return run_query(path, sql, max_rows=max_rows)
+
+
+def is_live(path: Path) -> bool:
+    """Whether a writer serving live queries holds the store now."""
+    return read_sidecar(path) is not None
+
+
+def last_written(path: Path) -> float:
+    """mtime of the store file or its WAL, whichever is newer."""
+    return _last_written(path)

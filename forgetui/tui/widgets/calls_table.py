@@ -1,0 +1,57 @@
+"""The calls of the selected store, one row per call; updated in place so the cursor stays put."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import DataTable
+
+from forgetui.tui.data import CALL_COLUMNS, CallRow
+from forgetui.tui.messages import CallSelected
+
+
+class CallsTable(DataTable):
+    """A row per call (row key = call_id); moving the cursor posts CallSelected."""
+
+    BORDER_TITLE = "Calls"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        self.store: Path | None = None
+        self._cells: dict[str, tuple[str, ...]] = {}
+
+    def on_mount(self) -> None:
+        for name in CALL_COLUMNS:
+            self.add_column(name, key=name)
+
+    def show_calls(self, store: Path, calls: list[CallRow]) -> None:
+        """Show `calls` of `store`: new rows are added, changed cells updated, vanished rows removed."""
+        if store != self.store:
+            self.clear()
+            self._cells.clear()
+            self.store = store
+        wanted = {c.call_id: c.cells() for c in calls}
+        for gone in [k for k in self._cells if k not in wanted]:
+            self.remove_row(gone)
+            del self._cells[gone]
+        for call_id, cells in wanted.items():
+            old = self._cells.get(call_id)
+            if old is None:
+                self.add_row(*cells, key=call_id)
+            elif old != cells:
+                for col, (a, b) in zip(CALL_COLUMNS, zip(old, cells, strict=True), strict=True):
+                    if a != b:
+                        self.update_cell(call_id, col, b)
+            self._cells[call_id] = cells
+        self.border_subtitle = f"{len(calls)} calls"
+
+    def clear_calls(self) -> None:
+        self.clear()
+        self._cells.clear()
+        self.store = None
+        self.border_subtitle = ""
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(CallSelected(str(event.row_key.value)))

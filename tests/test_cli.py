@@ -1,0 +1,82 @@
+"""The CLI contract scripts rely on: `forgetui proxy` prints its URL, records, stops cleanly; `forgetui sql` reads live and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+FORGETUI = [sys.executable, "-m", "forgetui.cli"]
+
+
+def sql(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([*FORGETUI, "sql", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict:
+    return {**os.environ, "FORGETUI_HOME": str(tmp_path / "home")}
+
+
+def start_proxy(args: list[str], env: dict) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([*FORGETUI, "proxy", *args, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
+    return proc, url
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_proxy_records_serves_live_sql_and_stops_cleanly(tmp_path, env, sig):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"text": "hello there"}]}))
+    store = tmp_path / "calls.duckdb"
+    proc, url = start_proxy(["--backend", f"scripted:{script}", "--store", str(store)], env)
+    try:
+        for name in ("a", "b"):
+            resp = httpx.post(f"{url}/r/{name}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+            assert resp.json()["choices"][0]["message"]["content"] == "hello there"
+        # a live read while the proxy holds the store, through its query endpoint
+        live = sql("SELECT count(*) AS n FROM calls", "--store", str(store), "--format", "json", env=env)
+        assert live.returncode == 0, live.stderr
+        assert json.loads(live.stdout) == [{"n": 2}]
+        # the default store is the most recently written one under FORGETUI_HOME... here --store was given, so check csv
+        csv = sql("SELECT rollout_id FROM calls ORDER BY seq, rollout_id", "--store", str(store), "--format", "csv", env=env)
+        assert csv.stdout.splitlines()[0] == "rollout_id" and len(csv.stdout.splitlines()) == 3
+        writes = sql("DELETE FROM calls", "--store", str(store), env=env)
+        assert writes.returncode != 0 and "read-only" in (writes.stderr + writes.stdout).lower()
+    finally:
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+    after = sql("SELECT status, count(*) AS n FROM rollouts GROUP BY status", "--store", str(store), "--format", "json", env=env)
+    assert json.loads(after.stdout) == [{"status": "done", "n": 2}]
+    runs = sql("SELECT status FROM runs", "--store", str(store), "--format", "json", env=env)
+    assert json.loads(runs.stdout) == [{"status": "stopped"}]
+
+
+def test_sql_defaults_to_latest_store_and_table_format(tmp_path, env):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"text": "x"}]))
+    proc, url = start_proxy(["--backend", f"scripted:{script}"], env)
+    try:
+        httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    table = sql("SELECT api, status FROM calls", env=env)
+    assert table.returncode == 0 and "chat" in table.stdout and "ok" in table.stdout
+
+
+def test_bad_backend_spec_is_a_clear_error(env):
+    out = subprocess.run([*FORGETUI, "proxy", "--backend", "nonsense"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "builtin:MODEL" in out.stderr
+
+
+def test_sql_without_any_store_says_what_to_do(env):
+    out = sql("SELECT 1", env=env)
+    assert out.returncode == 2 and "no store found" in out.stderr
