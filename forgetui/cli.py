@@ -89,6 +89,61 @@ def format_result_ends_newline(fmt: str) -> bool:
     return fmt == "csv"
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from core.config import load_config
+    from core.run import load_run_config
+    from forgetui.headless import run_headless
+
+    if args.resume:
+        config = load_run_config(args.resume)
+    elif args.config:
+        config = load_config(args.config, args.set)
+    else:
+        raise ForgetuiError("give a CONFIG.toml (see examples/) or --resume RUN_ID")
+    if args.command == "eval":
+        config.train.steps = 0
+    return run_headless(config, resume=args.resume, json_out=args.no_ui)
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from core.rollout.orphans import reap_dead_runs
+    from core.runtime import make_runtime
+
+    total = 0
+    for kind in args.runtime:
+        runtime = make_runtime(kind)
+        if not runtime.available():
+            log.info("runtime %s is not available; skipped", kind)
+            continue
+        removed = asyncio.run(reap_dead_runs(runtime, everything=args.all))
+        log.info("%s: removed %d orphaned sandbox(es)", kind, removed)
+        total += removed
+    print(total)
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from core.runtime import images
+
+    if args.images_command == "bootstrap":
+        print(images.bootstrap_base(args.tag, args.suite, mirror=args.mirror))
+    elif args.images_command == "list":
+        for row in images.list_images():
+            print(row["id"], " ".join(row["tags"]), row["size"])
+    elif args.images_command == "build":
+        from core.config import load_config
+        from core.registry import load_env, load_harness
+        from core.run import build_image, pick_runtime
+
+        config = load_config(args.config, args.set)
+        env = load_env(config.env.name, **config.env.options)
+        harness = load_harness(config.harness.name, **config.harness.options)
+        print(build_image(pick_runtime(config), config, env, harness))
+    elif args.images_command == "push":
+        print(images.push_image(args.tag, args.registry))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from forgetui.demo import run_demo
 
@@ -125,6 +180,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.set_defaults(func=cmd_sql)
 
+    for name, text in (("run", "run a config: rollouts in sandboxes, scored, recorded (training with train.steps > 0)"), ("eval", "run a config without training and report pass@k / pass^k")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("config", nargs="?", help="a run config (TOML); see examples/")
+        p.add_argument("--no-ui", action="store_true", help="headless: progress on stderr, one JSON summary on stdout")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. run.n_samples=4")
+        p.add_argument("--resume", metavar="RUN_ID", help="finish what an interrupted run left unfinished")
+        p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9)")
+    p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
+    p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included")
+    p.set_defaults(func=cmd_gc)
+
+    p = sub.add_parser("images", help="build, list and push sandbox images")
+    isub = p.add_subparsers(dest="images_command", required=True)
+    b = isub.add_parser("bootstrap", help="build the base image with debootstrap and docker import (no registry needed)")
+    b.add_argument("--tag", default="forgetui/base:bookworm")
+    b.add_argument("--suite", default="bookworm")
+    b.add_argument("--mirror", default="http://deb.debian.org/debian")
+    isub.add_parser("list", help="list forgetui images")
+    b = isub.add_parser("build", help="build the env+harness image of a config")
+    b.add_argument("config")
+    b.add_argument("--set", action="append", default=[])
+    b = isub.add_parser("push", help="push an image to a registry (for Kubernetes)")
+    b.add_argument("tag")
+    b.add_argument("registry")
+    p.set_defaults(func=cmd_images)
+
     p = sub.add_parser("demo", help="record a short real session with a local model and show the store (what `make demo` runs)")
     p.add_argument("--model", help="tiny | smollm2-135m (default: smollm2-135m when installed)")
     p.set_defaults(func=cmd_demo)
@@ -140,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         from forgetui.tui.app import run_tui
 
         return run_tui()
+    if args.command == "gc" and args.runtime is None:
+        args.runtime = ["docker", "local"]
     try:
         return args.func(args)
     except ForgetuiError as exc:

@@ -24,6 +24,8 @@ def docker_client() -> Iterator[Any]:
         client = docker.from_env(timeout=30)
         client.ping()
     except Exception as exc:  # engine down or socket missing
+        if os.environ.get("FORGETUI_REQUIRE_DOCKER") == "1":  # CI starts an engine: a skip would hide a broken setup
+            pytest.fail(f"FORGETUI_REQUIRE_DOCKER=1 but no Docker engine answers ({exc})")
         pytest.skip(f"no Docker engine answers ({exc}); start one with `sudo .ci/docker-up.sh`")
     yield client
     client.close()
@@ -35,6 +37,8 @@ def base_image(docker_client: Any) -> str:
     if not image_exists(docker_client, BASE_IMAGE):
         if os.environ.get("FORGETUI_TEST_BOOTSTRAP") == "1":
             return bootstrap_base(BASE_IMAGE, client=docker_client)
+        if os.environ.get("FORGETUI_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"FORGETUI_REQUIRE_DOCKER=1 but image {BASE_IMAGE} is missing (run `forgetui images bootstrap`)")
         pytest.skip(
             f"image {BASE_IMAGE} is missing; build it with `python -m core.runtime.images bootstrap` "
             "(root, debootstrap; ~80 s) or set FORGETUI_TEST_BOOTSTRAP=1"

@@ -28,6 +28,7 @@ from core.proxy.asgi import SSE_HEADERS, ClientGone, Receive, Scope, Send, heade
 from core.proxy.policy import Policy
 from core.proxy.recorder import CallInFlight, CallSink
 from core.proxy.sessions import SessionRegistry
+from core.tokens.continuation import tools_key
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,8 @@ class ProxyApp:
         except ProtocolError as exc:
             await self._error(send, proto, exc.status, exc.kind, str(exc))
             return
+        if session.tools_hash is None:
+            session.tools_hash = tools_key(request.tools)
         call = CallInFlight(
             call_id="call-" + uuid.uuid4().hex,
             session=session,

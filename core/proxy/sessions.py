@@ -21,6 +21,7 @@ class Session:
     rollout_id: str
     run_id: str
     calls: int = 0
+    tools_hash: str | None = None  # of the tools the harness offered on its first call
     _continuations: dict[int, Continuation] = field(default_factory=dict)
 
     def next_seq(self) -> int:

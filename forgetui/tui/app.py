@@ -70,8 +70,8 @@ class ForgetuiApp(App[int]):
 
     def on_mount(self) -> None:
         self.load_stores()
-        self.set_interval(self.stores_refresh_s, self.load_stores)
-        self.set_interval(self.refresh_s, self._tick)
+        self.set_interval(self.stores_refresh_s, self._tick_stores)
+        self.set_interval(self.refresh_s, self._tick_calls)
 
     # ------------------------------------------------------------------ actions
     def action_refresh(self) -> None:
@@ -90,8 +90,15 @@ class ForgetuiApp(App[int]):
         """Make `path` the store the calls table and SQL console work on."""
         self.post_message(StoreSelected(Path(path)))
 
-    def _tick(self) -> None:
-        if self.store is not None:
+    def _busy(self, group: str) -> bool:
+        return any(w.group == group and w.is_running for w in self.workers)
+
+    def _tick_stores(self) -> None:
+        if not self._busy("stores"):  # a slow store must not pile up threads
+            self.load_stores()
+
+    def _tick_calls(self) -> None:
+        if self.store is not None and not self._busy("calls"):
             self.load_calls(self.store)
 
     # ------------------------------------------------------------------ workers (all I/O happens here)

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,11 +161,10 @@ def summarize_store(path: Path, kind: str = "run", name: str | None = None) -> S
         runs = run_query(path, "SELECT run_id, status, created_at FROM runs ORDER BY created_at DESC")
         counts = run_query(path, "SELECT (SELECT count(*) FROM rollouts), (SELECT count(*) FROM calls)")
     except StoreError as exc:
-        return StoreInfo(**{**base.__dict__, "error": str(exc)})
+        return replace(base, error=str(exc))
     n_rollouts, n_calls = counts.rows[0] if counts.rows else (0, 0)
     rows = tuple(RunRow(_text(r[0]), _text(r[1]), _fmt_time(r[2])) for r in runs.rows)
-    return StoreInfo(**{**base.__dict__, "runs": rows, "n_rollouts": int(n_rollouts or 0),
-                        "n_calls": int(n_calls or 0)})
+    return replace(base, runs=rows, n_rollouts=int(n_rollouts or 0), n_calls=int(n_calls or 0))
 
 
 class StoreCatalog:

@@ -28,7 +28,9 @@ class SqlConsole(Vertical):
         yield TextArea(DEFAULT_SQL, id="sql-input", soft_wrap=True, tab_behavior="indent")
         with Horizontal(id="sql-bar"):
             yield Button("Run", id="sql-run", variant="primary")
-            yield Static("Ctrl+Enter runs the query (read-only)", id="sql-status")
+            yield Static("Ctrl+Enter runs the query (read-only: SELECT, WITH, DESCRIBE, SHOW, EXPLAIN)",
+                         id="sql-hint")
+        yield Static("", id="sql-status")
         yield DataTable(id="sql-result", zebra_stripes=True)
 
     @property

@@ -1,0 +1,168 @@
+"""A token backend over HTTP: vLLM's ``/v1/completions`` with a token-id prompt (or `forgetui serve-model`).
+
+The proxy templates locally with the policy's tokenizer and sends token ids; the server
+streams back the sampled ``token_ids`` (``return_token_ids``, vLLM ≥ 0.10.2) with one
+logprob each (``logprobs: 0`` = the sampled token's only). vLLM reports logprobs of the raw
+model distribution by default (its ``--logprobs-mode raw_logprobs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.errors import BackendError, ContextLengthError, ModelError
+from core.models.resolve import resolve_model
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT = 32768
+_CONTEXT_RE = re.compile(
+    r"maximum context length is (\d+) tokens.*?(?:requested|contains|prompt has) (\d+)", re.S
+)
+
+
+def _api_root(base_url: str) -> str:
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+class VllmBackend:
+    """A `TokenBackend` that samples on a vLLM-compatible server."""
+
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer_model: str,
+        model_name: str | None = None,
+        timeout: float = 600,
+        context_length: int | None = None,
+    ) -> None:
+        self.base_url = _api_root(base_url)
+        self.model_name = model_name
+        self.name = model_name or tokenizer_model
+        source = resolve_model(tokenizer_model)
+        try:
+            from transformers import AutoConfig, AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            if context_length is None:
+                config_len = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None)
+                context_length = int(config_len or DEFAULT_CONTEXT)
+        except Exception as exc:
+            raise ModelError(f"cannot load tokenizer {tokenizer_model!r} from {source}: {exc}") from exc
+        self.context_length = context_length
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+
+    def _body(self, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": list(prompt_ids),
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "stream": True,
+            "return_token_ids": True,
+            "logprobs": 0,
+            "skip_special_tokens": False,
+        }
+        if self.model_name:
+            body["model"] = self.model_name
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if sampling.stop_token_ids:
+            body["stop_token_ids"] = list(sampling.stop_token_ids)
+        return body
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, context: GenerationContext
+    ) -> AsyncIterator[TokenChunk]:
+        """Stream the server's sampled tokens; closing this generator closes the HTTP stream (vLLM aborts)."""
+        if len(prompt_ids) >= self.context_length:
+            raise ContextLengthError(len(prompt_ids), self.context_length - 1)
+        url = f"{self.base_url}/v1/completions"
+        finished = False
+        try:
+            async with self._client.stream("POST", url, json=self._body(prompt_ids, sampling)) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    self._raise_for(response, len(prompt_ids))
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[len("data:") :].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = self._parse_event(data)
+                    if chunk is None:
+                        continue
+                    if chunk.token_ids or chunk.finish_reason:
+                        yield chunk
+                    if chunk.finish_reason is not None:
+                        finished = True
+        except httpx.ConnectError as exc:
+            raise BackendError(
+                f"cannot reach vLLM at {self.base_url}: {exc}; is the server running?"
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise BackendError(f"vLLM at {self.base_url} timed out: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise BackendError(
+                f"the connection to vLLM at {self.base_url} broke mid-answer: {exc!r}"
+            ) from exc
+        if not finished:
+            raise BackendError(f"vLLM at {self.base_url} ended the stream without a finish reason")
+
+    def _parse_event(self, data: str) -> TokenChunk | None:
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise BackendError(f"vLLM sent a malformed stream event: {data[:200]!r}") from exc
+        if "error" in event:
+            err = event["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            raise BackendError(f"vLLM failed mid-answer: {message}")
+        choices = event.get("choices") or []
+        if not choices:
+            return None  # a usage-only chunk
+        choice = choices[0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            if choice.get("text") or not choice.get("finish_reason"):
+                raise BackendError(
+                    f"the server at {self.base_url} returned no token_ids; it must support `return_token_ids` (vLLM >= 0.10.2)"
+                )
+            ids = []
+        logprobs = choice.get("logprobs") or {}
+        lps = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        if lps is None or len(lps) != len(ids):
+            raise BackendError(
+                f"the server at {self.base_url} returned {len(ids)} token ids but no matching logprobs"
+            )
+        finish = choice.get("finish_reason")
+        if finish not in (None, "stop", "length"):
+            raise BackendError(f"vLLM ended the answer with finish_reason={finish!r}")
+        return TokenChunk(
+            token_ids=[int(t) for t in ids], logprobs=[float(x) for x in lps], finish_reason=finish
+        )
+
+    def _raise_for(self, response: httpx.Response, prompt_tokens: int) -> None:
+        try:
+            payload = response.json()
+            err = payload.get("error", payload) if isinstance(payload, dict) else payload
+            message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        except ValueError:
+            message = response.text[:500]
+        match = _CONTEXT_RE.search(message)
+        if response.status_code == 400 and (match or "context length" in message or "too long" in message):
+            limit = int(match.group(1)) if match else self.context_length
+            raise ContextLengthError(prompt_tokens, limit)
+        raise BackendError(f"vLLM at {self.base_url} answered HTTP {response.status_code}: {message}")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,175 @@
+"""The run config: one typed object, loaded from TOML, overridable with `--set a.b=c`, stored with every run."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Section):
+    name: str = "toy"
+    tasks: list[str] | None = Field(None, description="task ids or globs (comma-separated with --set)")
+    limit: int | None = Field(None, ge=1, description="at most this many tasks (after filtering)")
+    path: str | None = Field(None, description="a folder of tasks, for envs that load one (harbor)")
+    options: dict[str, Any] = Field(default_factory=dict, description="passed to the environment as keyword arguments")
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+
+class HarnessConfig(_Section):
+    name: str = "react"
+    binary: str | None = Field(None, description="a harness binary the user provides (zeroclaw)")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class PolicyConfig(_Section):
+    backend: str = Field("builtin:tiny", description="builtin:MODEL | scripted:FILE | vllm:URL | litellm:MODEL")
+    tokenizer: str | None = Field(None, description="the policy's model for tokenization (vllm:URL needs it)")
+    parser: str = "hermes"
+    model_name: str = Field("policy", description="the model name harnesses are told to request")
+    max_tokens: int | None = Field(None, ge=1, description="default completion cap when a harness asks for none")
+
+
+class RuntimeConfig(_Section):
+    kind: Literal["auto", "docker", "kubernetes", "local"] = "auto"
+    base_image: str = "forgetui/base:bookworm"
+    cpus: float = Field(1.0, gt=0)
+    memory: str = "2g"
+    pids_limit: int = Field(512, ge=16)
+    network: Literal["host", "bridge"] = "host"
+    workdir: str = "/workspace"
+    ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
+    namespace: str = "default"
+    kubeconfig: str | None = None
+    image_pull_policy: str = "IfNotPresent"
+
+
+class ProxyConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="0 = any free port")
+    public_url: str | None = Field(None, description="the proxy's address as sandboxes see it (bridge networks, Kubernetes pods)")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+
+
+class RunSettings(_Section):
+    n_samples: int = Field(1, ge=1, description="rollouts per task (a GRPO group)")
+    concurrency: int = Field(4, ge=1)
+    timeout_s: float = Field(600.0, gt=0, description="wall clock per rollout")
+    call_timeout_s: float | None = Field(300.0, gt=0, description="per model call")
+    max_retries: int = Field(2, ge=0, description="retries of infrastructure failures only")
+    seed: int = 0
+
+
+class TrainConfig(_Section):
+    steps: int = Field(0, ge=0, description="0 = evaluate only")
+
+
+class RunConfig(_Section):
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
+    run: RunSettings = Field(default_factory=RunSettings)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _parse_value(raw: str) -> Any:
+    """TOML scalars where they parse (numbers, booleans, arrays), else the plain string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base_dir: Path | None = None) -> RunConfig:
+    """Read a TOML config (or the defaults), apply `key=value` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"no config file at {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        base_dir = base_dir or path.parent
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        _set_path(data, key.strip(), _parse_value(raw.strip()))
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+        raise ConfigError(f"invalid config: {problems}") from None
+    return _resolve_paths(config, base_dir)
+
+
+def _resolve_paths(config: RunConfig, base_dir: Path | None) -> RunConfig:
+    """A scripted backend's file and env.path are relative to the config file."""
+    if base_dir is None:
+        return config
+    backend = config.policy.backend
+    if backend.startswith("scripted:"):
+        target = Path(backend.split(":", 1)[1].split("?", 1)[0])
+        if not target.is_absolute() and (base_dir / target).exists():
+            config.policy.backend = backend.replace(str(target), str((base_dir / target).resolve()), 1)
+    if config.env.path and not Path(config.env.path).is_absolute() and (base_dir / config.env.path).exists():
+        config.env.path = str((base_dir / config.env.path).resolve())
+    return config
+
+
+def dump_toml(config: RunConfig) -> str:
+    """The resolved config as TOML (what each run stores beside its store)."""
+    lines: list[str] = []
+    for section, model in config:
+        lines.append(f"[{section}]")
+        for key, value in model.model_dump().items():
+            if value is None:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))

@@ -1,0 +1,69 @@
+"""The environment contract: tasks (instruction + workspace) and a verifier that scores in [0, 1]."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+
+if TYPE_CHECKING:
+    from core.runtime.base import Sandbox
+    from core.runtime.images import ImageLayer
+
+
+@dataclass
+class Task:
+    """One task: what the agent is told, and the workspace it starts from."""
+
+    id: str
+    instruction: str
+    files: dict[str, bytes | str] = field(default_factory=dict)  # workspace-relative path → content
+    setup: str | None = None  # shell run in the workspace before the harness starts
+    timeout_s: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)  # domain, level, split, ...
+
+    @property
+    def content_hash(self) -> str:
+        h = hashlib.sha256()
+        h.update(orjson.dumps({"id": self.id, "instruction": self.instruction, "setup": self.setup, "meta": self.meta}, option=orjson.OPT_SORT_KEYS))
+        for path in sorted(self.files):
+            data = self.files[path]
+            h.update(path.encode() + b"\0" + (data.encode() if isinstance(data, str) else data))
+        return h.hexdigest()[:16]
+
+
+@dataclass
+class Score:
+    score: float
+    passed: bool
+    detail: str = ""
+
+
+class Environment(ABC):
+    """An environment adapter: a task source and its verifier."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "0"
+    threshold: ClassVar[float] = 1.0
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    @abstractmethod
+    def tasks(self) -> list[Task]:
+        """Every task of this environment (with its options applied: split, domain, level...)."""
+
+    def image_layer(self) -> ImageLayer | None:
+        """What the env's tasks need installed in the image (None: the base image is enough)."""
+        return None
+
+    @abstractmethod
+    async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
+        """Score the workspace after the harness exited; runs in the sandbox."""
+
+    def score(self, value: float, detail: str = "") -> Score:
+        value = min(1.0, max(0.0, float(value)))
+        return Score(score=value, passed=value >= self.threshold, detail=detail)

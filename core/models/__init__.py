@@ -1,0 +1,1 @@
+"""Local models: the tiny built-in model, SmolLM2 from its pip package, and name resolution."""

@@ -1,0 +1,44 @@
+"""Turn a model name from a config or the CLI into something `from_pretrained` can load."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from core.errors import ModelError
+from core.models.smollm import SMOLLM2_NAME, ensure_smollm2
+from core.models.tiny import ensure_tiny_model
+
+BUILTIN_MODELS = {"tiny": ensure_tiny_model, SMOLLM2_NAME: ensure_smollm2}
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def resolve_model(name: str) -> Path | str:
+    """ "tiny" / "smollm2-135m" → a local folder built on first use; a local folder → itself;
+    anything else → the hub id unchanged (loading it needs network and no HF_HUB_OFFLINE)."""
+    if name in BUILTIN_MODELS:
+        return BUILTIN_MODELS[name]()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists() and not (path / "tokenizer_config.json").exists():
+            raise ModelError(
+                f"{path} is a folder but not a transformers model (no config.json or tokenizer_config.json)"
+            )
+        return path
+    if path.exists():
+        raise ModelError(f"{path} is a file; give the folder that holds config.json and the weights")
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
+    if looks_local:
+        raise ModelError(f"model folder {name} does not exist; built-in models: {', '.join(BUILTIN_MODELS)}")
+    if _offline():
+        raise ModelError(
+            f"model {name!r} is not built in and not a local folder, and HF_HUB_OFFLINE is set so it cannot be "
+            f"downloaded; use one of {', '.join(BUILTIN_MODELS)} or a local folder"
+        )
+    return name

@@ -1,0 +1,264 @@
+"""`forgetui serve-model`: a vLLM-compatible token-in/token-out HTTP subset over a TokenBackend.
+
+Routes: ``POST /v1/completions`` (prompt = token ids or text; ``return_token_ids``;
+``logprobs``; streaming as SSE), ``GET /v1/models``, ``GET /health``, ``POST /tokenize``.
+Response shapes follow vLLM's: ``choices[0].token_ids`` / ``choices[0].prompt_token_ids``
+(also copied to a top-level ``prompt_token_ids``), ``choices[0].logprobs.tokens`` /
+``token_logprobs``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from core.backends.base import GenerationContext, SamplingParams, TokenBackend, TokenChunk
+from core.chat import ChatRequest
+from core.errors import ContextLengthError, ForgetuiError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def _prompt_ids(backend: TokenBackend, prompt: Any) -> list[int]:
+    if isinstance(prompt, str):
+        return list(backend.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list | str):
+        return _prompt_ids(backend, prompt[0])
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+    ):
+        return list(prompt)
+    raise ValueError("prompt must be a non-empty list of token ids or a string (one prompt per request)")
+
+
+def _sampling(body: dict[str, Any]) -> SamplingParams:
+    max_tokens = body.get("max_tokens")
+    temperature = body.get("temperature")
+    top_p = body.get("top_p")
+    seed = body.get("seed")
+    stop_ids = body.get("stop_token_ids") or []
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError("max_tokens must be a positive integer")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if temperature is None else float(temperature),
+        top_p=1.0 if top_p is None else float(top_p),
+        seed=None if seed is None else int(seed),
+        stop_token_ids=[int(t) for t in stop_ids],
+    )
+
+
+class _Job:
+    """One completion: the parsed request plus what it needs to render answers."""
+
+    def __init__(self, backend: TokenBackend, body: dict[str, Any], model_name: str) -> None:
+        self.backend = backend
+        self.prompt_ids = _prompt_ids(backend, body.get("prompt"))
+        self.sampling = _sampling(body)
+        self.logprobs = body.get("logprobs")
+        self.return_token_ids = bool(body.get("return_token_ids"))
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.model_name = body.get("model") or model_name
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        session = str(body.get("session_id") or body.get("user") or self.id)
+        request = ChatRequest(api="chat", model=self.model_name, messages=[])
+        self.context = GenerationContext(session=session, call_seq=0, request=request)
+
+    def tokens_text(self, ids: list[int]) -> list[str]:
+        return [self.backend.tokenizer.decode([t]) for t in ids]
+
+    def choice(self, ids: list[int], lps: list[float], finish: str | None, first: bool) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": self.backend.tokenizer.decode(ids, skip_special_tokens=True),
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": None,
+        }
+        if self.logprobs is not None:
+            choice["logprobs"] = {
+                "tokens": self.tokens_text(ids),
+                "token_logprobs": lps,
+                "top_logprobs": [{tok: lp} for tok, lp in zip(self.tokens_text(ids), lps, strict=True)]
+                if self.logprobs
+                else [None] * len(ids),
+                "text_offset": [],
+            }
+        if self.return_token_ids:
+            choice["token_ids"] = ids
+            if first:
+                choice["prompt_token_ids"] = self.prompt_ids
+        return choice
+
+    def usage(self, completion_tokens: int) -> dict[str, int]:
+        p = len(self.prompt_ids)
+        return {
+            "prompt_tokens": p,
+            "completion_tokens": completion_tokens,
+            "total_tokens": p + completion_tokens,
+        }
+
+    def envelope(self, choice: dict[str, Any], usage: dict[str, int] | None, first: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model_name,
+            "choices": [choice],
+        }
+        if usage is not None:
+            out["usage"] = usage
+        if self.return_token_ids and first:
+            out["prompt_token_ids"] = self.prompt_ids
+        return out
+
+    def chunks(self) -> AsyncIterator[TokenChunk]:
+        return self.backend.generate(self.prompt_ids, self.sampling, self.context)
+
+
+def build_model_app(backend: TokenBackend, model_name: str | None = None) -> Starlette:
+    """The serve-model ASGI app over `backend`."""
+    served = model_name or backend.name
+
+    async def completions(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        if (body.get("n") or 1) != 1:
+            return _error(400, "only n=1 is supported")
+        try:
+            job = _Job(backend, body, served)
+        except (ValueError, TypeError) as exc:
+            return _error(400, str(exc))
+        if len(job.prompt_ids) >= backend.context_length:
+            err = ContextLengthError(len(job.prompt_ids), backend.context_length - 1)
+            return _error(400, str(err))
+        if body.get("stream"):
+            return StreamingResponse(_stream(job), media_type="text/event-stream")
+        ids: list[int] = []
+        lps: list[float] = []
+        finish = None
+        try:
+            async with aclosing(job.chunks()) as chunks:
+                async for chunk in chunks:
+                    ids += chunk.token_ids
+                    lps += chunk.logprobs
+                    finish = chunk.finish_reason or finish
+        except ContextLengthError as exc:
+            return _error(400, str(exc))
+        except ForgetuiError as exc:
+            log.exception("generation failed")
+            return _error(500, str(exc), "internal_error")
+        return JSONResponse(
+            job.envelope(job.choice(ids, lps, finish or "length", True), job.usage(len(ids)), True)
+        )
+
+    async def _stream(job: _Job) -> AsyncIterator[str]:
+        first = True
+        count = 0
+        try:
+            async with aclosing(job.chunks()) as chunks:
+                async for chunk in chunks:
+                    count += len(chunk.token_ids)
+                    choice = job.choice(chunk.token_ids, chunk.logprobs, chunk.finish_reason, first)
+                    event = job.envelope(choice, None, first)
+                    first = False
+                    yield f"data: {json.dumps(event)}\n\n"
+        except Exception as exc:  # the stream has begun: report in-band, like vLLM
+            log.exception("generation failed mid-stream")
+            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'internal_error', 'code': 500}})}\n\n"
+            return
+        if job.include_usage:
+            yield f"data: {json.dumps(job.envelope({}, job.usage(count), False) | {'choices': []})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    async def models(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": served,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "forgetui",
+                        "max_model_len": backend.context_length,
+                    }
+                ],
+            }
+        )
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def tokenize(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "request body is not valid JSON")
+        if isinstance(body.get("messages"), list):
+            text = backend.tokenizer.apply_chat_template(
+                body["messages"],
+                tools=body.get("tools"),
+                tokenize=False,
+                add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+            )
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            return _error(400, "give `prompt` (a string) or `messages`")
+        ids = list(
+            backend.tokenizer(text, add_special_tokens=bool(body.get("add_special_tokens", False)))[
+                "input_ids"
+            ]
+        )
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": backend.context_length})
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/tokenize", tokenize, methods=["POST"]),
+        ]
+    )
+
+
+async def serve_model(model: str, host: str = "127.0.0.1", port: int = 8000, device: str = "auto") -> None:
+    """Load `model` into the built-in backend and serve it until cancelled."""
+    import uvicorn
+
+    from core.backends.builtin import BuiltinBackend
+
+    backend = BuiltinBackend(model, device=device)
+    app = build_model_app(backend, model_name=model)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", lifespan="off"))
+    log.info("serving %s on http://%s:%d/v1 (context %d)", model, host, port, backend.context_length)
+    try:
+        await server.serve()
+    finally:
+        await backend.aclose()

@@ -1,0 +1,152 @@
+"""One attempt at one rollout: sandbox up, workspace in, harness run against the proxy, verifier, sandbox down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from core.env import Environment, Task
+from core.errors import SandboxError
+from core.harness import Endpoint, Harness
+from core.proxy.sessions import SessionRegistry
+from core.rollout.status import Status, can_move
+from core.runtime.base import Runtime, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+SETUP_TIMEOUT_S = 300.0
+VERIFY_TIMEOUT_S = 600.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class InfraError(Exception):
+    """An infrastructure failure (image, sandbox start, exec, lost sandbox): retried, then excluded from scores."""
+
+
+@dataclass
+class RolloutItem:
+    rollout_id: str
+    task: Task
+    sample_index: int
+
+
+@dataclass
+class RolloutResult:
+    status: Status
+    reward: float | None = None
+    passed: bool | None = None
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunContext:
+    """What every rollout of a run shares."""
+
+    run_id: str
+    env: Environment
+    harness: Harness
+    runtime: Runtime
+    image: str
+    proxy_url: str  # the proxy as sandboxes see it
+    sessions: SessionRegistry
+    update: Callable[[dict[str, Any]], None]  # writes a (partial) rollouts row
+    model_name: str = "policy"
+    workdir: str = "/workspace"
+    timeout_s: float = 600.0
+    sandbox: dict[str, Any] = field(default_factory=dict)  # cpus, memory, pids_limit, network
+    logs_dir: Path | None = None
+
+
+class Attempt:
+    """Drives one attempt through the status machine, recording each step."""
+
+    def __init__(self, ctx: RunContext, item: RolloutItem, attempt_no: int) -> None:
+        self.ctx = ctx
+        self.item = item
+        self.attempt_no = attempt_no
+        self.status = Status.PENDING
+
+    def _move(self, new: Status, **fields: Any) -> None:
+        if not can_move(self.status, new):
+            raise RuntimeError(f"rollout {self.item.rollout_id}: illegal status change {self.status} → {new}")
+        self.status = new
+        self.ctx.update({"rollout_id": self.item.rollout_id, "status": str(new), **fields})
+
+    async def run(self) -> RolloutResult:
+        ctx, task = self.ctx, self.item.task
+        session = ctx.sessions.register(self.item.rollout_id)
+        timeout = task.timeout_s or ctx.timeout_s
+        spec = SandboxSpec(
+            image=ctx.image,
+            run_id=ctx.run_id,
+            rollout_id=self.item.rollout_id,
+            workdir=ctx.workdir,
+            timeout_s=timeout + SETUP_TIMEOUT_S + VERIFY_TIMEOUT_S,
+            **ctx.sandbox,
+        )
+        sandbox = ctx.runtime.create(spec)
+        self._move(Status.STARTING, started_at=utcnow(), attempt=self.attempt_no, token=session.token, error=None)
+        try:
+            return await self._run_in(sandbox, session.token, timeout)
+        except SandboxError as exc:
+            raise InfraError(str(exc)) from exc
+        finally:
+            ctx.sessions.unregister(session.token)
+            if session.tools_hash:
+                ctx.update({"rollout_id": self.item.rollout_id, "tool_schema_hash": session.tools_hash})
+            await self._save_logs(sandbox)
+            try:
+                await asyncio.shield(sandbox.stop())
+            except Exception:  # noqa: BLE001 - the reaper removes what stop could not
+                log.warning("could not stop sandbox of %s; the reaper will remove it", self.item.rollout_id, exc_info=True)
+
+    async def _run_in(self, sandbox: Any, token: str, timeout: float) -> RolloutResult:
+        ctx, task = self.ctx, self.item.task
+        await sandbox.start()
+        for rel, data in task.files.items():
+            await sandbox.put_file(str(PurePosixPath(ctx.workdir) / rel), data.encode() if isinstance(data, str) else data)
+        if task.setup:
+            setup = await sandbox.exec(task.setup, timeout_s=SETUP_TIMEOUT_S, workdir=ctx.workdir)
+            if not setup.ok:
+                raise InfraError(f"task setup failed (exit {setup.exit_code}): {(setup.stderr or setup.stdout)[-500:]}")
+        endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
+        launch = ctx.harness.launch(task, endpoint, ctx.workdir)
+        for path, data in launch.files.items():
+            await sandbox.put_file(path, data.encode() if isinstance(data, str) else data, mode=0o755)
+        self._move(Status.RUNNING)
+        result = await sandbox.exec(launch.command, timeout_s=timeout, env=launch.env, workdir=launch.workdir or ctx.workdir)
+        meta = {"exit_code": result.exit_code, "stdout_tail": result.stdout[-4000:], "stderr_tail": result.stderr[-4000:]}
+        if result.timed_out:
+            self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)
+            return RolloutResult(Status.TIMEOUT, 0.0, False, f"timeout after {timeout:g} s", meta)
+        outcome = ctx.harness.outcome(result)
+        self._move(Status.VERIFYING)
+        try:
+            score = await asyncio.wait_for(ctx.env.verify(sandbox, task, ctx.workdir), VERIFY_TIMEOUT_S)
+        except TimeoutError:
+            raise InfraError(f"the verifier did not finish within {VERIFY_TIMEOUT_S:g} s") from None
+        meta["verifier"] = score.detail[-4000:]
+        status = Status.DONE if outcome.ok else Status.FAILED
+        error = None if outcome.ok else f"harness failed (exit {result.exit_code}): {outcome.detail[-500:]}"
+        self._move(status, ended_at=utcnow(), reward=score.score, passed=score.passed, error=error, meta=meta)
+        return RolloutResult(status, score.score, score.passed, error, meta)
+
+    async def _save_logs(self, sandbox: Any) -> None:
+        if self.ctx.logs_dir is None:
+            return
+        try:
+            text = await asyncio.wait_for(sandbox.logs(), 30)
+        except Exception:  # noqa: BLE001 - a gone sandbox has no logs; that is already an error elsewhere
+            return
+        path = self.ctx.logs_dir / f"{self.item.task.id}.{self.item.sample_index}.attempt{self.attempt_no}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)

@@ -1,0 +1,63 @@
+"""Orphaned sandboxes: every run leaves a pid file; sandboxes of runs whose process is gone are removed by label."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+
+from core.paths import runs_dir
+from core.runtime.base import Runtime
+
+log = logging.getLogger(__name__)
+PID_FILE = "pid.json"
+
+
+def write_pid_file(run_dir: Path) -> None:
+    (run_dir / PID_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+
+
+def remove_pid_file(run_dir: Path) -> None:
+    (run_dir / PID_FILE).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dead_runs(root: Path | None = None) -> list[str]:
+    """Runs on this host whose process died without cleaning up (kill -9, power loss)."""
+    root = root or runs_dir()
+    dead = []
+    for pid_file in sorted(root.glob(f"*/{PID_FILE}")):
+        try:
+            info = json.loads(pid_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            dead.append(pid_file.parent.name)
+            continue
+        if info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", 0))):
+            dead.append(pid_file.parent.name)
+    return dead
+
+
+async def reap_dead_runs(runtime: Runtime, root: Path | None = None, *, everything: bool = False) -> int:
+    """Remove the sandboxes of dead runs (or, with `everything`, every forgetui sandbox of this owner)."""
+    root = root or runs_dir()
+    removed = 0
+    if everything:
+        removed += await runtime.reap()
+    for run_id in dead_runs(root):
+        count = await runtime.reap(run_id=run_id)
+        if count:
+            log.info("removed %d orphaned sandbox(es) of dead run %s", count, run_id)
+        removed += count
+        remove_pid_file(root / run_id)
+    return removed

@@ -1,0 +1,66 @@
+"""`forgetui run|eval --no-ui`: progress on stderr (rich), one JSON summary on stdout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from core.config import RunConfig
+from core.rollout.engine import RolloutEvent
+from core.run import RunSummary, execute_run
+
+_STYLE = {"done": "green", "failed": "red", "timeout": "yellow", "infra_error": "magenta"}
+
+
+async def _run_with_signals(coro: Any) -> Any:
+    """Run `coro`; SIGINT/SIGTERM cancel it so every sandbox is removed before exit."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, task.cancel)
+    return await task
+
+
+def run_headless(config: RunConfig, *, resume: str | None, json_out: bool) -> int:
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tally]}"), TimeElapsedColumn(), console=console, transient=False)
+    tally = {"passed": 0, "failed": 0, "timeout": 0, "infra_error": 0}
+    bar: dict[str, Any] = {}
+
+    def on_start(run_id: str, total: int) -> None:
+        console.print(f"run [cyan]{run_id}[/]: {total} rollouts of env [bold]{config.env.name}[/] × harness [bold]{config.harness.name}[/] with {config.policy.backend}")
+        bar["id"] = progress.add_task("rollouts", total=total, tally="")
+
+    def on_event(event: RolloutEvent) -> None:
+        r = event.result
+        key = "passed" if r.status == "done" and r.passed else ("failed" if r.status in ("done", "failed") else str(r.status))
+        tally[key] += 1
+        style = _STYLE.get(str(r.status), "white")
+        progress.console.print(f"  [{style}]{r.status:<11}[/] {event.rollout_id}  reward={r.reward if r.reward is not None else '-'}" + (f"  [dim]{r.error[:120]}[/]" if r.error else ""))
+        if "id" in bar:
+            progress.update(bar["id"], advance=1, tally=" ".join(f"{k}={v}" for k, v in tally.items() if v))
+
+    try:
+        with progress:
+            summary: RunSummary = asyncio.run(_run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start)))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        console.print("[yellow]interrupted: every sandbox of the run was removed; `forgetui run --resume RUN_ID` finishes it[/]")
+        return 130
+    data = summary.to_json()
+    if json_out:
+        sys.stdout.write(json.dumps(data) + "\n")
+    else:
+        table = Table(title=f"run {summary.run_id}")
+        for key in ("rollouts", "passed", "failed", "timeouts", "infra_errors", "mean_reward", "pass_at_k", "pass_hat_k", "store"):
+            table.add_row(key, json.dumps(data[key]) if isinstance(data[key], dict) else str(data[key]))
+        Console().print(table)
+    return 0

@@ -1,0 +1,185 @@
+"""The orchestrator for real: runs in Docker containers, timeouts, lost sandboxes, Ctrl-C, kill -9 + gc, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core.config import load_config
+from core.rollout.status import Status
+from core.run import execute_run
+from tests.docker_fixtures import base_image, docker_client  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.docker
+SOLVE_HELLO = "if [ {task} = hello ]; then echo hi > hello.txt; fi"
+LABEL = "forgetui.run"
+
+
+def config(**sets: object):
+    overrides = [f"{k}={json.dumps(v) if isinstance(v, str | list) else v}" for k, v in sets.items()]
+    return load_config(None, ["runtime.kind=docker", "policy.backend=builtin:tiny", *overrides])
+
+
+def containers_of(client, run_id: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
+
+
+def rows(store: str, sql: str) -> list[tuple]:
+    import duckdb
+
+    con = duckdb.connect(store, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_six_tasks_two_samples_in_docker(docker_client, base_image):
+    cfg = config(**{"env.name": "toy", "env.limit": 6, "harness.name": "tests.harness_fixtures:ShellHarness", "run.n_samples": 2, "run.concurrency": 3})
+    cfg.harness.options = {"command": SOLVE_HELLO}
+    summary = asyncio.run(execute_run(cfg))
+    assert summary.rollouts == 12 and summary.infra_errors == 0 and summary.timeouts == 0
+    assert summary.extra["max_concurrent_sandboxes"] == 3
+    got = rows(summary.store, "SELECT task_id, sample_index, status, reward, passed, env, harness, started_at < ended_at, image_digest, task_hash FROM rollouts ORDER BY task_id, sample_index")
+    assert len(got) == 12 and {r[2] for r in got} == {"done"}
+    for task_id, _, _, reward, passed, env, harness, ordered, image, task_hash in got:
+        assert env == "toy" and harness == "test-shell" and ordered and image.startswith("forgetui/") and task_hash
+        assert passed == (task_id == "hello") and (reward == 1.0) == (task_id == "hello")
+    assert summary.passed == 2 and summary.failed == 10
+    assert summary.pass_at_k["1"] == pytest.approx(1 / 6) and set(summary.pass_hat_k) == {"1", "2"}
+    assert containers_of(docker_client, summary.run_id) == []
+
+
+def test_hanging_harness_times_out_and_others_pass(docker_client, base_image):
+    cfg = config(**{"env.name": "toy", "env.tasks": ["hello"], "harness.name": "tests.harness_fixtures:HangingHarness", "run.n_samples": 2, "run.timeout_s": 3})
+    cfg.harness.options = {"hang_on": "hello"}
+    summary = asyncio.run(execute_run(cfg))
+    assert summary.timeouts == 2 and summary.passed == 0 and summary.infra_errors == 0
+    got = rows(summary.store, "SELECT status, reward, passed, error FROM rollouts")
+    assert all(r[0] == "timeout" and r[1] == 0.0 and r[2] is False and "wall clock" in r[3] for r in got)
+    assert containers_of(docker_client, summary.run_id) == []
+
+
+def test_sandbox_killed_from_outside_is_infra_error_then_retried(docker_client, base_image):
+    cfg = config(**{"env.name": "toy", "env.tasks": ["hello"], "harness.name": "tests.harness_fixtures:ShellHarness", "run.max_retries": 2})
+    cfg.harness.options = {"command": "sleep 4; echo hi > hello.txt"}
+    killed: list[str] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            for c in docker_client.containers.list(filters={"label": "forgetui.managed=true"}):
+                if c.labels.get("forgetui.rollout", "").endswith("/hello/0"):
+                    time.sleep(1.0)
+                    c.kill()
+                    killed.append(c.labels[LABEL])
+                    return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    summary = asyncio.run(execute_run(cfg))
+    thread.join()
+    assert killed, "the test never saw the sandbox to kill"
+    ((status, attempt, passed),) = rows(summary.store, "SELECT status, attempt, passed FROM rollouts")
+    assert status == "done" and attempt == 1 and passed is True
+    assert summary.infra_errors == 0 and summary.passed == 1
+
+
+def test_infra_errors_exhaust_retries_and_are_excluded(tmp_path, docker_client, base_image):
+    cfg = config(**{"env.name": "toy", "env.tasks": ["hello"], "harness.name": "tests.harness_fixtures:ShellHarness", "run.max_retries": 1})
+    cfg.runtime.base_image = "forgetui/base:bookworm"
+    cfg.env.options = {}
+    cfg.harness.options = {"command": "echo hi > hello.txt"}
+    cfg.runtime.memory = "1g"
+    cfg.runtime.workdir = "/workspace"
+    cfg.proxy.public_url = None
+    # a setup step that always fails is an infrastructure error (the task's workspace cannot be built)
+    from envs.toy import ToyEnv
+
+    class BrokenSetup(ToyEnv):
+        def tasks(self):
+            tasks = super().tasks()
+            for t in tasks:
+                t.setup = "exit 7"
+            return tasks
+
+    import core.run as run_mod
+
+    real = run_mod.load_env
+    run_mod.load_env = lambda name, **kw: BrokenSetup(**kw)
+    try:
+        summary = asyncio.run(execute_run(cfg))
+    finally:
+        run_mod.load_env = real
+    assert summary.infra_errors == 1 and summary.pass_at_k == {} and summary.mean_reward is None
+    ((status, attempt, error),) = rows(summary.store, "SELECT status, attempt, error FROM rollouts")
+    assert status == Status.INFRA_ERROR and attempt == 1 and "setup failed" in error
+
+
+def _cli_run(tmp_path: Path, *extra: str, home: Path) -> subprocess.Popen:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        '[env]\nname = "toy"\nlimit = 6\n[harness]\nname = "tests.harness_fixtures:ShellHarness"\n'
+        '[harness.options]\ncommand = "sleep 2; echo hi > hello.txt"\n[runtime]\nkind = "docker"\n[policy]\nbackend = "builtin:tiny"\n'
+        "[run]\nconcurrency = 2\n"
+    )
+    env = {**os.environ, "FORGETUI_HOME": str(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen([sys.executable, "-m", "forgetui.cli", "run", str(cfg), "--no-ui", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_containers(client, n: int = 1, timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [c for c in client.containers.list(filters={"label": "forgetui.managed=true"}) if c.labels.get("forgetui.rollout", "").count("/") == 2]
+        if len(found) >= n:
+            return found[0].labels[LABEL]
+        time.sleep(0.1)
+    raise AssertionError("no sandbox appeared")
+
+
+def test_sigint_mid_run_leaves_no_containers_and_resume_finishes(tmp_path, docker_client, base_image):
+    home = tmp_path / "home"
+    proc = _cli_run(tmp_path, home=home)
+    run_id = _wait_for_containers(docker_client, 2)
+    time.sleep(3)  # let a couple of rollouts finish
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert containers_of(docker_client, run_id) == []
+    store = str(home / "runs" / run_id / "store.duckdb")
+    before = dict(rows(store, "SELECT rollout_id, status FROM rollouts"))
+    done_before = {rid: st for rid, st in before.items() if st == "done"}
+    started = dict(rows(store, "SELECT rollout_id, started_at FROM rollouts WHERE status = 'done'"))
+    assert 0 < len(done_before) < 6 and rows(store, "SELECT status FROM runs") == [("interrupted",)]
+
+    resumed = subprocess.run([sys.executable, "-m", "forgetui.cli", "run", "--resume", run_id, "--no-ui"], capture_output=True, text=True, env={**os.environ, "FORGETUI_HOME": str(home)}, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads(resumed.stdout)
+    assert summary["run_id"] == run_id and summary["rollouts"] == 6 and summary["passed"] == 1 and summary["failed"] == 5
+    after = dict(rows(store, "SELECT rollout_id, started_at FROM rollouts WHERE status = 'done'"))
+    assert len(after) == 6 and all(after[rid] == started[rid] for rid in started)  # nothing redone
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_kill_9_then_gc_leaves_nothing(tmp_path, docker_client, base_image):
+    home = tmp_path / "home"
+    proc = _cli_run(tmp_path, home=home)
+    run_id = _wait_for_containers(docker_client, 2)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert containers_of(docker_client, run_id), "kill -9 should leave the sandboxes behind"
+    gc = subprocess.run([sys.executable, "-m", "forgetui.cli", "gc", "--runtime", "docker"], capture_output=True, text=True, env={**os.environ, "FORGETUI_HOME": str(home)}, timeout=120)
+    assert gc.returncode == 0, gc.stderr
+    assert int(gc.stdout.strip()) >= 2
+    assert containers_of(docker_client, run_id) == []
+    # the store of the killed run still opens and holds its rows
+    assert rows(str(home / "runs" / run_id / "store.duckdb"), "SELECT count(*) FROM rollouts") == [(6,)]

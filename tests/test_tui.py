@@ -1,0 +1,253 @@
+"""The Textual TUI on a real store: stores list, calls table, inspector, SQL console; plus its data layer."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Static
+from textual.worker import WorkerCancelled, WorkerFailed
+
+from core.store.writer import Store
+from forgetui.tui import data
+from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.conversation import request_turns, response_turns
+from forgetui.tui.widgets.call_inspector import CallInspector, prob_colour
+from forgetui.tui.widgets.calls_table import CallsTable
+from forgetui.tui.widgets.sql_console import SqlConsole
+from forgetui.tui.widgets.store_list import StoreList
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "harness-requests"
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
+
+
+def call_row(i: int, rollout: str, **over: object) -> dict:
+    row = {
+        "call_id": f"{rollout}-call-{i}",
+        "rollout_id": rollout,
+        "seq": i,
+        "api": "chat",
+        "model": "tiny",
+        "request": {"model": "tiny", "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": f"question number {i} from {rollout}"},
+        ]},
+        "response": {"choices": [{"message": {"role": "assistant", "content": f"answer {i}"}}]},
+        "prompt_token_ids": list(range(10 + i)),
+        "completion_token_ids": [101, 102, 103],
+        "completion_logprobs": [-0.01, -1.5, -4.0],
+        "finish_reason": "stop",
+        "status": "ok",
+        "started_at": T0 + dt.timedelta(seconds=10 * i + (0 if rollout == "ro-a" else 1)),
+        "latency_ms": 12.5 + i,
+        "branch": 0,
+        "extends_parent": i > 0,
+    }
+    row.update(over)
+    return row
+
+
+def fill(store: Store, run_id: str, n_calls: dict[str, int]) -> None:
+    store.insert_run(run_id, {"model": "tiny"}, status="done")
+    for rollout, n in n_calls.items():
+        store.upsert_rollout({"rollout_id": rollout, "run_id": run_id, "status": "done", "reward": 1.0})
+        for i in range(n):
+            store.record_call(call_row(i, rollout))
+    store.flush()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A FORGETUI_HOME with an older proxy store (1 call) and a newer run store (3 calls in 2 rollouts)."""
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    old = tmp_path / "stores" / "proxy-1.duckdb"
+    with Store.open(old) as s:
+        fill(s, "proxy-1", {"ro-x": 1})
+    new = tmp_path / "runs" / "run-b" / "store.duckdb"
+    with Store.open(new) as s:
+        fill(s, "run-b", {"ro-a": 2, "ro-b": 1})
+    os.utime(old, (1_000_000, 1_000_000))
+    return tmp_path
+
+
+def text_of(widget: Static) -> str:
+    content = widget.content
+    return getattr(content, "plain", None) or str(content)
+
+
+async def settle(app: ForgetuiApp, pilot, cond, tries: int = 300, show=lambda: "") -> None:
+    """Let workers finish and messages land until `cond()` holds."""
+    for _ in range(tries):
+        try:
+            await app.workers.wait_for_complete()
+        except (WorkerCancelled, WorkerFailed):
+            pass
+        await pilot.pause(0.01)
+        if cond():
+            return
+    raise AssertionError(f"the TUI never reached the expected state {show()}")
+
+
+def table_rows(table: DataTable) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+# ---------------------------------------------------------------------- data layer (no textual)
+def test_find_and_summarize_stores(home: Path) -> None:
+    stores = data.StoreCatalog().list()
+    assert [(s.kind, s.name) for s in stores] == [("run", "run-b"), ("proxy", "proxy-1")]
+    run_b = stores[0]
+    assert (run_b.n_rollouts, run_b.n_calls, run_b.live, run_b.error) == (2, 3, False, None)
+    assert [(r.run_id, r.status) for r in run_b.runs] == [("run-b", "done")]
+
+
+def test_load_calls_and_one_call(home: Path) -> None:
+    path = home / "runs" / "run-b" / "store.duckdb"
+    calls = data.load_calls(path)
+    assert [(c.rollout_id, c.seq) for c in calls] == [("ro-a", 0), ("ro-b", 0), ("ro-a", 1)]
+    assert calls[2].cells() == ("1", "ro-a", "chat", "tiny", "ok", "11", "3", "14", "0", "yes")
+    detail = data.load_call(path, "ro-a-call-1")
+    assert detail.request["messages"][1]["content"] == "question number 1 from ro-a"
+    assert detail.completion_token_ids == [101, 102, 103]
+    assert detail.completion_logprobs == [-0.01, -1.5, -4.0]
+    with pytest.raises(data.StoreError, match="not in"):
+        data.load_call(path, "nope'; DROP TABLE calls; --")
+
+
+def test_unreadable_store_is_listed_with_its_error(home: Path) -> None:
+    (home / "stores" / "broken.duckdb").write_bytes(b"this is not duckdb")
+    stores = {s.name: s for s in data.StoreCatalog().list()}
+    assert stores["broken"].error and "broken.duckdb" in stores["broken"].error
+    assert stores["run-b"].n_calls == 3
+
+
+def _api_for(path: str) -> str | None:
+    if "/messages" in path and "count_tokens" not in path:
+        return "messages"
+    if path.rstrip("/").endswith("/responses"):
+        return "responses"
+    if "chat/completions" in path:
+        return "chat"
+    if "enerateContent" in path:  # generateContent and streamGenerateContent
+        return "gemini"
+    return None
+
+
+def test_request_turns_for_every_harness_fixture() -> None:
+    seen = set()
+    for fixture in sorted(FIXTURES.glob("*.jsonl")):
+        for line in fixture.read_text().splitlines():
+            req = json.loads(line)
+            api = _api_for(req.get("path", ""))
+            if req.get("method") != "POST" or api is None or not isinstance(req.get("body"), dict):
+                continue
+            turns = request_turns(api, req["body"])
+            roles = {r.split(" ")[0] for r, _ in turns}
+            assert "user" in roles, (fixture.name, api, roles)
+            assert any(text.strip() for _, text in turns)
+            seen.add(api)
+    assert {"chat", "messages", "responses", "gemini"} <= seen
+
+
+def test_response_turns_by_shape() -> None:
+    assert response_turns({"content": [{"type": "text", "text": "hi"},
+                                       {"type": "tool_use", "name": "ls", "input": {"p": "."}}]}) == [
+        ("assistant", 'hi\n→ ls({"p": "."})')]
+    assert response_turns({"candidates": [{"content": {"role": "model", "parts": [{"text": "yo"}]}}]}) == [
+        ("model", "yo")]
+    assert response_turns({"output": [{"type": "message", "role": "assistant",
+                                       "content": [{"type": "output_text", "text": "done"}]}]}) == [
+        ("assistant", "done")]
+    assert prob_colour(0.0) == "rgb(0,255,60)" and prob_colour(-50.0) == "rgb(255,0,60)"
+
+
+# ---------------------------------------------------------------------- the app
+async def test_store_list_calls_inspector(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=0.2, stores_refresh_s=0.5)
+    async with app.run_test(size=(180, 50)) as pilot:
+        stores = app.query_one(StoreList)
+        await settle(app, pilot, lambda: len(stores.stores) == 2)
+        assert [s.name for s in stores.stores] == ["run-b", "proxy-1"]
+        prompt = stores.get_option_at_index(0).prompt
+        assert "3 calls" in prompt.plain and "2 rollouts" in prompt.plain and "run-b done" in prompt.plain
+
+        table = app.query_one(CallsTable)
+        # select the older store with the keyboard, then the newer one again
+        stores.focus()
+        await pilot.press("down", "enter")
+        await settle(app, pilot, lambda: app.store == home / "stores" / "proxy-1.duckdb" and table.row_count == 1)
+        assert table_rows(table)[0][:5] == ["0", "ro-x", "chat", "tiny", "ok"]
+        await pilot.press("up", "enter")
+        await settle(app, pilot, lambda: app.store == home / "runs" / "run-b" / "store.duckdb"
+                     and table.row_count == 3)
+        assert [r[:2] for r in table_rows(table)] == [["0", "ro-a"], ["0", "ro-b"], ["1", "ro-a"]]
+        assert table_rows(table)[2] == ["1", "ro-a", "chat", "tiny", "ok", "11", "3", "14", "0", "yes"]
+
+        inspector = app.query_one(CallInspector)
+        table.focus()
+        await pilot.press("down", "down")
+        request = inspector.query_one("#call-request", Static)
+        await settle(app, pilot, lambda: "question number 1 from ro-a" in text_of(request))
+        assert "You are terse." in text_of(request)
+        assert "answer 1" in text_of(inspector.query_one("#call-response", Static))
+        assert "101 102 103" in text_of(inspector.query_one("#call-tokens", Static))
+        assert "ro-a-call-1" in text_of(inspector.query_one("#call-header", Static))
+
+
+async def test_sql_console_result_and_error(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=0.2, stores_refresh_s=0.5)
+    async with app.run_test(size=(180, 50)) as pilot:
+        await settle(app, pilot, lambda: app.store is not None)  # the newest store is selected on start
+        await pilot.press("e")
+        console = app.query_one(SqlConsole)
+        result = console.query_one("#sql-result", DataTable)
+        status = console.query_one("#sql-status", Static)
+
+        console.sql = "SELECT count(*) AS n FROM calls"
+        await pilot.press("ctrl+enter")
+        await settle(app, pilot, lambda: result.row_count == 1)
+        assert table_rows(result) == [["3"]]
+        assert "1 rows" in text_of(status)
+
+        console.sql = "SELEC nonsense FROM"
+        await pilot.click("#sql-run")
+        await settle(app, pilot, lambda: "parse" in text_of(status).lower() or "syntax" in text_of(status).lower())
+        assert app.is_running
+
+        console.sql = "DELETE FROM calls"
+        await pilot.press("ctrl+enter")  # focus is on the Run button now
+        await settle(app, pilot, lambda: "read-only" in text_of(status), show=lambda: text_of(status))
+        assert app.is_running
+
+        console.sql = "SELECT call_id FROM calls WHERE rollout_id = 'ro-b'"
+        await pilot.press("ctrl+enter")
+        await settle(app, pilot, lambda: table_rows(result) == [["ro-b-call-0"]])
+
+
+async def test_live_store_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    store = Store.open(tmp_path / "runs" / "run-live" / "store.duckdb")
+    try:
+        store.serve_queries()
+        store.insert_run("run-live", {}, status="running")
+        store.upsert_rollout({"rollout_id": "ro-a", "run_id": "run-live", "status": "running"})
+        store.record_call(call_row(0, "ro-a"))
+        store.flush()
+        app = ForgetuiApp(refresh_s=0.1, stores_refresh_s=0.2)
+        async with app.run_test(size=(180, 50)) as pilot:
+            table = app.query_one(CallsTable)
+            stores = app.query_one(StoreList)
+            await settle(app, pilot, lambda: table.row_count == 1)
+            assert stores.stores[0].live and stores.stores[0].runs[0].status == "running"
+            for i in (1, 2):
+                store.record_call(call_row(i, "ro-a"))
+            store.update_run_status("run-live", "done")
+            store.flush()
+            await settle(app, pilot, lambda: table.row_count == 3 and stores.stores[0].runs[0].status == "done")
+            assert [r[0] for r in table_rows(table)] == ["0", "1", "2"]
+            assert stores.stores[0].n_calls == 3
+    finally:
+        store.close()
