@@ -5,7 +5,6 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-export FORGETUI_HOME ?= $(HOME)/.forgetui
 
 .PHONY: help install test test-ci demo bench lint clean
 

@@ -103,6 +103,16 @@ def build_image(runtime: Runtime, config: RunConfig, env: Environment, harness: 
     return images.ensure_image(client, config.runtime.base_image, layers, ca)
 
 
+def image_identity(runtime: Runtime, image: str) -> str:
+    """`tag@sha256:…` for Docker images (what the rollout row records), the tag elsewhere."""
+    if runtime.name != "docker":
+        return image
+    try:
+        return f"{image}@{runtime.client.images.get(image).id}"  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the tag alone still identifies it
+        return image
+
+
 def proxy_url_for_sandboxes(config: RunConfig, runtime: Runtime, local_url: str) -> str:
     if config.proxy.public_url:
         return config.proxy.public_url.rstrip("/")
@@ -151,7 +161,7 @@ async def execute_run(
         tasks = select_tasks(env, config.env.tasks, config.env.limit)
         image = await asyncio.to_thread(build_image, runtime, config, env, harness)
         items, done = _plan(run_id, tasks, config.run.n_samples, store, resume is not None)
-        _insert_pending(store, run_id, items, env, harness, image, config)
+        _insert_pending(store, run_id, items, env, harness, image_identity(runtime, image), config)
         if on_start is not None:
             on_start(run_id, len(items) + done)
         policy = make_policy(config.policy.backend, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
