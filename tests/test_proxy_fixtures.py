@@ -69,3 +69,17 @@ def test_fixture_request_is_answered(live_proxy, script_file, harness, req):
         assert len(tool_names) == 1, f"{harness}: expected the scripted shell call, got {tool_names}"
     (row,) = proxy.rows("SELECT status, len(prompt_token_ids), len(completion_token_ids) FROM calls")
     assert row[0] == "ok" and row[1] > 100 and row[2] > 0
+
+
+@pytest.mark.parametrize("harness", ["codex", "gemini-cli"])
+def test_tiny_model_takes_a_real_harness_prompt(live_proxy, harness):
+    """Real harness prompts are long (Codex's first is ~10k words): the built-in tiny model answers them."""
+    ((_, req),) = [(h, r) for h, r in CASES if h == harness and r["method"] == "POST"]
+    proxy = live_proxy("builtin:tiny?max_tokens=8")
+    headers = {k: v for k, v in req["headers"].items() if k.lower() not in DROP_HEADERS}
+    resp = httpx.post(proxy.base + req["path"], headers=headers, content=json.dumps(req["body"]), timeout=300)
+    frames = sse_frames(resp.text)
+    assert resp.status_code == 200 and frames and not any(isinstance(d, dict) and d.get("error") for _, d in frames)
+    assert frames[-1][0] == "response.completed" if harness == "codex" else frames[-1][1]["candidates"][0]["finishReason"]
+    ((status, n_prompt, n_completion),) = proxy.rows("SELECT status, len(prompt_token_ids), len(completion_token_ids) FROM calls")
+    assert status == "ok" and n_prompt > 5000 and 0 < n_completion <= 8

@@ -1,0 +1,95 @@
+"""The built-in `react` harness: our small stdlib-only ReAct agent (agent.py), run with the sandbox's python3."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from core.env import Task
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+
+IMAGE_AGENT_PATH = "/opt/forgetui/react_agent.py"  # baked into the image by image_layer()
+RUN_DIR = "/tmp/forgetui-react"  # written by LaunchSpec.files on every launch (works without an image)
+AGENT_PATH = f"{RUN_DIR}/react_agent.py"
+INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
+EXIT_MEANING = {
+    0: "final answer",
+    2: "bad arguments or unreadable instruction/workdir",
+    3: "step limit reached without a final answer",
+    4: "the model endpoint failed",
+}
+# Under the local runtime commands see the host filesystem and sandbox paths live below
+# $FORGETUI_SANDBOX_ROOT; the agent re-roots its own paths the same way.
+LAUNCHER = (
+    'a="${FORGETUI_SANDBOX_ROOT:-}' + AGENT_PATH + '"; '
+    '[ -f "$a" ] || a="${FORGETUI_SANDBOX_ROOT:-}' + IMAGE_AGENT_PATH + '"; '
+    'exec python3 "$a" "$@"'
+)
+
+
+@cache
+def agent_source() -> str:
+    """The agent script's source (agent.py next to this module)."""
+    return (Path(__file__).with_name("agent.py")).read_text(encoding="utf-8")
+
+
+class ReactHarness(Harness):
+    """Options: ``max_steps`` (20), ``temperature``, ``max_tokens``, ``stream`` (False), ``command_timeout`` (60 s)."""
+
+    name = "react"
+    version = "1"
+    protocols = ("chat",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.max_steps = int(options.get("max_steps", 20))
+        self.temperature = options.get("temperature")
+        self.max_tokens = options.get("max_tokens")
+        self.stream = bool(options.get("stream", False))
+        self.command_timeout = float(options.get("command_timeout", 60.0))
+
+    def image_layer(self) -> ImageLayer:
+        return ImageLayer(
+            name="react",
+            dockerfile=f"COPY react_agent.py {IMAGE_AGENT_PATH}\n",
+            files={"react_agent.py": agent_source()},
+        )
+
+    def agent_args(self, endpoint: Endpoint, workdir: str) -> list[str]:
+        """The agent's command-line arguments (after the script path)."""
+        args = [
+            "--base-url", endpoint.openai_base,
+            "--api-key", endpoint.token,
+            "--model", endpoint.model,
+            "--max-steps", str(self.max_steps),
+            "--workdir", workdir,
+            "--instruction-file", INSTRUCTION_PATH,
+            "--command-timeout", f"{self.command_timeout:g}",
+        ]  # fmt: skip
+        if self.temperature is not None:
+            args += ["--temperature", str(float(self.temperature))]
+        if self.max_tokens is not None:
+            args += ["--max-tokens", str(int(self.max_tokens))]
+        if self.stream:
+            args.append("--stream")
+        return args
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        return LaunchSpec(
+            command=["sh", "-c", LAUNCHER, "react_agent", *self.agent_args(endpoint, workdir)],
+            env={"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+            files={AGENT_PATH: agent_source(), INSTRUCTION_PATH: task.instruction},
+            workdir=workdir,
+        )
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        code = result.exit_code
+        meaning = "timed out" if result.timed_out else EXIT_MEANING.get(code, f"exit {code}")
+        tail = (result.stderr or result.stdout)[-2000:]
+        return HarnessOutcome(ok=code == 0 and not result.timed_out, detail=f"{meaning}\n{tail}".strip())
+
+
+__all__ = ["ReactHarness", "agent_source"]
