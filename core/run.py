@@ -6,13 +6,12 @@ import asyncio
 import fnmatch
 import logging
 import secrets
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from core.config import RunConfig, dump_toml
 from core.env import Environment, Task

@@ -147,7 +147,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from forgetui.demo import run_demo
 
-    run_demo(args.model)
+    run_demo()
     return 0
 
 
@@ -208,8 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("registry")
     p.set_defaults(func=cmd_images)
 
-    p = sub.add_parser("demo", help="record a short real session with a local model and show the store (what `make demo` runs)")
-    p.add_argument("--model", help="tiny | smollm2-135m (default: smollm2-135m when installed)")
+    p = sub.add_parser("demo", help="what `make demo` runs: short evals on built-in defaults, then the recorded rows")
     p.set_defaults(func=cmd_demo)
     return parser
 

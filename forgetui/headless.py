@@ -30,8 +30,8 @@ async def _run_with_signals(coro: Any) -> Any:
     return await task
 
 
-def run_headless(config: RunConfig, *, resume: str | None, json_out: bool) -> int:
-    console = Console(stderr=True)
+async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None) -> RunSummary:
+    """Run with a rich progress display on `console`; returns the summary."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tally]}"), TimeElapsedColumn(), console=console, transient=False)
     tally = {"passed": 0, "failed": 0, "timeout": 0, "infra_error": 0}
     bar: dict[str, Any] = {}
@@ -49,9 +49,14 @@ def run_headless(config: RunConfig, *, resume: str | None, json_out: bool) -> in
         if "id" in bar:
             progress.update(bar["id"], advance=1, tally=" ".join(f"{k}={v}" for k, v in tally.items() if v))
 
+    with progress:
+        return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start))
+
+
+def run_headless(config: RunConfig, *, resume: str | None, json_out: bool) -> int:
+    console = Console(stderr=True)
     try:
-        with progress:
-            summary: RunSummary = asyncio.run(_run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start)))
+        summary = asyncio.run(run_headless_summary(config, console=console, resume=resume))
     except (asyncio.CancelledError, KeyboardInterrupt):
         console.print("[yellow]interrupted: every sandbox of the run was removed; `forgetui run --resume RUN_ID` finishes it[/]")
         return 130

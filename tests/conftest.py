@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.docker_fixtures"]  # docker_client, base_image, docker_runtime, run_id
+
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+# shared/ lies beside the checkout (in CI too); FORGETUI_SHARED_DIR points elsewhere
+SHARED = Path(os.environ.get("FORGETUI_SHARED_DIR") or REPO.parent / "shared")
+FIXTURES = SHARED / "fixtures"
+HARNESS_REQUESTS = FIXTURES / "harness-requests"
+if not sorted(HARNESS_REQUESTS.glob("*.jsonl")):
+    raise RuntimeError(f"no harness request fixtures in {HARNESS_REQUESTS}: put shared/ beside the checkout or set FORGETUI_SHARED_DIR")
 # one home for the whole test session: the tiny model and converted SmolLM2 are built once and reused
 os.environ.setdefault("FORGETUI_HOME", str(REPO / ".test-home"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,8 +27,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 def harness_requests() -> list[tuple[str, dict]]:
     """(harness, request) for every first request real harness binaries sent."""
     out = []
-    folder = FIXTURES / "harness-requests"
-    for path in sorted(folder.glob("*.jsonl")):
+    for path in sorted(HARNESS_REQUESTS.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             if line.strip():
                 out.append((path.stem, json.loads(line)))

@@ -28,8 +28,9 @@ from core.chat import ChatRequest
 from core.errors import BackendError, ConfigError, ContextLengthError
 from core.models.server import build_model_app
 from core.models.tiny import ensure_tiny_model
+from tests.conftest import HARNESS_REQUESTS  # noqa: E402
 
-FIXTURES = Path("/work/shared/fixtures/harness-requests")
+FIXTURES = HARNESS_REQUESTS
 
 
 @pytest.fixture(scope="session")

@@ -29,3 +29,9 @@ def test_example_configs_load_and_name_real_adapters(path):
     config = load_config(path)
     assert config.env.name in available(ENV_GROUP)
     assert config.harness.name in available(HARNESS_GROUP)
+
+
+def test_examples_demo_is_what_make_demo_runs():
+    from forgetui.demo import demo_config
+
+    assert load_config(REPO / "examples" / "demo.toml") == demo_config("builtin:smollm2-135m")

@@ -13,8 +13,9 @@ import pytest
 
 from core.errors import ModelError
 from core.models import resolve, smollm, tiny
+from tests.conftest import HARNESS_REQUESTS  # noqa: E402
 
-FIXTURES = Path("/work/shared/fixtures/harness-requests")
+FIXTURES = HARNESS_REQUESTS
 
 
 @pytest.fixture(scope="session")

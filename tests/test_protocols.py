@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,8 +13,9 @@ import pytest
 from core.chat import ChatRequest, Completion, ToolCall
 from core.errors import ProtocolError
 from core.protocols.registry import get_protocol
+from tests.conftest import HARNESS_REQUESTS  # noqa: E402
 
-FIXTURES = Path("/work/shared/fixtures/harness-requests")
+FIXTURES = HARNESS_REQUESTS
 FIXTURE_API = {"codex": "responses", "claude-code": "messages", "gemini-cli": "gemini"}
 
 chat = get_protocol("chat")

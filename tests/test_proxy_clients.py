@@ -160,3 +160,22 @@ def test_token_accepted_as_api_key(live_proxy, script_file, api_key_header):
     resp = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, headers={api_key_header: value})
     assert resp.status_code == 200
     assert proxy.rows("SELECT rollout_id FROM calls") == [("rollout-1",)]
+
+
+def test_template_without_tool_support_gets_hermes_tools_in_system(tiny_tokenizer):
+    """A chat template that drops `tools` (SmolLM2's) still shows the model the tools, and the prefix property holds."""
+    from transformers import AutoTokenizer
+
+    from core.tokens.template import template_renders_tools
+
+    plain = AutoTokenizer.from_pretrained(tiny_tokenizer.name_or_path)
+    plain.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    assert template_renders_tools(tiny_tokenizer) and not template_renders_tools(plain)
+    msgs = [{"role": "user", "content": "hi"}]
+    first = render_chat(plain, msgs, [SHELL_TOOL], add_generation_prompt=True)
+    assert '"name": "bash"' in first and "<tool_call>" in first and first.startswith("<|im_start|>system\n# Tools")
+    longer = render_chat(plain, [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}], [SHELL_TOOL], add_generation_prompt=True)
+    assert longer.startswith(render_chat(plain, msgs, [SHELL_TOOL], add_generation_prompt=False))

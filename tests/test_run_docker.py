@@ -17,7 +17,6 @@ import pytest
 from core.config import load_config
 from core.rollout.status import Status
 from core.run import execute_run
-from tests.docker_fixtures import base_image, docker_client  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.docker
 SOLVE_HELLO = "if [ {task} = hello ]; then echo hi > hello.txt; fi"

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from tests.docker_fixtures are used as parameters)
 """Docker sandboxes against a real engine (skipped with a reason when none answers)."""
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from core.runtime.base import SandboxSpec
 from core.runtime.docker_runtime import DockerSandbox
 from core.runtime.images import CA_PATH, ImageLayer, ensure_image, image_tag, list_images
 from core.runtime.reaper import reap_orphans
-from tests.docker_fixtures import base_image, docker_client, docker_runtime, run_id  # noqa: F401
 
 pytestmark = pytest.mark.docker
 

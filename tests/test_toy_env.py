@@ -16,7 +16,6 @@ from core.runtime import make_runtime
 from core.runtime.base import SandboxSpec
 from envs.toy import ToyEnv, solution_script
 from envs.toy.families import WORDS
-from tests.docker_fixtures import base_image, docker_client, docker_runtime, run_id  # noqa: F401
 
 WORKDIR = "/workspace"
 
@@ -147,12 +146,14 @@ async def test_sum_wrong_answer_fails(local_sandbox: Any) -> None:
 
 
 async def test_foreign_task_scores_zero(local_sandbox: Any) -> None:
-    score = await ToyEnv().verify(local_sandbox, Task(id="x", instruction="?", meta={"family": "other"}), WORKDIR)
+    score = await ToyEnv().verify(
+        local_sandbox, Task(id="x", instruction="?", meta={"family": "other"}), WORKDIR
+    )
     assert (score.score, score.passed) == (0.0, False) and "not a toy task" in score.detail
 
 
 @pytest.mark.docker
-async def test_hello_in_docker(docker_runtime: Any, base_image: str, run_id: str) -> None:  # noqa: F811
+async def test_hello_in_docker(docker_runtime: Any, base_image: str, run_id: str) -> None:
     env = ToyEnv()
     task = by_id(env.tasks())["hello"]
     box = docker_runtime.create(SandboxSpec(image=base_image, run_id=run_id, rollout_id="toy-hello"))

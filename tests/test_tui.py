@@ -19,8 +19,9 @@ from forgetui.tui.widgets.call_inspector import CallInspector, prob_colour
 from forgetui.tui.widgets.calls_table import CallsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.store_list import StoreList
+from tests.conftest import HARNESS_REQUESTS  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "harness-requests"
+FIXTURES = HARNESS_REQUESTS
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
 
 

@@ -24,7 +24,17 @@ from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import BackendError, ForgetuiError, ProtocolError, StoreError
 from core.protocols.base import WireProtocol
 from core.protocols.registry import get_protocol
-from core.proxy.asgi import SSE_HEADERS, ClientGone, Receive, Scope, Send, header, read_body, send_bytes, send_json
+from core.proxy.asgi import (
+    SSE_HEADERS,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_bytes,
+    send_json,
+)
 from core.proxy.policy import Policy
 from core.proxy.recorder import CallInFlight, CallSink
 from core.proxy.sessions import SessionRegistry

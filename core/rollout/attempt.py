@@ -128,6 +128,8 @@ class Attempt:
         if result.timed_out:
             self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)
             return RolloutResult(Status.TIMEOUT, 0.0, False, f"timeout after {timeout:g} s", meta)
+        if result.exit_code != 0:
+            await self._require_alive(sandbox, result.exit_code)
         outcome = ctx.harness.outcome(result)
         self._move(Status.VERIFYING)
         try:
@@ -139,6 +141,12 @@ class Attempt:
         error = None if outcome.ok else f"harness failed (exit {result.exit_code}): {outcome.detail[-500:]}"
         self._move(status, ended_at=utcnow(), reward=score.score, passed=score.passed, error=error, meta=meta)
         return RolloutResult(status, score.score, score.passed, error, meta)
+
+    async def _require_alive(self, sandbox: Any, exit_code: int) -> None:
+        """A harness that died with its sandbox (killed, OOM, evicted) is an infrastructure error, not an agent failure."""
+        probe = await sandbox.exec(["true"], timeout_s=30)  # raises SandboxError when the sandbox is gone
+        if not probe.ok:
+            raise InfraError(f"the sandbox stopped answering after the harness exited with {exit_code}")
 
     async def _save_logs(self, sandbox: Any) -> None:
         if self.ctx.logs_dir is None:
