@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
@@ -12,6 +13,18 @@ import orjson
 if TYPE_CHECKING:
     from core.runtime.base import Sandbox
     from core.runtime.images import ImageLayer
+
+
+@dataclass(frozen=True)
+class TaskImage:
+    """A task that brings its own image recipe (harbor's environment/Dockerfile): any FROM it names.
+
+    The base it names must be pullable or present on the engine. The env and harness layers are
+    built on top of it, and the result is cached by content hash like every image.
+    """
+
+    dockerfile: str
+    context: Path | None = None  # the build context folder (COPY sources), if any
 
 
 @dataclass
@@ -24,11 +37,14 @@ class Task:
     setup: str | None = None  # shell run in the workspace before the harness starts
     timeout_s: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # domain, level, split, ...
+    image: TaskImage | None = None  # the task's own image recipe; None = the run's base image
 
     @property
     def content_hash(self) -> str:
         h = hashlib.sha256()
-        h.update(orjson.dumps({"id": self.id, "instruction": self.instruction, "setup": self.setup, "meta": self.meta}, option=orjson.OPT_SORT_KEYS))
+        h.update(orjson.dumps({"id": self.id, "instruction": self.instruction, "setup": self.setup, "meta": self.meta}, option=orjson.OPT_SORT_KEYS, default=str))
+        if self.image is not None:
+            h.update(self.image.dockerfile.encode())
         for path in sorted(self.files):
             data = self.files[path]
             h.update(path.encode() + b"\0" + (data.encode() if isinstance(data, str) else data))

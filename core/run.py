@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import logging
 import secrets
 import tomllib
@@ -84,22 +85,58 @@ def pick_runtime(config: RunConfig) -> Runtime:
     return make_runtime("local")
 
 
-def build_image(runtime: Runtime, config: RunConfig, env: Environment, harness: Harness) -> str:
-    """The env+harness image on the configured base, built once and cached by content hash."""
-    from core.runtime import images
+class RunImages:
+    """The run's images: env + harness layers on the configured base, or on a task's own Dockerfile image.
 
-    layers = [layer for layer in (env.image_layer(), harness.image_layer()) if layer is not None]
-    if runtime.name == "local":
-        return "local"
-    ca = Path(config.runtime.ca_bundle) if config.runtime.ca_bundle else None
-    if runtime.name == "kubernetes":
-        return images.image_tag(config.runtime.base_image, layers, ca.read_bytes() if ca else None) if layers else config.runtime.base_image
-    client = runtime.client  # type: ignore[attr-defined]
-    if not images.image_exists(client, config.runtime.base_image):
-        raise SandboxError(f"base image {config.runtime.base_image} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
-    if not layers:
-        return config.runtime.base_image
-    return images.ensure_image(client, config.runtime.base_image, layers, ca)
+    Each distinct image is built once (cached by content hash on the engine) and never twice at once.
+    """
+
+    def __init__(self, runtime: Runtime, config: RunConfig, env: Environment, harness: Harness) -> None:
+        self.runtime = runtime
+        self.config = config
+        self.layers = [layer for layer in (env.image_layer(), harness.image_layer()) if layer is not None]
+        self.ca = Path(config.runtime.ca_bundle) if config.runtime.ca_bundle else None
+        self._built: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def default_blocking(self) -> str:
+        return self._on_base(self.config.runtime.base_image)
+
+    def _on_base(self, base: str) -> str:
+        from core.runtime import images
+
+        if self.runtime.name == "local":
+            return "local"
+        if self.runtime.name == "kubernetes":
+            return images.image_tag(base, self.layers, self.ca.read_bytes() if self.ca else None) if self.layers else base
+        client = self.runtime.client  # type: ignore[attr-defined]
+        if not images.image_exists(client, base):
+            raise SandboxError(f"base image {base} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
+        return images.ensure_image(client, base, self.layers, self.ca) if self.layers or self.ca else base
+
+    def _for_task_blocking(self, task: Task) -> str:
+        from core.runtime import images
+
+        assert task.image is not None
+        if self.runtime.name != "docker":
+            raise SandboxError(f"task {task.id} brings its own Dockerfile: only the docker runtime builds those (build and push it for {self.runtime.name})")
+        base = images.ensure_dockerfile_image(self.runtime.client, task.id, task.image.dockerfile, task.image.context)  # type: ignore[attr-defined]
+        return self._on_base(base)
+
+    async def for_task(self, task: Task) -> str:
+        key = "" if task.image is None else task.image.dockerfile + str(task.image.context)
+        if key in self._built:
+            return self._built[key]
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key not in self._built:
+                build = self.default_blocking if task.image is None else (lambda: self._for_task_blocking(task))
+                self._built[key] = await asyncio.to_thread(build)
+        return self._built[key]
+
+
+def build_image(runtime: Runtime, config: RunConfig, env: Environment, harness: Harness) -> str:
+    """The env+harness image on the configured base (what `forgetui images build` prints)."""
+    return RunImages(runtime, config, env, harness).default_blocking()
 
 
 def image_identity(runtime: Runtime, image: str) -> str:
@@ -135,6 +172,7 @@ async def execute_run(
     resume: str | None = None,
     on_event: Callable[[RolloutEvent], None] | None = None,
     on_start: Callable[[str, int], None] | None = None,
+    ks: list[int] | None = None,
 ) -> RunSummary:
     """Run (or resume) every rollout of a config; the summary is computed from the store."""
     if config.train.steps:
@@ -158,7 +196,8 @@ async def execute_run(
         env = load_env(config.env.name, **({"path": config.env.path} if config.env.path else {}), **config.env.options)
         harness = load_harness(config.harness.name, **({"binary": config.harness.binary} if config.harness.binary else {}), **config.harness.options)
         tasks = select_tasks(env, config.env.tasks, config.env.limit)
-        image = await asyncio.to_thread(build_image, runtime, config, env, harness)
+        images = RunImages(runtime, config, env, harness)
+        image = await images.for_task(Task(id="", instruction=""))  # the shared image, built before any sandbox starts
         items, done = _plan(run_id, tasks, config.run.n_samples, store, resume is not None)
         _insert_pending(store, run_id, items, env, harness, image_identity(runtime, image), config)
         if on_start is not None:
@@ -173,7 +212,7 @@ async def execute_run(
             env=env,
             harness=harness,
             runtime=runtime,
-            image=image,
+            image_for=images.for_task,
             proxy_url=proxy_url_for_sandboxes(config, runtime, server.url),
             sessions=sessions,
             update=store.upsert_rollout,
@@ -190,8 +229,9 @@ async def execute_run(
             status = "interrupted"
             raise
         status = "done"
-        summary = summarize(store, run_id, store_path)
+        summary = summarize(store, run_id, store_path, ks or list(range(1, config.run.n_samples + 1)))
         summary.extra["max_concurrent_sandboxes"] = engine.max_active
+        summary.extra.update(write_eval_report(store, run_id, run_dir, summary, config))
         return summary
     finally:
         if server is not None:
@@ -245,7 +285,23 @@ def _insert_pending(store: Store, run_id: str, items: list[RolloutItem], env: En
         )
 
 
-def summarize(store: Store, run_id: str, store_path: Path) -> RunSummary:
+def write_eval_report(store: Store, run_id: str, run_dir: Path, summary: RunSummary, config: RunConfig) -> dict[str, Any]:
+    """eval.json (per env × harness × model, with level/domain breakdowns) and eval.png in the run folder."""
+    from core.eval_report import build_report, report_rows, write_plot
+
+    ks = [int(k) for k in summary.pass_at_k] or [1]
+    report = build_report(report_rows(store, run_id), ks, model=config.policy.backend)
+    report["run_id"] = run_id
+    out = {"eval_json": str(run_dir / "eval.json")}
+    (run_dir / "eval.json").write_text(json.dumps(report, indent=2))
+    try:
+        out["eval_plot"] = str(write_plot(report, run_dir / "eval.png"))
+    except Exception:  # noqa: BLE001 - a missing plot must not fail the run
+        log.warning("could not draw the eval plot", exc_info=True)
+    return out
+
+
+def summarize(store: Store, run_id: str, store_path: Path, ks: list[int] | None = None) -> RunSummary:
     """Counts, mean reward, pass@k and pass^k from the store (infra errors excluded from the metrics)."""
     store.flush()
     rows = store.handle_query(f"SELECT task_id, status, reward, passed FROM rollouts WHERE run_id = '{run_id}'")["rows"]
@@ -269,7 +325,7 @@ def summarize(store: Store, run_id: str, store_path: Path) -> RunSummary:
     max_n = max((len(v) for v in per_task.values()), default=0)
     at_k: dict[str, float] = {}
     hat_k: dict[str, float] = {}
-    for k in range(1, max_n + 1):
+    for k in ks or range(1, max_n + 1):
         eligible = [v for v in per_task.values() if len(v) >= k]
         if eligible:
             at_k[str(k)] = sum(pass_at_k(len(v), sum(v), k) for v in eligible) / len(eligible)

@@ -102,7 +102,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ForgetuiError("give a CONFIG.toml (see examples/) or --resume RUN_ID")
     if args.command == "eval":
         config.train.steps = 0
-    return run_headless(config, resume=args.resume, json_out=args.no_ui)
+    ks = None
+    if args.k:
+        try:
+            ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
+        except ValueError:
+            raise ForgetuiError(f"-k expects comma-separated integers, got {args.k!r}") from None
+        if not ks or ks[0] < 1:
+            raise ForgetuiError("-k values must be ≥ 1")
+    return run_headless(config, resume=args.resume, json_out=args.no_ui, ks=ks)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -186,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-ui", action="store_true", help="headless: progress on stderr, one JSON summary on stdout")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. run.n_samples=4")
         p.add_argument("--resume", metavar="RUN_ID", help="finish what an interrupted run left unfinished")
+        p.add_argument("-k", metavar="K,K,...", help="the k of pass@k and pass^k (default 1..n_samples)")
         p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9)")

@@ -30,7 +30,7 @@ async def _run_with_signals(coro: Any) -> Any:
     return await task
 
 
-async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None) -> RunSummary:
+async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None, ks: list[int] | None = None) -> RunSummary:
     """Run with a rich progress display on `console`; returns the summary."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tally]}"), TimeElapsedColumn(), console=console, transient=False)
     tally = {"passed": 0, "failed": 0, "timeout": 0, "infra_error": 0}
@@ -50,13 +50,13 @@ async def run_headless_summary(config: RunConfig, *, console: Console, resume: s
             progress.update(bar["id"], advance=1, tally=" ".join(f"{k}={v}" for k, v in tally.items() if v))
 
     with progress:
-        return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start))
+        return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start, ks=ks))
 
 
-def run_headless(config: RunConfig, *, resume: str | None, json_out: bool) -> int:
+def run_headless(config: RunConfig, *, resume: str | None, json_out: bool, ks: list[int] | None = None) -> int:
     console = Console(stderr=True)
     try:
-        summary = asyncio.run(run_headless_summary(config, console=console, resume=resume))
+        summary = asyncio.run(run_headless_summary(config, console=console, resume=resume, ks=ks))
     except (asyncio.CancelledError, KeyboardInterrupt):
         console.print("[yellow]interrupted: every sandbox of the run was removed; `forgetui run --resume RUN_ID` finishes it[/]")
         return 130
@@ -64,8 +64,28 @@ def run_headless(config: RunConfig, *, resume: str | None, json_out: bool) -> in
     if json_out:
         sys.stdout.write(json.dumps(data) + "\n")
     else:
-        table = Table(title=f"run {summary.run_id}")
-        for key in ("rollouts", "passed", "failed", "timeouts", "infra_errors", "mean_reward", "pass_at_k", "pass_hat_k", "store"):
-            table.add_row(key, json.dumps(data[key]) if isinstance(data[key], dict) else str(data[key]))
-        Console().print(table)
+        Console().print(eval_table(summary))
     return 0
+
+
+def eval_table(summary: RunSummary) -> Table:
+    """pass@k / pass^k / mean score per env × harness (and per level/domain) from the run's eval.json."""
+    path = summary.extra.get("eval_json")
+    report = json.loads(open(path).read()) if path else {"groups": []}
+    ks = report.get("ks", [])
+    table = Table(title=f"run {summary.run_id} — {summary.rollouts} rollouts, store {summary.store}")
+    for col in ("env × harness", "slice", "tasks", "mean score", *[f"pass@{k}" for k in ks], *[f"pass^{k}" for k in ks], "timeouts", "infra errors"):
+        table.add_column(col)
+
+    def cells(m: dict) -> list[str]:
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        return [str(m["tasks"]), fmt(m["mean_score"]), *[fmt(m["pass_at_k"].get(str(k))) for k in ks], *[fmt(m["pass_hat_k"].get(str(k))) for k in ks]]
+
+    for g in report["groups"]:
+        table.add_row(f"{g['env']} × {g['harness']}", "all", *cells(g), str(g["timeouts"]), str(g["infra_errors"]))
+        for key, values in g.get("breakdown", {}).items():
+            for value, m in values.items():
+                table.add_row("", f"{key}={value}", *cells(m), "", "")
+    if summary.extra.get("eval_plot"):
+        table.caption = f"plot: {summary.extra['eval_plot']}"
+    return table

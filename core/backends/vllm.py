@@ -8,15 +8,16 @@ model distribution by default (its ``--logprobs-mode raw_logprobs``).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import aiohttp
+import orjson
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.openai_compat import HttpSession, error_message
 from core.errors import BackendError, ContextLengthError, ModelError
 from core.models.resolve import resolve_model
 
@@ -58,7 +59,11 @@ class VllmBackend:
         except Exception as exc:
             raise ModelError(f"cannot load tokenizer {tokenizer_model!r} from {source}: {exc}") from exc
         self.context_length = context_length
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+        # aiohttp, not httpx: httpcore's pool scans every connection per request, which costs more
+        # CPU than the whole proxy at concurrency 64 (benchmarks/proxy_overhead.py); and httpx keeps
+        # only 20 idle connections by default, so a busy proxy reconnects on most calls
+        self._http = HttpSession(timeout)
+        self.headers = {"content-type": "application/json", "accept": "text/event-stream"}
 
     def _body(self, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -87,17 +92,23 @@ class VllmBackend:
             raise ContextLengthError(len(prompt_ids), self.context_length - 1)
         url = f"{self.base_url}/v1/completions"
         finished = False
+        response: aiohttp.ClientResponse | None = None
+        ended = False
         try:
-            async with self._client.stream("POST", url, json=self._body(prompt_ids, sampling)) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    self._raise_for(response, len(prompt_ids))
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
+            payload = orjson.dumps(self._body(prompt_ids, sampling))
+            response = await self._http.post(url, payload, self.headers)
+            if response.status != 200:
+                self._raise_for(response.status, await response.read(), len(prompt_ids))
+            buf = b""
+            async for piece in response.content.iter_any():
+                buf = buf + piece if buf else piece
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
                         continue
-                    data = line[len("data:") :].strip()
-                    if data == "[DONE]":
-                        break
+                    data = line[len(b"data:") :].strip()
+                    if data == b"[DONE]":
+                        continue  # read on to the end so the connection can be reused
                     chunk = self._parse_event(data)
                     if chunk is None:
                         continue
@@ -105,23 +116,30 @@ class VllmBackend:
                         yield chunk
                     if chunk.finish_reason is not None:
                         finished = True
-        except httpx.ConnectError as exc:
+            ended = True
+        except aiohttp.ClientConnectorError as exc:
             raise BackendError(
                 f"cannot reach vLLM at {self.base_url}: {exc}; is the server running?"
             ) from exc
-        except httpx.TimeoutException as exc:
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise BackendError(f"vLLM at {self.base_url} timed out: {exc!r}") from exc
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise BackendError(
                 f"the connection to vLLM at {self.base_url} broke mid-answer: {exc!r}"
             ) from exc
+        finally:
+            if response is not None:
+                if ended:
+                    response.release()
+                else:
+                    response.close()  # cancelled or failed: dropping the connection makes vLLM abort
         if not finished:
             raise BackendError(f"vLLM at {self.base_url} ended the stream without a finish reason")
 
-    def _parse_event(self, data: str) -> TokenChunk | None:
+    def _parse_event(self, data: bytes) -> TokenChunk | None:
         try:
-            event = json.loads(data)
-        except json.JSONDecodeError as exc:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
             raise BackendError(f"vLLM sent a malformed stream event: {data[:200]!r}") from exc
         if "error" in event:
             err = event["error"]
@@ -151,18 +169,13 @@ class VllmBackend:
             token_ids=[int(t) for t in ids], logprobs=[float(x) for x in lps], finish_reason=finish
         )
 
-    def _raise_for(self, response: httpx.Response, prompt_tokens: int) -> None:
-        try:
-            payload = response.json()
-            err = payload.get("error", payload) if isinstance(payload, dict) else payload
-            message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-        except ValueError:
-            message = response.text[:500]
+    def _raise_for(self, status: int, raw: bytes, prompt_tokens: int) -> None:
+        message = error_message(raw)
         match = _CONTEXT_RE.search(message)
-        if response.status_code == 400 and (match or "context length" in message or "too long" in message):
+        if status == 400 and (match or "context length" in message or "too long" in message):
             limit = int(match.group(1)) if match else self.context_length
             raise ContextLengthError(prompt_tokens, limit)
-        raise BackendError(f"vLLM at {self.base_url} answered HTTP {response.status_code}: {message}")
+        raise BackendError(f"vLLM at {self.base_url} answered HTTP {status}: {message}")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()

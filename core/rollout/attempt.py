@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -55,7 +55,7 @@ class RunContext:
     env: Environment
     harness: Harness
     runtime: Runtime
-    image: str
+    image_for: Callable[[Task], Awaitable[str]]  # the image a task's sandbox runs (built once per recipe)
     proxy_url: str  # the proxy as sandboxes see it
     sessions: SessionRegistry
     update: Callable[[dict[str, Any]], None]  # writes a (partial) rollouts row
@@ -85,8 +85,14 @@ class Attempt:
         ctx, task = self.ctx, self.item.task
         session = ctx.sessions.register(self.item.rollout_id)
         timeout = task.timeout_s or ctx.timeout_s
+        self._move(Status.STARTING, started_at=utcnow(), attempt=self.attempt_no, token=session.token, error=None)
+        try:
+            image = await ctx.image_for(task)
+        except SandboxError as exc:
+            ctx.sessions.unregister(session.token)
+            raise InfraError(str(exc)) from exc
         spec = SandboxSpec(
-            image=ctx.image,
+            image=image,
             run_id=ctx.run_id,
             rollout_id=self.item.rollout_id,
             workdir=ctx.workdir,
@@ -94,7 +100,6 @@ class Attempt:
             **ctx.sandbox,
         )
         sandbox = ctx.runtime.create(spec)
-        self._move(Status.STARTING, started_at=utcnow(), attempt=self.attempt_no, token=session.token, error=None)
         try:
             return await self._run_in(sandbox, session.token, timeout)
         except SandboxError as exc:

@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from core.errors import ConfigError, SandboxError
 from core.runtime import labels as L
@@ -34,12 +34,24 @@ CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CER
 _PROXY_ARGS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
+class HostDir(NamedTuple):
+    """A folder on the host copied into the build context; `key` stands for its content in the image hash."""
+
+    path: Path
+    key: str
+
+
 class ImageLayer(NamedTuple):
-    """One image layer: Dockerfile lines (no FROM) and the files they COPY, by context-relative path."""
+    """One image layer: Dockerfile lines (no FROM) and the files and folders they COPY, by context-relative path.
+
+    `dirs` carry big host-side installs (npm/pip trees cached under FORGETUI_HOME) without reading them
+    into memory or hashing every byte: their cache key is hashed instead.
+    """
 
     name: str
     dockerfile: str
     files: Mapping[str, bytes | str] = {}
+    dirs: Mapping[str, HostDir] = {}
 
 
 def _bytes(data: bytes | str) -> bytes:
@@ -70,6 +82,9 @@ def image_tag(base: str, layers: list[ImageLayer], ca_bundle: bytes | None = Non
         for path in sorted(layer.files):
             feed(path.encode())
             feed(_bytes(layer.files[path]))
+        for path in sorted(layer.dirs):
+            feed(b"dir:" + path.encode())
+            feed(layer.dirs[path].key.encode())
     return f"forgetui/{_repo_name(layers)}:{h.hexdigest()[:12]}"
 
 
@@ -88,7 +103,7 @@ def dockerfile_text(base: str, layers: list[ImageLayer], with_ca: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _context_tar(dockerfile: str, layers: list[ImageLayer], ca: bytes | None) -> io.BytesIO:
+def _context_tar(dockerfile: str, layers: list[ImageLayer], ca: bytes | None) -> IO[bytes]:
     files: dict[str, bytes] = {"Dockerfile": dockerfile.encode()}
     if ca is not None:
         files["ca.crt"] = ca
@@ -102,13 +117,19 @@ def _context_tar(dockerfile: str, layers: list[ImageLayer], ca: bytes | None) ->
                     "give the files distinct names"
                 )
             files[rel] = content
-    buf = io.BytesIO()
+    # a spooled file: big host folders (hundreds of MB of node_modules) go to disk, not memory
+    buf: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for rel, content in sorted(files.items()):
             info = tarfile.TarInfo(rel)
             info.size = len(content)
             info.mode = 0o755 if rel.endswith(".sh") else 0o644
             tar.addfile(info, io.BytesIO(content))
+        for layer in layers:
+            for rel, host in sorted(layer.dirs.items()):
+                if not Path(host.path).is_dir():
+                    raise ConfigError(f"image layer {layer.name!r}: folder {host.path} is missing")
+                tar.add(str(host.path), arcname=rel.strip("/"), recursive=True)
     buf.seek(0)
     return buf
 
@@ -138,8 +159,6 @@ def ensure_image(
     proxy) the bundle is copied into the image and SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
     NODE_EXTRA_CA_CERTS and PIP_CERT point at it, so pip/npm/curl in build steps and at run time trust it.
     """
-    import docker.errors
-
     if not layers and ca_bundle is None:
         return base
     ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
@@ -149,12 +168,21 @@ def ensure_image(
         return tag
     if not image_exists(client, base):
         raise SandboxError(
-            f"base image {base!r} is not on this Docker engine: build it with `forgetui images --bootstrap` "
+            f"base image {base!r} is not on this Docker engine: build it with `forgetui images bootstrap` "
             f"(debootstrap) or pull/tag it from your registry"
         )
     context = _context_tar(dockerfile_text(base, layers, ca is not None), layers, ca)
-    buildargs = {k: v for k in _PROXY_ARGS if (v := os.environ.get(k))}
+    labels = {L.IMAGE: "true", "forgetui.layers": ",".join(x.name for x in layers), "forgetui.base": base}
     log.info("building image %s from %s (+%s)", tag, base, ", ".join(x.name for x in layers) or "CA bundle")
+    _build(client, context, tag, labels, network_mode)
+    return tag
+
+
+def _build(client: Any, context: IO[bytes], tag: str, labels: dict[str, str], network_mode: str | None = None) -> None:
+    """Run one docker build from a tar context; a failure raises SandboxError with the build output's tail."""
+    import docker.errors
+
+    buildargs = {k: v for k in _PROXY_ARGS if (v := os.environ.get(k))}
     output: list[str] = []
     try:
         stream = client.api.build(
@@ -166,11 +194,7 @@ def ensure_image(
             decode=True,
             buildargs=buildargs or None,
             network_mode=network_mode,
-            labels={
-                L.IMAGE: "true",
-                "forgetui.layers": ",".join(x.name for x in layers),
-                "forgetui.base": base,
-            },
+            labels=labels,
         )
         for chunk in stream:
             if "stream" in chunk:
@@ -180,14 +204,41 @@ def ensure_image(
                     log.debug("build %s: %s", tag, text.rstrip())
             if "error" in chunk:
                 tail = "".join(output)[-3000:]
-                raise SandboxError(
-                    f"building image {tag} failed: {chunk['error'].strip()}\n--- build output ---\n{tail}"
-                )
+                raise SandboxError(f"building image {tag} failed: {chunk['error'].strip()}\n--- build output ---\n{tail}")
     except docker.errors.APIError as exc:
         raise SandboxError(f"building image {tag} failed: {exc}") from exc
     if not image_exists(client, tag):
         raise SandboxError(f"building image {tag} reported success but the engine has no such image")
     log.info("built image %s", tag)
+
+
+def dockerfile_image_tag(name: str, dockerfile: str, context: Path | None) -> str:
+    """Content-hash tag of a task's own Dockerfile and its build context folder."""
+    h = hashlib.sha256(dockerfile.encode())
+    if context is not None:
+        for path in sorted(p for p in Path(context).rglob("*") if p.is_file()):
+            h.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+    return f"forgetui/task-{_repo_name([ImageLayer(name, '')])}:{h.hexdigest()[:12]}"
+
+
+def ensure_dockerfile_image(client: Any, name: str, dockerfile: str, context: Path | None = None) -> str:
+    """Build a task's own Dockerfile (any FROM: it must be pullable or present locally) once; returns its tag."""
+    tag = dockerfile_image_tag(name, dockerfile, context)
+    if image_exists(client, tag):
+        return tag
+    buf: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if context is not None:
+            for path in sorted(Path(context).iterdir()):
+                if path.name != "Dockerfile":
+                    tar.add(str(path), arcname=path.name, recursive=True)
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    log.info("building task image %s for %s", tag, name)
+    _build(client, buf, tag, {L.IMAGE: "true", "forgetui.task": name})
     return tag
 
 

