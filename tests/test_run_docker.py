@@ -68,7 +68,9 @@ def test_hanging_harness_times_out_and_others_pass(docker_client, base_image):
     assert containers_of(docker_client, summary.run_id) == []
 
 
-def test_sandbox_killed_from_outside_is_infra_error_then_retried(docker_client, base_image):
+def test_sandbox_killed_from_outside_is_infra_error_then_retried(docker_client, base_image, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("FORGETUI_HOME", str(home))  # our run is the only one under this home
     cfg = config(**{"env.name": "toy", "env.tasks": ["hello"], "harness.name": "tests.harness_fixtures:ShellHarness", "run.max_retries": 2})
     cfg.harness.options = {"command": "sleep 4; echo hi > hello.txt"}
     killed: list[str] = []
@@ -76,7 +78,8 @@ def test_sandbox_killed_from_outside_is_infra_error_then_retried(docker_client, 
     def killer() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
-            for c in docker_client.containers.list(filters={"label": "forgetui.managed=true"}):
+            runs = [d.name for d in (home / "runs").glob("*")]
+            for c in docker_client.containers.list(filters={"label": f"{LABEL}={runs[0]}"}) if runs else []:
                 if c.labels.get("forgetui.rollout", "").endswith("/hello/0"):
                     time.sleep(1.0)
                     c.kill()
@@ -136,12 +139,13 @@ def _cli_run(tmp_path: Path, *extra: str, home: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "forgetui.cli", "run", str(cfg), "--no-ui", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _wait_for_containers(client, n: int = 1, timeout: float = 90) -> str:
+def _wait_for_containers(client, home: Path, n: int = 1, timeout: float = 90) -> str:
+    """The run id of the CLI run under `home` once `n` of its sandboxes are up (other runs may share the engine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = [c for c in client.containers.list(filters={"label": "forgetui.managed=true"}) if c.labels.get("forgetui.rollout", "").count("/") == 2]
-        if len(found) >= n:
-            return found[0].labels[LABEL]
+        for run_dir in (home / "runs").glob("*"):
+            if len(client.containers.list(filters={"label": f"{LABEL}={run_dir.name}"})) >= n:
+                return run_dir.name
         time.sleep(0.1)
     raise AssertionError("no sandbox appeared")
 
@@ -149,7 +153,7 @@ def _wait_for_containers(client, n: int = 1, timeout: float = 90) -> str:
 def test_sigint_mid_run_leaves_no_containers_and_resume_finishes(tmp_path, docker_client, base_image):
     home = tmp_path / "home"
     proc = _cli_run(tmp_path, home=home)
-    run_id = _wait_for_containers(docker_client, 2)
+    run_id = _wait_for_containers(docker_client, home, 2)
     time.sleep(3)  # let a couple of rollouts finish
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130
@@ -172,7 +176,7 @@ def test_sigint_mid_run_leaves_no_containers_and_resume_finishes(tmp_path, docke
 def test_kill_9_then_gc_leaves_nothing(tmp_path, docker_client, base_image):
     home = tmp_path / "home"
     proc = _cli_run(tmp_path, home=home)
-    run_id = _wait_for_containers(docker_client, 2)
+    run_id = _wait_for_containers(docker_client, home, 2)
     proc.kill()
     proc.wait(timeout=30)
     assert containers_of(docker_client, run_id), "kill -9 should leave the sandboxes behind"
