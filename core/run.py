@@ -280,7 +280,7 @@ def _insert_pending(store: Store, run_id: str, items: list[RolloutItem], env: En
                 "image_digest": image,
                 "env_version": env.version,
                 "task_hash": item.task.content_hash,
-                "meta": {"task_meta": item.task.meta, "policy": config.policy.backend},
+                "meta": {"task_meta": item.task.meta},
             }
         )
 

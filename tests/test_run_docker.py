@@ -186,3 +186,15 @@ def test_kill_9_then_gc_leaves_nothing(tmp_path, docker_client, base_image):
     assert containers_of(docker_client, run_id) == []
     # the store of the killed run still opens and holds its rows
     assert rows(str(home / "runs" / run_id / "store.duckdb"), "SELECT count(*) FROM rollouts") == [(6,)]
+
+
+def test_rollout_meta_keeps_task_meta_and_timings(docker_client, base_image):
+    cfg = config(**{"env.name": "toy", "env.tasks": ["hello"], "harness.name": "tests.harness_fixtures:ShellHarness"})
+    cfg.harness.options = {"command": "echo hi > hello.txt"}
+    summary = asyncio.run(execute_run(cfg))
+    ((meta,),) = rows(summary.store, "SELECT meta FROM rollouts")
+    meta = json.loads(meta)
+    assert meta["task_meta"]["family"] == "hello" or meta["task_meta"]
+    assert set(meta["timings"]) == {"sandbox_start_s", "workspace_s", "harness_s", "verify_s"} and all(v >= 0 for v in meta["timings"].values())
+    report = json.loads(Path(summary.extra["eval_json"]).read_text())
+    assert report["groups"][0]["breakdown"]  # the eval report breaks down by the task's family/split

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,19 @@ VERIFY_TIMEOUT_S = 600.0
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Stopwatch:
+    """Named laps in seconds (what rollouts.meta.timings holds)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 4)
+        self._last = now
 
 
 class InfraError(Exception):
@@ -116,7 +130,9 @@ class Attempt:
 
     async def _run_in(self, sandbox: Any, token: str, timeout: float) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
+        clock = Stopwatch()
         await sandbox.start()
+        clock.lap("sandbox_start_s")
         for rel, data in task.files.items():
             await sandbox.put_file(str(PurePosixPath(ctx.workdir) / rel), data.encode() if isinstance(data, str) else data)
         if task.setup:
@@ -127,9 +143,17 @@ class Attempt:
         launch = ctx.harness.launch(task, endpoint, ctx.workdir)
         for path, data in launch.files.items():
             await sandbox.put_file(path, data.encode() if isinstance(data, str) else data, mode=0o755)
+        clock.lap("workspace_s")
         self._move(Status.RUNNING)
         result = await sandbox.exec(launch.command, timeout_s=timeout, env=launch.env, workdir=launch.workdir or ctx.workdir)
-        meta = {"exit_code": result.exit_code, "stdout_tail": result.stdout[-4000:], "stderr_tail": result.stderr[-4000:]}
+        clock.lap("harness_s")
+        meta: dict[str, Any] = {
+            "task_meta": task.meta,
+            "exit_code": result.exit_code,
+            "stdout_tail": result.stdout[-4000:],
+            "stderr_tail": result.stderr[-4000:],
+            "timings": clock.laps,
+        }
         if result.timed_out:
             self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)
             return RolloutResult(Status.TIMEOUT, 0.0, False, f"timeout after {timeout:g} s", meta)
@@ -141,6 +165,7 @@ class Attempt:
             score = await asyncio.wait_for(ctx.env.verify(sandbox, task, ctx.workdir), VERIFY_TIMEOUT_S)
         except TimeoutError:
             raise InfraError(f"the verifier did not finish within {VERIFY_TIMEOUT_S:g} s") from None
+        clock.lap("verify_s")
         meta["verifier"] = score.detail[-4000:]
         status = Status.DONE if outcome.ok else Status.FAILED
         error = None if outcome.ok else f"harness failed (exit {result.exit_code}): {outcome.detail[-500:]}"

@@ -1,0 +1,142 @@
+"""Rollout throughput: 64 trivial rollouts through forgetui's engine vs a plain loop of `docker run`.
+
+    .venv/bin/python benchmarks/rollout_throughput.py [--rollouts 64] [--concurrency 4,16]
+
+Both sides do the same work per rollout in a fresh container from the same base image: make a
+workspace, write hello.txt, check it. forgetui also runs its proxy, records every rollout in
+DuckDB, verifies through the env's verifier and removes the container. Prints sandbox start
+p50/p99, rollouts per minute, the ratio forgetui / plain loop (floor: >= 0.8x) and the peak memory
+(RSS) of the forgetui process. Needs a Docker engine and `forgetui images bootstrap`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from core.env import Task  # noqa: E402
+from core.harness import Endpoint, Harness, LaunchSpec  # noqa: E402
+
+BASE = "forgetui/base:bookworm"
+WORK = "mkdir -p /workspace && cd /workspace && echo hi > hello.txt && test \"$(cat hello.txt)\" = hi"
+
+
+class TrivialHarness(Harness):
+    """Writes hello.txt and exits: no model call, so the numbers are the engine's own."""
+
+    name = "trivial"
+    version = "1"
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        return LaunchSpec(command=["bash", "-c", "echo hi > hello.txt"])
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else float("nan")
+
+
+async def plain_loop(n: int, concurrency: int) -> tuple[float, list[float]]:
+    """`docker run --rm` n times, `concurrency` at once; returns (wall seconds, per-container seconds)."""
+    slots = asyncio.Semaphore(concurrency)
+    durations: list[float] = []
+
+    async def one() -> None:
+        async with slots:
+            t = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec(
+                "docker", "run", "--rm", "--network", "host", BASE, "bash", "-c", WORK, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            )
+            _, err = await proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"docker run failed: {err.decode()[-500:]}")
+            durations.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return time.perf_counter() - t0, durations
+
+
+def forgetui_run(n: int, concurrency: int, script: Path) -> tuple[float, list[float], dict]:
+    from core.config import load_config
+    from core.run import execute_run
+
+    config = load_config(
+        None,
+        [
+            "env.name=toy",
+            'env.tasks=["hello"]',
+            'harness.name="__main__:TrivialHarness"',
+            f'policy.backend="scripted:{script}"',
+            "runtime.kind=docker",
+            f"run.n_samples={n}",
+            f"run.concurrency={concurrency}",
+            "run.max_retries=0",
+        ],
+    )
+    t0 = time.perf_counter()
+    summary = asyncio.run(execute_run(config, ks=[1]))
+    wall = time.perf_counter() - t0
+    import duckdb
+
+    con = duckdb.connect(summary.store, read_only=True)
+    metas = [json.loads(m) for (m,) in con.execute("SELECT meta FROM rollouts WHERE status = 'done'").fetchall()]
+    (span, mean_total) = con.execute(
+        "SELECT epoch(max(ended_at)) - epoch(min(started_at)), avg(epoch(ended_at) - epoch(started_at)) FROM rollouts"
+    ).fetchone()
+    con.close()
+    starts = [m["timings"]["sandbox_start_s"] for m in metas]
+    phases = {k: statistics.mean(m["timings"][k] for m in metas) for k in metas[0]["timings"]} if metas else {}
+    out = summary.to_json()
+    out.update(span_s=span, mean_rollout_s=mean_total, phases=phases)
+    return wall, starts, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=64)
+    parser.add_argument("--concurrency", default="4,16")
+    args = parser.parse_args()
+    os.environ.setdefault("FORGETUI_HOME", tempfile.mkdtemp(prefix="forgetui-bench-home-"))
+    script = Path(os.environ["FORGETUI_HOME"]) / "script.json"
+    script.write_text(json.dumps({"turns": [{"text": "done"}]}))
+    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode != 0:
+        print(f"{BASE} is missing: run `forgetui images bootstrap` first", file=sys.stderr)
+        return 2
+    print(f"rollout throughput: {args.rollouts} trivial rollouts per setting; load average at start {os.getloadavg()}")
+    print(f"{'c':>3} {'path':<10} {'wall s':>8} {'rollouts/min':>13} {'start p50 s':>12} {'start p99 s':>12}")
+    verdict = True
+    for c in [int(x) for x in args.concurrency.split(",")]:
+        plain_wall, plain_d = asyncio.run(plain_loop(args.rollouts, c))
+        fw, starts, summary = forgetui_run(args.rollouts, c, script)
+        assert summary["passed"] == args.rollouts, summary
+        plain_rpm = args.rollouts / plain_wall * 60
+        f_rpm = args.rollouts / fw * 60
+        print(f"{c:>3} {'docker run':<10} {plain_wall:>8.1f} {plain_rpm:>13.1f} {pct(plain_d, .5):>12.3f} {pct(plain_d, .99):>12.3f}   (whole `docker run --rm` per rollout)")
+        print(f"{c:>3} {'forgetui':<10} {fw:>8.1f} {f_rpm:>13.1f} {pct(starts, .5):>12.3f} {pct(starts, .99):>12.3f}   (sandbox start only; max concurrent {summary['max_concurrent_sandboxes']})")
+        phases = " ".join(f"{k}={v:.3f}" for k, v in summary["phases"].items())
+        print(f"    forgetui: rollouts span {summary['span_s']:.1f} s of the {fw:.1f} s wall (start-up: proxy, tokenizer, store); mean rollout {summary['mean_rollout_s']:.2f} s: {phases}")
+        ratio = f_rpm / plain_rpm
+        ok = ratio >= 0.8
+        verdict &= ok
+        print(f"    ratio forgetui / plain loop at c={c}: {ratio:.2f}x  [{'PASS' if ok else 'FAIL'}] (floor 0.8x)")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of the forgetui process: {peak_mb:.0f} MB (includes the proxy, the tokenizer and the store)")
+    print(f"overall: {'PASS' if verdict else 'FAIL'}; load average at end {os.getloadavg()}")
+    return 0 if verdict else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

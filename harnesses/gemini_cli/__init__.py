@@ -1,0 +1,114 @@
+"""The `gemini-cli` harness: Google's Gemini CLI (npm `@google/gemini-cli`, runs on Node) against the proxy's Gemini API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.env import Task
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+from core.runtime.recipes import node_layer, npm_layer
+from harnesses import versions
+
+HOME_DIR = "/tmp/forgetui-gemini"  # GEMINI_CLI_HOME: Gemini CLI reads $GEMINI_CLI_HOME/.gemini/settings.json
+SETTINGS_PATH = f"{HOME_DIR}/.gemini/settings.json"
+BIN_PATH = "node_modules/@google/gemini-cli/bundle/gemini.js"
+# Gemini CLI's fatal exit codes (FatalError subclasses in the bundle)
+EXIT_MEANING = {
+    0: "finished",
+    1: "error",
+    41: "authentication is not configured (settings.json security.auth.selectedType)",
+    42: "bad input",
+    44: "sandbox error",
+    52: "config error",
+    53: "session turn limit reached",
+    54: "tool execution error",
+    130: "cancelled",
+}
+
+
+def settings(max_session_turns: int | None = None) -> dict[str, Any]:
+    """settings.json: API-key auth, and every update check, usage statistic and telemetry export off."""
+    out: dict[str, Any] = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False, "logPrompts": False},
+        "general": {
+            "enableAutoUpdate": False,
+            "enableAutoUpdateNotification": False,
+            "checkpointing": {"enabled": False},
+        },
+        "ide": {"enabled": False},
+    }
+    if max_session_turns is not None:
+        out["model"] = {"maxSessionTurns": int(max_session_turns)}
+    return out
+
+
+class GeminiCliHarness(Harness):
+    """Options: ``max_session_turns`` (unlimited), ``extra_args`` (list of more CLI flags)."""
+
+    name = "gemini-cli"
+    version = versions.version_of(versions.GEMINI_CLI)
+    protocols = ("gemini",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        turns = options.get("max_session_turns")
+        self.max_session_turns = int(turns) if turns is not None else None
+        self.extra_args = [str(a) for a in options.get("extra_args", [])]
+
+    def image_layer(self) -> ImageLayer:
+        node = node_layer(versions.NODE)
+        cli = npm_layer("gemini-cli", [versions.GEMINI_CLI], links={"gemini": BIN_PATH})
+        return ImageLayer("gemini-cli", node.dockerfile + cli.dockerfile, {}, {**node.dirs, **cli.dirs})
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        command = ["gemini", "-p", task.instruction, "-m", endpoint.model, "--yolo", "--skip-trust", "-o", "json", *self.extra_args]
+        env = {
+            "GEMINI_API_KEY": endpoint.token,
+            "GOOGLE_GEMINI_BASE_URL": endpoint.base_url,  # no /v1: the CLI adds /v1beta/models/...
+            "GEMINI_CLI_HOME": HOME_DIR,
+            "GEMINI_TELEMETRY_ENABLED": "false",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "NO_BROWSER": "true",
+            "CI": "1",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+        }
+        files = {SETTINGS_PATH: json.dumps(settings(self.max_session_turns), indent=2) + "\n"}
+        return LaunchSpec(command=command, env=env, files=files, workdir=workdir)
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        code = result.exit_code
+        meaning = "timed out" if result.timed_out else EXIT_MEANING.get(code, f"exit {code}")
+        report = parse_json_output(result.stdout)
+        error = report.get("error") if isinstance(report, dict) else None
+        ok = code == 0 and not result.timed_out and not error
+        if error:
+            detail = f"{meaning}: {error.get('type', 'error') if isinstance(error, dict) else ''} {error.get('message', error) if isinstance(error, dict) else error}"
+        elif report.get("response") is not None:
+            detail = f"{meaning}\n{str(report['response'])[-2000:]}"
+        else:
+            detail = f"{meaning}\n{(result.stderr or result.stdout)[-2000:]}"
+        return HarnessOutcome(ok=ok, detail=detail.strip())
+
+
+def parse_json_output(stdout: str) -> dict[str, Any]:
+    """The `-o json` report ({response, stats, error?}): the last JSON object in stdout, or {}."""
+    text = stdout.strip()
+    start = text.find("{")
+    while start >= 0:
+        try:
+            data = json.loads(text[start:])
+        except json.JSONDecodeError:
+            start = text.find("\n{", start + 1)
+            start = start + 1 if start >= 0 else -1
+            continue
+        return data if isinstance(data, dict) else {}
+    return {}
+
+
+__all__ = ["GeminiCliHarness", "parse_json_output", "settings"]

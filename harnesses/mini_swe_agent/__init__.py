@@ -1,0 +1,94 @@
+"""The `mini-swe-agent` harness: SWE-agent's minimal bash-only agent (PyPI `mini-swe-agent`) over chat completions."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from core.env import Task
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+from core.runtime.recipes import pip_layer
+from harnesses import versions
+
+RUN_DIR = "/tmp/forgetui-mini"
+TRAJECTORY_PATH = f"{RUN_DIR}/traj.json"
+CONFIG_DIR = f"{RUN_DIR}/config"  # MSWEA_GLOBAL_CONFIG_DIR: keeps its .env out of the task's way
+CLI_MODULE = "minisweagent.run.mini"  # the `mini` console script is minisweagent.run.mini:app
+STATUS_MARK = "forgetui-mini-exit-status:"
+# mini exits 0 whatever happened; after it ends the launcher prints the trajectory's exit status
+LAUNCHER = (
+    'mini "$@"; rc=$?; '
+    "python3 -c 'import json, sys; print(\"" + STATUS_MARK + " \" + json.load(open(sys.argv[1]))[\"info\"][\"exit_status\"])' "
+    + TRAJECTORY_PATH
+    + " 2>/dev/null || echo '"
+    + STATUS_MARK
+    + " NoTrajectory'; exit $rc"
+)
+_STATUS_RE = re.compile(re.escape(STATUS_MARK) + r" *(\S*)")
+
+
+class MiniSweAgentHarness(Harness):
+    """Options: ``step_limit`` (0: none), ``command_timeout`` (60 s a command), ``retries`` (3 model-call attempts), ``extra_config`` (more `-c key=value` specs)."""
+
+    name = "mini-swe-agent"
+    version = versions.version_of(versions.MINI_SWE_AGENT)
+    protocols = ("chat",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.step_limit = int(options.get("step_limit", 0))
+        self.command_timeout = int(options.get("command_timeout", 60))
+        self.retries = int(options.get("retries", 3))
+        self.extra_config = [str(c) for c in options.get("extra_config", [])]
+
+    def image_layer(self) -> ImageLayer:
+        return pip_layer("mini-swe-agent", [versions.MINI_SWE_AGENT], scripts={"mini": CLI_MODULE})
+
+    def config_specs(self, task: Task, endpoint: Endpoint, workdir: str) -> list[str]:
+        """The `-c` specs: the built-in mini.yaml, then our overrides (key=value, values parsed as JSON)."""
+        specs = [
+            "mini.yaml",
+            f"model.model_kwargs.api_base={endpoint.openai_base}",
+            f"environment.cwd={workdir}",
+            f"environment.timeout={self.command_timeout}",
+            f"agent.step_limit={self.step_limit}",
+        ]
+        if task.timeout_s:
+            specs.append(f"agent.wall_time_limit_seconds={int(task.timeout_s)}")
+        return specs + self.extra_config
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        args = ["-m", f"openai/{endpoint.model}", "-t", task.instruction, "--yolo", "--exit-immediately", "--cost-limit", "0"]
+        for spec in self.config_specs(task, endpoint, workdir):
+            args += ["-c", spec]
+        args += ["-o", TRAJECTORY_PATH]
+        env = {
+            "OPENAI_API_KEY": endpoint.token,
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            "MSWEA_GLOBAL_CONFIG_DIR": CONFIG_DIR,
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": str(max(1, self.retries)),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the model cost map from GitHub
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+        }
+        return LaunchSpec(command=["sh", "-c", LAUNCHER, "mini", *args], env=env, workdir=workdir)
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        status = exit_status(result.stdout)
+        ok = result.exit_code == 0 and not result.timed_out and status == "Submitted"
+        head = "timed out" if result.timed_out else f"exit {result.exit_code}, exit_status {status or 'unknown'}"
+        return HarnessOutcome(ok=ok, detail=f"{head}\n{(result.stderr or result.stdout)[-2000:]}".strip())
+
+
+def exit_status(stdout: str) -> str | None:
+    """The trajectory's exit status the launcher printed (Submitted, LimitsExceeded, RepeatedFormatError, ...)."""
+    found = _STATUS_RE.findall(stdout or "")
+    return found[-1] or None if found else None
+
+
+__all__ = ["MiniSweAgentHarness", "exit_status"]

@@ -1,0 +1,138 @@
+"""The mini-swe-agent harness: what launch() generates, how outcome() reads the trajectory status, and real runs in Docker."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from core.env import Task
+from core.harness import Endpoint
+from core.registry import load_harness
+from core.runtime.base import ExecResult
+from harnesses import versions
+from harnesses.mini_swe_agent import (
+    CLI_MODULE,
+    LAUNCHER,
+    STATUS_MARK,
+    TRAJECTORY_PATH,
+    MiniSweAgentHarness,
+    exit_status,
+)
+from tests.harness_e2e import run_hello
+
+HELLO = Task(id="hello", instruction="Create a file hello.txt containing hi in the workspace", timeout_s=120)
+ENDPOINT = Endpoint(base_url="http://127.0.0.1:8123/r/tok-abc", token="tok-abc", model="policy")
+# mini-swe-agent only finishes when the model runs the submit command on its own
+SCRIPT = [
+    {"tool": "shell", "command": "echo hi > hello.txt"},
+    {"tool": "shell", "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
+    {"text": "Done."},
+]
+
+
+def pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def test_registered_with_pinned_version() -> None:
+    harness = load_harness("mini-swe-agent")
+    assert isinstance(harness, MiniSweAgentHarness)
+    assert harness.protocols == ("chat",)
+    assert harness.version == "2.4.6" == versions.version_of(versions.MINI_SWE_AGENT)
+
+
+def test_launch_command_is_headless_and_points_at_the_proxy() -> None:
+    spec = MiniSweAgentHarness(step_limit=7, command_timeout=20).launch(HELLO, ENDPOINT, "/workspace")
+    assert spec.command[:3] == ["sh", "-c", LAUNCHER] and spec.command[3] == "mini"
+    argv = spec.command[4:]
+    assert pairs(argv, "-m") == ["openai/policy"]
+    assert pairs(argv, "-t") == [HELLO.instruction]
+    assert {"--yolo", "--exit-immediately"} <= set(argv)
+    assert pairs(argv, "--cost-limit") == ["0"] and pairs(argv, "-o") == [TRAJECTORY_PATH]
+    specs = pairs(argv, "-c")
+    assert specs[0] == "mini.yaml"  # the built-in config first: -c replaces the default
+    assert "model.model_kwargs.api_base=http://127.0.0.1:8123/r/tok-abc/v1" in specs
+    assert {"environment.cwd=/workspace", "environment.timeout=20", "agent.step_limit=7", "agent.wall_time_limit_seconds=120"} <= set(specs)
+    assert spec.workdir == "/workspace" and spec.files == {}
+    env = spec.env
+    assert env["OPENAI_API_KEY"] == "tok-abc"
+    assert env["MSWEA_CONFIGURED"] == "true" and env["MSWEA_COST_TRACKING"] == "ignore_errors"
+    assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"  # no cost-map fetch from GitHub
+    assert env["MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT"] == "3"
+
+
+def test_config_specs_parse_as_mini_does() -> None:
+    """mini reads `key=value` specs with json.loads on the value: numbers must come out as numbers."""
+    import json
+
+    specs = MiniSweAgentHarness().config_specs(HELLO, ENDPOINT, "/workspace")
+    values = {s.split("=", 1)[0]: s.split("=", 1)[1] for s in specs if "=" in s}
+    assert json.loads(values["environment.timeout"]) == 60
+    assert json.loads(values["agent.step_limit"]) == 0
+    assert values["model.model_kwargs.api_base"].endswith("/v1")
+    no_timeout = MiniSweAgentHarness().config_specs(Task(id="t", instruction="x"), ENDPOINT, "/w")
+    assert not any(s.startswith("agent.wall_time_limit_seconds") for s in no_timeout)
+
+
+def test_image_layer_wraps_the_console_script_module(monkeypatch, tmp_path) -> None:
+    import core.runtime.recipes as recipes
+
+    asked: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(recipes, "pip_tree", lambda name, reqs: asked.append((name, reqs)) or tmp_path / name)
+    layer = MiniSweAgentHarness().image_layer()
+    assert asked == [("mini-swe-agent", [versions.MINI_SWE_AGENT])]
+    assert f"python3 -m {CLI_MODULE}" in layer.dockerfile and "/usr/local/bin/mini" in layer.dockerfile
+
+
+def test_launcher_reports_the_trajectory_exit_status(tmp_path) -> None:
+    """The launcher runs mini, then prints the trajectory's exit status and keeps mini's exit code."""
+    traj = tmp_path / "traj.json"
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "mini").write_text(f"#!/bin/sh\necho '{{\"info\": {{\"exit_status\": \"Submitted\"}}}}' > {traj}\nexit 3\n")
+    (fake_bin / "mini").chmod(0o755)
+    script = LAUNCHER.replace(TRAJECTORY_PATH, str(traj))
+    out = subprocess.run(["sh", "-c", script, "mini"], capture_output=True, text=True, env={"PATH": f"{fake_bin}:/usr/bin:/bin"})
+    assert out.returncode == 3 and exit_status(out.stdout) == "Submitted"
+    traj.unlink()
+    (fake_bin / "mini").write_text("#!/bin/sh\nexit 0\n")
+    out = subprocess.run(["sh", "-c", script, "mini"], capture_output=True, text=True, env={"PATH": f"{fake_bin}:/usr/bin:/bin"})
+    assert out.returncode == 0 and exit_status(out.stdout) == "NoTrajectory"
+
+
+def test_outcome_needs_a_submitted_trajectory() -> None:
+    h = MiniSweAgentHarness()
+    assert h.outcome(ExecResult(0, f"...\n{STATUS_MARK} Submitted\n", "")).ok
+    limits = h.outcome(ExecResult(0, f"{STATUS_MARK} LimitsExceeded\n", ""))
+    assert not limits.ok and "LimitsExceeded" in limits.detail
+    assert not h.outcome(ExecResult(0, f"{STATUS_MARK} RepeatedFormatError\n", "")).ok
+    assert not h.outcome(ExecResult(1, f"{STATUS_MARK} APIConnectionError\n", "Traceback")).ok
+    assert not h.outcome(ExecResult(0, "no status line", "")).ok
+    assert not h.outcome(ExecResult(-1, f"{STATUS_MARK} Submitted\n", "", timed_out=True)).ok
+    assert exit_status("") is None
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1200)  # a cold image build copies the ~550 MB pip tree
+def test_scripted_hello_end_to_end(docker_client, base_image, tmp_path) -> None:
+    res = run_hello("mini-swe-agent", "scripted", tmp_path, script=SCRIPT)
+    assert res.rollout["status"] == "done", (res.rollout["error"], res.rollout["meta"])
+    assert res.rollout["passed"] is True and res.rollout["reward"] == 1.0
+    assert len(res.calls) >= 2
+    for call in res.calls:
+        assert call["api"] == "chat" and call["status"] == "ok", call["error"]
+        assert call["prompt_tokens"] > 0 and call["completion_tokens"] > 0
+    print(f"mini-swe-agent: {len(res.calls)} calls, merged={res.merged}, meta={res.rollout['meta']}")
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.timeout(1200)
+def test_tiny_model_plumbing_holds(docker_client, base_image, tmp_path) -> None:
+    res = run_hello("mini-swe-agent", "builtin:tiny", tmp_path, timeout_s=240)
+    assert res.rollout["status"] != "infra_error", (res.rollout["error"], res.rollout["meta"])
+    assert res.calls, res.rollout["meta"]
+    for call in res.calls:
+        assert call["api"] == "chat" and call["status"] == "ok", call["error"]
+    print(f"mini-swe-agent tiny: {len(res.calls)} calls, merged={res.merged}, meta={res.rollout['meta']}")
