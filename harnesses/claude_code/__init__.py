@@ -1,0 +1,166 @@
+"""The `claude-code` harness: Anthropic's Claude Code (native binary from npm), headless `claude -p`.
+
+Claude Code speaks Anthropic Messages to ANTHROPIC_BASE_URL (no /v1). A known model id
+(`claude-sonnet-4-5`, mapped to the policy by the proxy) plus the switches below give a plain
+Messages body: no thinking, no prompt caching, no experimental betas; telemetry, error reporting,
+auto-update and every other non-essential call are off.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.env import Task
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+from harnesses import versions
+
+BINARY = "node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+RUN_DIR = "/tmp/forgetui-claude"
+CONFIG_DIR = "/root/.claude-forgetui"  # CLAUDE_CONFIG_DIR: settings and state of this run only
+SETTINGS_PATH = f"{CONFIG_DIR}/settings.json"
+INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
+DEFAULT_MODEL = "claude-sonnet-4-5"  # a known id gives the plain request shape; the proxy serves the policy
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_UPGRADE_COMMAND": "1",
+    "DISABLE_COST_WARNINGS": "1",
+    "CLAUDE_CODE_ENABLE_TELEMETRY": "0",
+    "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
+    "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+    "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
+    "CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL": "1",
+}
+PLAIN_BODY_ENV = {
+    "CLAUDE_CODE_DISABLE_THINKING": "1",
+    "MAX_THINKING_TOKENS": "0",
+    "DISABLE_INTERLEAVED_THINKING": "1",
+    "DISABLE_PROMPT_CACHING": "1",
+    "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
+}
+
+
+class ClaudeCodeHarness(Harness):
+    """Options: ``model`` (claude-sonnet-4-5: the id Claude Code is told), ``max_output_tokens`` (4096),
+    ``max_turns`` (unset), ``tools`` (list of built-in tool names; unset = all), ``api_timeout_ms`` (600000),
+    ``max_retries`` (1), ``extra_args`` (list of extra `claude` args)."""
+
+    name = "claude-code"
+    version = versions.version_of(versions.CLAUDE_CODE)
+    protocols = ("messages",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.model = str(options.get("model", DEFAULT_MODEL))
+        self.max_output_tokens = int(options.get("max_output_tokens", DEFAULT_MAX_OUTPUT_TOKENS))
+        self.max_turns = options.get("max_turns")
+        self.tools = options.get("tools")
+        self.api_timeout_ms = int(options.get("api_timeout_ms", 600_000))
+        self.max_retries = int(options.get("max_retries", 1))
+        self.extra_args = [str(a) for a in options.get("extra_args", [])]
+
+    def image_layer(self) -> ImageLayer:
+        # the native binary needs no Node at run time
+        from core.runtime.recipes import npm_layer
+
+        return npm_layer("claude-code", [versions.CLAUDE_CODE], links={"claude": BINARY})
+
+    def settings(self) -> dict[str, Any]:
+        """settings.json in CLAUDE_CONFIG_DIR: no update channel, no co-author lines, permissions bypassed."""
+        return {
+            "autoUpdates": False,
+            "includeCoAuthoredBy": False,
+            "permissions": {"defaultMode": "bypassPermissions"},
+        }
+
+    def environment(self, endpoint: Endpoint) -> dict[str, str]:
+        """The process environment: proxy, key, model names, quiet and plain-body switches."""
+        return {
+            "ANTHROPIC_BASE_URL": endpoint.base_url,
+            "ANTHROPIC_API_KEY": endpoint.token,
+            "ANTHROPIC_MODEL": self.model,
+            "ANTHROPIC_SMALL_FAST_MODEL": self.model,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": self.model,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": self.model,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": self.model,
+            "CLAUDE_CODE_SUBAGENT_MODEL": self.model,
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(self.max_output_tokens),
+            "API_TIMEOUT_MS": str(self.api_timeout_ms),
+            "CLAUDE_CODE_MAX_RETRIES": str(self.max_retries),
+            "CLAUDE_CONFIG_DIR": CONFIG_DIR,
+            "IS_SANDBOX": "1",  # --dangerously-skip-permissions refuses to run as root without it
+            **QUIET_ENV,
+            **PLAIN_BODY_ENV,
+        }
+
+    def cli_args(self) -> list[str]:
+        """`claude` arguments; the prompt is read from stdin, which is the instruction file."""
+        args = [
+            "-p",
+            "--output-format", "json",
+            "--dangerously-skip-permissions",
+            "--no-session-persistence",
+            "--model", self.model,
+            "--settings", SETTINGS_PATH,
+        ]  # fmt: skip
+        if self.max_turns is not None:
+            args += ["--max-turns", str(int(self.max_turns))]
+        if self.tools is not None:
+            args += ["--tools", ",".join(self.tools) if not isinstance(self.tools, str) else self.tools]
+        return args + self.extra_args
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        # Claude Code works in its process cwd; stdin is the instruction file, never a terminal
+        script = f'cd "$1" && shift && exec claude "$@" < {INSTRUCTION_PATH}'
+        return LaunchSpec(
+            command=["sh", "-c", script, "claude", workdir, *self.cli_args()],
+            env=self.environment(endpoint),
+            files={SETTINGS_PATH: json.dumps(self.settings(), indent=2) + "\n", INSTRUCTION_PATH: task.instruction},
+            workdir=workdir,
+        )
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        return claude_outcome(result)
+
+
+def claude_result(stdout: str) -> dict[str, Any] | None:
+    """The `{"type": "result", ...}` object `--output-format json` prints (last one wins)."""
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and obj.get("type") == "result":
+            return obj
+    try:
+        obj = json.loads(stdout)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("type") == "result" else None
+
+
+def claude_outcome(result: ExecResult) -> HarnessOutcome:
+    """ok when Claude Code exited 0 with a result that is not an error."""
+    tail = (result.stderr or result.stdout)[-2000:]
+    if result.timed_out:
+        return HarnessOutcome(False, f"timed out\n{tail}".strip())
+    res = claude_result(result.stdout)
+    if res is None:
+        return HarnessOutcome(False, f"exit {result.exit_code}: no JSON result on stdout\n{tail}".strip())
+    summary = f"{res.get('subtype', '?')} after {res.get('num_turns', '?')} turns"
+    text = str(res.get("result") or res.get("errors") or "")[-1000:]
+    ok = result.exit_code == 0 and not res.get("is_error") and res.get("subtype") == "success"
+    detail = f"{summary}: {text}" if ok else f"exit {result.exit_code}, {summary}: {text}\n{result.stderr[-1000:]}".strip()
+    return HarnessOutcome(ok, detail)
+
+
+__all__ = ["ClaudeCodeHarness", "claude_outcome", "claude_result"]

@@ -1,0 +1,186 @@
+"""The `codex` harness: OpenAI's Codex CLI (native musl binary from npm), headless `codex exec`.
+
+Codex speaks only the OpenAI Responses API and ignores OPENAI_BASE_URL, so the proxy is a custom
+model provider in $CODEX_HOME/config.toml. Plugins, analytics, update checks, web search and the
+multi-agent/goal/app tools are off: the model sees a few plain function tools (`exec_command`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.env import Task
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+from harnesses import versions
+
+BINARY = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+RG = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-path/rg"
+RUN_DIR = "/tmp/forgetui-codex"
+CODEX_HOME = "/root/.codex"  # not under /tmp: Codex refuses to create its helper aliases there
+CONFIG_PATH = f"{CODEX_HOME}/config.toml"
+INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
+LAST_MESSAGE_PATH = f"{RUN_DIR}/last-message.txt"
+API_KEY_ENV = "FORGE_API_KEY"
+PROVIDER = "forge"
+DEFAULT_CONTEXT_WINDOW = 32768
+# quiet (no plugin, analytics or update traffic) and a small plain tool set
+QUIET_FLAGS = (
+    "--disable", "plugins",
+    "--disable", "remote_plugin",
+    "--disable", "goals",
+    "--disable", "apps",
+    "-c", "analytics.enabled=false",
+    "-c", 'web_search="disabled"',
+    "-c", "agents.enabled=false",
+)  # fmt: skip
+
+
+def _toml_value(value: Any) -> str:
+    """A TOML literal for a str/bool/int/float (JSON string escapes are valid TOML basic strings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def to_toml(top: dict[str, Any], tables: dict[str, dict[str, Any]]) -> str:
+    """A flat TOML document: top-level keys, then one `[table]` per entry (dotted names allowed)."""
+    lines = [f"{key} = {_toml_value(value)}" for key, value in top.items()]
+    for name, body in tables.items():
+        lines += ["", f"[{name}]"] + [f"{key} = {_toml_value(value)}" for key, value in body.items()]
+    return "\n".join(lines) + "\n"
+
+
+class CodexHarness(Harness):
+    """Options: ``context_window`` (32768), ``reasoning_effort`` (unset), ``stream_idle_timeout_ms`` (600000),
+    ``request_max_retries`` (1), ``stream_max_retries`` (1), ``extra_args`` (list of extra `codex exec` args)."""
+
+    name = "codex"
+    version = versions.version_of(versions.CODEX)
+    protocols = ("responses",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.context_window = int(options.get("context_window", DEFAULT_CONTEXT_WINDOW))
+        self.reasoning_effort = options.get("reasoning_effort")
+        self.stream_idle_timeout_ms = int(options.get("stream_idle_timeout_ms", 600_000))
+        self.request_max_retries = int(options.get("request_max_retries", 1))
+        self.stream_max_retries = int(options.get("stream_max_retries", 1))
+        self.extra_args = [str(a) for a in options.get("extra_args", [])]
+
+    def image_layer(self) -> ImageLayer:
+        # the native binary runs without Node; rg is what Codex's own tools search with
+        from core.runtime.recipes import npm_layer
+
+        return npm_layer("codex", [versions.CODEX], links={"codex": BINARY, "rg": RG})
+
+    def config_toml(self, endpoint: Endpoint) -> str:
+        """$CODEX_HOME/config.toml: the proxy as the only provider, approvals and telemetry off."""
+        top: dict[str, Any] = {
+            "model": endpoint.model,
+            "model_provider": PROVIDER,
+            "model_context_window": self.context_window,
+            "approval_policy": "never",
+            "sandbox_mode": "danger-full-access",
+            "check_for_update_on_startup": False,
+            "web_search": "disabled",
+        }
+        if self.reasoning_effort:
+            top["model_reasoning_effort"] = str(self.reasoning_effort)
+        tables = {
+            f"model_providers.{PROVIDER}": {
+                "name": "forgetui recording proxy",
+                "base_url": endpoint.openai_base,
+                "env_key": API_KEY_ENV,
+                "wire_api": "responses",
+                "request_max_retries": self.request_max_retries,
+                "stream_max_retries": self.stream_max_retries,
+                "stream_idle_timeout_ms": self.stream_idle_timeout_ms,
+            },
+            "analytics": {"enabled": False},
+            "feedback": {"enabled": False},
+            "features": {"plugins": False, "remote_plugin": False, "goals": False, "apps": False},
+            "agents": {"enabled": False},  # no subagent tools (replaces the deprecated features.multi_agent)
+        }
+        return to_toml(top, tables)
+
+    def exec_args(self, endpoint: Endpoint, workdir: str) -> list[str]:
+        """`codex exec` arguments; the prompt is read from stdin (`-`), which is the instruction file."""
+        return [
+            "exec",
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--json",
+            "--color", "never",
+            "-C", workdir,
+            "-o", LAST_MESSAGE_PATH,
+            *QUIET_FLAGS,
+            "-c", f"model_context_window={self.context_window}",
+            "-m", endpoint.model,
+            *self.extra_args,
+            "-",
+        ]  # fmt: skip
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        # stdin is the instruction file: never a terminal Codex could wait on
+        script = f'exec codex "$@" < {INSTRUCTION_PATH}'
+        return LaunchSpec(
+            command=["sh", "-c", script, "codex", *self.exec_args(endpoint, workdir)],
+            env={
+                "CODEX_HOME": CODEX_HOME,
+                API_KEY_ENV: endpoint.token,
+                "NO_COLOR": "1",
+                "RUST_LOG": "error",
+            },
+            files={CONFIG_PATH: self.config_toml(endpoint), INSTRUCTION_PATH: task.instruction},
+            workdir=workdir,
+        )
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        return codex_outcome(result)
+
+
+def codex_events(stdout: str) -> list[dict[str, Any]]:
+    """The JSONL events `codex exec --json` printed (other lines skipped)."""
+    events = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+    return events
+
+
+def _error_text(event: dict[str, Any]) -> str:
+    err = event.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err or event.get("message") or event)
+
+
+def codex_outcome(result: ExecResult) -> HarnessOutcome:
+    """ok when Codex exited 0 and its event stream completed a turn without an error event."""
+    tail = (result.stderr or result.stdout)[-2000:]
+    if result.timed_out:
+        return HarnessOutcome(False, f"timed out\n{tail}".strip())
+    events = codex_events(result.stdout)
+    kinds = [str(e.get("type", "")) for e in events]
+    errors = [_error_text(e) for e in events if e.get("type") in ("turn.failed", "error")]
+    completed = "turn.completed" in kinds
+    if result.exit_code == 0 and completed and not errors:
+        answer = next((e["item"].get("text", "") for e in reversed(events) if e.get("type") == "item.completed" and isinstance(e.get("item"), dict) and e["item"].get("type") == "agent_message"), "")
+        return HarnessOutcome(True, f"turn completed ({kinds.count('item.completed')} items): {answer[-500:]}")
+    why = "; ".join(errors[-3:]) or ("no turn completed" if not completed else f"exit {result.exit_code}")
+    return HarnessOutcome(False, f"exit {result.exit_code}: {why}\n{tail}".strip())
+
+
+__all__ = ["CodexHarness", "codex_events", "codex_outcome", "to_toml"]
