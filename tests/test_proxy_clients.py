@@ -179,3 +179,15 @@ def test_template_without_tool_support_gets_hermes_tools_in_system(tiny_tokenize
     assert '"name": "bash"' in first and "<tool_call>" in first and first.startswith("<|im_start|>system\n# Tools")
     longer = render_chat(plain, [*msgs, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}], [SHELL_TOOL], add_generation_prompt=True)
     assert longer.startswith(render_chat(plain, msgs, [SHELL_TOOL], add_generation_prompt=False))
+
+
+def test_a_cap_the_proxy_imposed_is_not_incomplete_for_codex(live_proxy):
+    """Codex fails a turn on `response.incomplete`: only a limit the client asked for may surface as one."""
+    proxy = live_proxy("builtin:tiny?max_tokens=3")
+    client = openai.OpenAI(base_url=proxy.base + "/v1", api_key="unused")
+    ours = list(client.responses.create(model="m", input="hi", stream=True, temperature=0))
+    assert ours[-1].type == "response.completed" and ours[-1].response.status == "completed"
+    theirs = list(client.responses.create(model="m", input="hi", stream=True, temperature=0, max_output_tokens=3))
+    assert theirs[-1].type == "response.incomplete" and theirs[-1].response.incomplete_details.reason == "max_output_tokens"
+    rows = proxy.rows("SELECT finish_reason, len(completion_token_ids) FROM calls ORDER BY seq")
+    assert rows == [("length", 3), ("length", 3)]  # the store keeps the truth either way
