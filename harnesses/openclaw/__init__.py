@@ -1,0 +1,134 @@
+"""The `openclaw` harness: OpenClaw's embedded agent (`openclaw agent exec`, Node 24), in any of three wire protocols.
+
+Option ``api`` picks how OpenClaw talks to the proxy: ``openai-completions`` (default, chat),
+``openai-responses`` (responses) or ``anthropic-messages`` (messages): three ways to train the same harness.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.env import Task
+from core.errors import ConfigError
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+from core.runtime.recipes import node_npm_layer
+from harnesses import versions
+
+RUN_DIR = "/tmp/forgetui-openclaw"
+CONFIG_PATH = f"{RUN_DIR}/openclaw.json"
+PROMPT_PATH = f"{RUN_DIR}/prompt.md"
+PROVIDER = "forge"
+CLI_PATH = "node_modules/openclaw/openclaw.mjs"
+APIS = {"openai-completions": "chat", "openai-responses": "responses", "anthropic-messages": "messages"}
+EXIT_MEANING = {0: "ok", 1: "error", 2: "agent deadline reached"}
+DEFAULT_TIMEOUT_S = 600
+QUIET_ENV = {
+    "OPENCLAW_NO_AUTO_UPDATE": "1",
+    "OPENCLAW_SKIP_STARTUP_MODEL_PREWARM": "1",
+    "OPENCLAW_SKIP_BROWSER_CONTROL_SERVER": "1",
+    "OPENCLAW_SKIP_CANVAS_HOST": "1",
+    "OPENCLAW_SKIP_GMAIL_WATCHER": "1",
+    "NO_COLOR": "1",
+}
+
+
+def envelope(stdout: str) -> dict[str, Any] | None:
+    """The `--json` result envelope (one pretty-printed JSON object) from OpenClaw's stdout."""
+    text = stdout.strip()
+    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n" and text[i + 1 : i + 2] == "{"]
+    decoder = json.JSONDecoder()
+    for start in reversed(starts):
+        try:
+            value, _ = decoder.raw_decode(text[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+class OpenClawHarness(Harness):
+    """Options: ``api`` (openai-completions), ``context_window`` (32768), ``max_tokens`` (4096), ``timeout_s``."""
+
+    name = "openclaw"
+    version = versions.version_of(versions.OPENCLAW)
+    protocols = ("chat", "responses", "messages")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.api = str(options.get("api", "openai-completions"))
+        if self.api not in APIS:
+            raise ConfigError(f"openclaw option api={self.api!r} is not one of {', '.join(APIS)}")
+        self.context_window = int(options.get("context_window", 32768))
+        self.max_tokens = int(options.get("max_tokens", 4096))
+        self.timeout_s = options.get("timeout_s")
+
+    @property
+    def protocol(self) -> str:
+        """The proxy protocol this instance's calls arrive in (chat, responses or messages)."""
+        return APIS[self.api]
+
+    def image_layer(self) -> ImageLayer:
+        # OpenClaw's install scripts refuse the host's Node 20: it is installed with the Node 24 it runs on
+        return node_npm_layer("openclaw", versions.NODE, [versions.OPENCLAW], links={"openclaw": CLI_PATH})
+
+    def config(self, endpoint: Endpoint) -> dict[str, Any]:
+        """The pinned OpenClaw config (JSON is valid JSON5): one `forge` provider, models replaced."""
+        model = {
+            "id": endpoint.model,
+            "name": endpoint.model,
+            "reasoning": False,
+            "input": ["text"],
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+            "contextWindow": self.context_window,
+            "maxTokens": self.max_tokens,
+        }
+        base = endpoint.base_url if self.api == "anthropic-messages" else endpoint.openai_base
+        provider = {"baseUrl": base, "apiKey": endpoint.token, "api": self.api, "models": [model]}
+        return {
+            "models": {"mode": "replace", "providers": {PROVIDER: provider}},
+            "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{endpoint.model}"}}},
+        }
+
+    def deadline(self, task: Task) -> int:
+        """OpenClaw's own agent deadline in seconds (the task's, else the option, else 600)."""
+        return max(1, int(task.timeout_s or self.timeout_s or DEFAULT_TIMEOUT_S))
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        command = [
+            "openclaw", "agent", "exec",
+            "--config", CONFIG_PATH,
+            "--model", f"{PROVIDER}/{endpoint.model}",
+            "--cwd", workdir,
+            "--json",
+            "--thinking", "off",
+            "--timeout", str(self.deadline(task)),
+            "--message-file", PROMPT_PATH,
+        ]  # fmt: skip
+        files: dict[str, bytes | str] = {
+            CONFIG_PATH: json.dumps(self.config(endpoint), indent=2) + "\n",
+            PROMPT_PATH: task.instruction,
+        }
+        return LaunchSpec(command=command, env=dict(QUIET_ENV), files=files, workdir=workdir)
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        tail = (result.stderr or "")[-1500:]
+        if result.timed_out:
+            return HarnessOutcome(False, f"timed out\n{tail}".strip())
+        env = envelope(result.stdout) or {}
+        meaning = EXIT_MEANING.get(result.exit_code, f"exit {result.exit_code}")
+        status = env.get("status", "no JSON envelope")
+        ok = result.exit_code == 0 and env.get("ok") is True
+        detail = f"{meaning}; status {status}"
+        error = env.get("error")
+        if isinstance(error, dict):  # {"message": ..., "kind": ...}
+            error = error.get("message") or error.get("kind")
+        if error:
+            detail += f": {error}"
+        return HarnessOutcome(ok, detail if ok else f"{detail}\n{tail}".strip())
+
+
+__all__ = ["OpenClawHarness", "envelope"]

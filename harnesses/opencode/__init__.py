@@ -1,0 +1,136 @@
+"""The `opencode` harness: sst's opencode (npm `opencode-ai`, a Bun binary), chat completions, `opencode run`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.env import Task
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.runtime.base import ExecResult
+from core.runtime.images import ImageLayer
+from core.runtime.recipes import npm_layer
+from harnesses import versions
+
+RUN_DIR = "/tmp/forgetui-opencode"
+CONFIG_HOME = f"{RUN_DIR}/config"  # XDG_CONFIG_HOME; opencode reads $XDG_CONFIG_HOME/opencode/opencode.json
+CONFIG_DIR = f"{CONFIG_HOME}/opencode"
+PROVIDER = "forge"
+BINARY_PATH = "node_modules/opencode-ai/bin/opencode.exe"  # the postinstall puts the native Bun binary here
+DEFAULT_TITLE = "forgetui"
+QUIET_ENV = {
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    "OPENCODE_DISABLE_EMBEDDED_WEB_UI": "1",
+    "OPENCODE_DISABLE_TERMINAL_TITLE": "1",
+}
+# opencode runs `npm install @opencode-ai/plugin` in every config dir on every run unless the dir
+# already has node_modules/ and a lockfile naming that package: these make it a no-op (no registry call).
+PLUGIN_LOCK = {
+    "name": "opencode-config",
+    "lockfileVersion": 3,
+    "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}},
+}
+
+
+def json_events(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines output, skipping lines that are not JSON objects."""
+    events = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+    return events
+
+
+def error_message(event: dict[str, Any]) -> str:
+    """A readable line for one `{"type": "error"}` event."""
+    error = event.get("error") or {}
+    data = error.get("data") if isinstance(error, dict) else None
+    message = data.get("message") if isinstance(data, dict) else None
+    name = error.get("name") if isinstance(error, dict) else None
+    return ": ".join(str(p) for p in (name, message or error) if p)
+
+
+class OpenCodeHarness(Harness):
+    """Options: ``context_window`` (32768), ``max_tokens`` (4096), ``title_call`` (False: pass --title so no title call)."""
+
+    name = "opencode"
+    version = versions.version_of(versions.OPENCODE)
+    protocols = ("chat",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.context_window = int(options.get("context_window", 32768))
+        self.max_tokens = int(options.get("max_tokens", 4096))
+        self.title_call = bool(options.get("title_call", False))
+
+    def image_layer(self) -> ImageLayer:
+        return npm_layer("opencode", [versions.OPENCODE], links={"opencode": BINARY_PATH})
+
+    def config(self, endpoint: Endpoint) -> dict[str, Any]:
+        """opencode.json: one `forge` provider (@ai-sdk/openai-compatible, bundled in the binary)."""
+        model = {"name": endpoint.model, "limit": {"context": self.context_window, "output": self.max_tokens}}
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": PROVIDER,
+            "options": {"baseURL": endpoint.openai_base, "apiKey": endpoint.token},
+            "models": {endpoint.model: model},
+        }
+        return {
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": False,
+            "share": "disabled",
+            "provider": {PROVIDER: provider},
+            "model": f"{PROVIDER}/{endpoint.model}",
+        }
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        command = [
+            "opencode",
+            "run",
+            "--auto",
+            "--format",
+            "json",
+            "-m",
+            f"{PROVIDER}/{endpoint.model}",
+            "--dir",
+            workdir,
+        ]
+        if not self.title_call:
+            command += ["--title", DEFAULT_TITLE]  # a given title skips the extra title-generation call
+        env = {
+            "XDG_CONFIG_HOME": CONFIG_HOME,
+            "XDG_DATA_HOME": f"{RUN_DIR}/data",
+            "XDG_CACHE_HOME": f"{RUN_DIR}/cache",
+            "XDG_STATE_HOME": f"{RUN_DIR}/state",
+            **QUIET_ENV,
+        }
+        files: dict[str, bytes | str] = {
+            f"{CONFIG_DIR}/opencode.json": json.dumps(self.config(endpoint), indent=2) + "\n",
+            f"{CONFIG_DIR}/package-lock.json": json.dumps(PLUGIN_LOCK) + "\n",
+            f"{CONFIG_DIR}/node_modules/.keep": "",
+        }
+        return LaunchSpec(command=[*command, task.instruction], env=env, files=files, workdir=workdir)
+
+    def outcome(self, result: ExecResult) -> HarnessOutcome:
+        tail = (result.stderr or "")[-1500:]
+        if result.timed_out:
+            return HarnessOutcome(False, f"timed out\n{tail}".strip())
+        errors = [error_message(e) for e in json_events(result.stdout) if e.get("type") == "error"]
+        if result.exit_code != 0 or errors:
+            why = errors[-1] if errors else "no error event"
+            return HarnessOutcome(False, f"exit {result.exit_code}: {why}\n{tail}".strip())
+        return HarnessOutcome(True, "finished")
+
+
+__all__ = ["OpenCodeHarness", "error_message", "json_events"]
