@@ -64,7 +64,7 @@ def test_image_layer_links_the_native_binary(monkeypatch, tmp_path) -> None:
     import core.runtime.recipes as recipes
 
     asked: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(recipes, "npm_tree", lambda name, packages: asked.append((name, packages)) or tmp_path / name)
+    monkeypatch.setattr(recipes, "npm_tree", lambda name, packages, node_bin=None: asked.append((name, packages)) or tmp_path / name)
     layer = ClaudeCodeHarness().image_layer()
     assert layer.name == "claude-code" and asked == [("claude-code", [versions.CLAUDE_CODE])]
     assert f"ln -sf /opt/forgetui/claude-code/{BINARY} /usr/local/bin/claude" in layer.dockerfile

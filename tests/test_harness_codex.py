@@ -78,7 +78,7 @@ def test_image_layer_links_the_native_binary(monkeypatch, tmp_path) -> None:
     import core.runtime.recipes as recipes
 
     asked: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(recipes, "npm_tree", lambda name, packages: asked.append((name, packages)) or tmp_path / name)
+    monkeypatch.setattr(recipes, "npm_tree", lambda name, packages, node_bin=None: asked.append((name, packages)) or tmp_path / name)
     layer = CodexHarness().image_layer()
     assert layer.name == "codex"
     assert f"ln -sf /opt/forgetui/codex/{BINARY} /usr/local/bin/codex" in layer.dockerfile

@@ -74,7 +74,7 @@ def test_image_layer_links_the_native_binary(monkeypatch, tmp_path) -> None:
 
     asked: list[tuple[str, list[str]]] = []
     monkeypatch.setattr(
-        recipes, "npm_tree", lambda name, packages: asked.append((name, packages)) or tmp_path / name
+        recipes, "npm_tree", lambda name, packages, node_bin=None: asked.append((name, packages)) or tmp_path / name
     )
     layer = OpenCodeHarness().image_layer()
     assert asked == [("opencode", [versions.OPENCODE])]

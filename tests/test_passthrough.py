@@ -252,3 +252,28 @@ def test_which_client_serves_a_spec(model, api_base, native):
     else:
         assert isinstance(backend._native, OpenAICompatBackend)
         assert backend._native.model == native and backend._native.url == api_base + "/chat/completions"
+
+
+async def test_other_providers_go_through_litellm(monkeypatch):
+    import core.backends.litellm_backend as lb
+
+    seen: list[dict[str, Any]] = []
+
+    class FakeLiteLLM:
+        provider_list = ["anthropic", "openai"]
+
+        @staticmethod
+        async def acompletion(**kwargs: Any) -> Any:
+            seen.append(kwargs)
+            raise RuntimeError("offline: no provider in tests")
+
+    monkeypatch.setattr(lb, "_litellm", lambda: FakeLiteLLM)
+    backend = LiteLLMBackend("anthropic/claude-sonnet-4-5", api_base="http://127.0.0.1:1", api_key="k", token_ids=True)
+    assert backend._native is None
+    request = ChatRequest(api="chat", model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=7)
+    with pytest.raises(BackendError, match="offline: no provider in tests"):
+        [e async for e in backend.complete(request, GenerationContext(session="s", call_seq=0, request=request))]
+    (kwargs,) = seen
+    assert kwargs["model"] == "anthropic/claude-sonnet-4-5" and kwargs["api_base"] == "http://127.0.0.1:1"
+    assert kwargs["max_tokens"] == 7 and kwargs["stream"] is True and kwargs["extra_body"] == {"return_token_ids": True}
+    await backend.aclose()
