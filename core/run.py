@@ -9,6 +9,7 @@ import logging
 import secrets
 import tomllib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -177,6 +178,9 @@ async def execute_run(
     """Run (or resume) every rollout of a config; the summary is computed from the store."""
     if config.train.steps:
         raise ConfigError("train.steps > 0: training lands with the training issue; this version evaluates only (train.steps = 0)")
+    # sandbox calls (docker SDK, kubernetes client) block a thread each, and a harness exec holds one for
+    # the whole rollout: the default pool (cores + 4) would cap concurrency far below run.concurrency
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=max(32, 4 * config.run.concurrency + 8), thread_name_prefix="forgetui-io"))
     run_id = resume or new_run_id()
     run_dir = runs_dir() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)

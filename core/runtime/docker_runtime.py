@@ -263,16 +263,12 @@ class DockerSandbox:
         return self._container.status == "running"
 
     async def logs(self) -> str:
-        """The container's own output, then a transcript of every exec (commands, exit codes, output)."""
-        docker = _docker()
-        engine = ""
-        if self._container is not None and not self._stopped:
-            try:
-                raw = await asyncio.to_thread(self._container.logs, stdout=True, stderr=True)
-                engine = raw.decode(errors="replace")
-            except docker.errors.APIError:
-                engine = "[container logs unavailable: container is gone]\n"
-        return engine + "\n\n".join(self._transcript)
+        """A transcript of every exec (commands, exit codes, output).
+
+        The container's own output is not fetched: its main process is forgetui's silent keep-alive,
+        and asking the engine for it costs an API round trip per rollout.
+        """
+        return "\n\n".join(self._transcript)
 
     async def stop(self) -> None:
         if self._container is None or self._stopped:
