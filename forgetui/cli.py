@@ -110,7 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ForgetuiError(f"-k expects comma-separated integers, got {args.k!r}") from None
         if not ks or ks[0] < 1:
             raise ForgetuiError("-k values must be ≥ 1")
-    return run_headless(config, resume=args.resume, json_out=args.no_ui, ks=ks)
+    if args.no_ui or not sys.stdout.isatty():  # pipes and redirects get the headless run
+        return run_headless(config, resume=args.resume, json_out=args.no_ui, ks=ks)
+    from forgetui.tui.app import run_tui
+
+    return run_tui(run_config=config, resume=args.resume, ks=ks)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:

@@ -103,6 +103,9 @@ class LocalSandbox:
         timed_out = False
         try:
             out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+        except asyncio.CancelledError:  # the run is stopping: the process group must not outlive it
+            _kill_group(proc)
+            raise
         except TimeoutError:
             timed_out = True
             _kill_group(proc)

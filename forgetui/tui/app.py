@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -19,21 +22,40 @@ from forgetui.tui.messages import (
     CallSelected,
     CallsLoaded,
     LoadFailed,
+    RolloutFinished,
+    RolloutsLoaded,
+    RunFailed,
+    RunFinished,
+    RunInterrupted,
+    RunPolled,
     RunSql,
+    RunStarted,
     SqlFinished,
     StoreSelected,
     StoresLoaded,
 )
 from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
+from forgetui.tui.widgets.rollouts_table import RolloutsTable
+from forgetui.tui.widgets.run_dashboard import RunDashboard
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.store_list import StoreList
 
+if TYPE_CHECKING:
+    from core.config import RunConfig
+
 log = logging.getLogger(__name__)
+
+ACTIVE_RUN_STATES = frozenset({"starting", "running"})
+TAB_FOCUS = {"tab-calls": "#calls", "tab-sql": "#sql-input", "tab-rollouts": "#rollouts", "tab-run": "#run-rollouts"}
 
 
 class ForgetuiApp(App[int]):
-    """Stores on the left; the selected store's calls + inspector, or the SQL console, on the right."""
+    """Stores on the left; the selected store's calls + inspector, rollouts, or the SQL console, on the right.
+
+    Given a `run_config`, it also runs it (a worker thread with its own event loop runs `execute_run`)
+    and opens on the live run dashboard; q / Ctrl-C stop the run, which removes every sandbox.
+    """
 
     CSS_PATH = "app.tcss"
     TITLE = "forgetui"
@@ -43,10 +65,38 @@ class ForgetuiApp(App[int]):
         Binding("s", "focus_stores", "Stores"),
         Binding("c", "show_tab('tab-calls')", "Calls"),
         Binding("e", "show_tab('tab-sql')", "SQL"),
+        Binding("o", "show_tab('tab-rollouts')", "Rollouts"),
+        Binding("d", "show_tab('tab-run')", "Run"),
     ]
 
-    def __init__(self, home: Path | None = None, *, refresh_s: float = 2.0, stores_refresh_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        refresh_s: float = 2.0,
+        stores_refresh_s: float = 5.0,
+        run_config: RunConfig | None = None,
+        resume: str | None = None,
+        ks: list[int] | None = None,
+        run_refresh_s: float = 1.0,
+        exit_delay_s: float = 0.8,
+    ) -> None:
         super().__init__()
+        # the live run (only with run_config): its state, merged progress and the handle to stop it
+        self.run_config = run_config
+        self.resume = resume
+        self.ks = ks
+        self.run_refresh_s = run_refresh_s
+        self.exit_delay_s = exit_delay_s
+        self.run_state: str | None = "starting" if run_config is not None else None
+        self.run_exit_code: int | None = None
+        self.run_summary = None
+        self.progress = data.RunProgress()
+        self._run_lock = threading.Lock()
+        self._run_handle: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
+        self._stop_requested = False
+        self._run_done = threading.Event()
+        self._rollouts_stamp: tuple[Path, float] | None = None
         self.catalog = data.StoreCatalog(home)
         self.refresh_s = refresh_s
         self.stores_refresh_s = stores_refresh_s
@@ -60,10 +110,15 @@ class ForgetuiApp(App[int]):
         yield Header()
         with Horizontal(id="body"):
             yield StoreList(id="stores")
-            with TabbedContent(id="tabs", initial="tab-calls"):
+            with TabbedContent(id="tabs", initial="tab-run" if self.run_config is not None else "tab-calls"):
+                if self.run_config is not None:
+                    with TabPane("Run", id="tab-run"):
+                        yield RunDashboard(id="run")
                 with TabPane("Calls", id="tab-calls"), Vertical(id="calls-pane"):
                     yield CallsTable(id="calls")
                     yield CallInspector(id="inspector")
+                with TabPane("Rollouts", id="tab-rollouts"):
+                    yield RolloutsTable(data.STORE_ROLLOUT_COLUMNS, id="rollouts")
                 with TabPane("SQL", id="tab-sql"):
                     yield SqlConsole(id="sql")
         yield Footer()
@@ -72,6 +127,11 @@ class ForgetuiApp(App[int]):
         self.load_stores()
         self.set_interval(self.stores_refresh_s, self._tick_stores)
         self.set_interval(self.refresh_s, self._tick_calls)
+        self.set_interval(self.refresh_s, self._tick_rollouts)
+        if self.run_config is not None:
+            self.query_one(RunDashboard).show_state("starting", None, None, "planning the rollouts, building images…")
+            self.set_interval(self.run_refresh_s, self._tick_run)
+            self.run_engine()
 
     # ------------------------------------------------------------------ actions
     def action_refresh(self) -> None:
@@ -83,8 +143,49 @@ class ForgetuiApp(App[int]):
         self.query_one(StoreList).focus()
 
     def action_show_tab(self, tab: str) -> None:
+        if tab == "tab-run" and self.run_config is None:
+            return
         self.query_one("#tabs", TabbedContent).active = tab
-        (self.query_one(CallsTable) if tab == "tab-calls" else self.query_one("#sql-input")).focus()
+        self.query_one(TAB_FOCUS.get(tab, "#sql-input")).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "show_tab" and parameters == ("tab-run",):
+            return self.run_config is not None
+        return True
+
+    async def action_quit(self) -> None:
+        """Quit; while a run is going, stop it first (its sandboxes are removed) and quit when it stopped."""
+        if self.run_state in ACTIVE_RUN_STATES:
+            self.stop_run()
+        elif self.run_state == "stopping":
+            self.notify("stopping the run: removing its sandboxes…", title="please wait")
+        else:
+            self.exit(self.run_exit_code)
+
+    def action_help_quit(self) -> None:
+        """Ctrl-C stops a live run (as q does); otherwise Textual's hint on how to quit."""
+        if self.run_state in ACTIVE_RUN_STATES:
+            self.stop_run()
+        elif self.run_state == "stopping":
+            self.notify("stopping the run: removing its sandboxes…", title="please wait")
+        else:
+            super().action_help_quit()
+
+    def stop_run(self) -> None:
+        """Cancel the run: execute_run's cleanup removes every sandbox and marks the run interrupted."""
+        with self._run_lock:
+            self._stop_requested = True
+            handle = self._run_handle
+        if handle is not None:
+            loop, task = handle
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the run's loop already closed: it is over anyway
+                pass
+        if self.run_state in ACTIVE_RUN_STATES:
+            self.run_state = "stopping"
+            self.query_one(RunDashboard).show_state(
+                "stopping", self.progress.run_id, self.progress.store, "stopping: removing the run's sandboxes…")
 
     def select_store(self, path: Path) -> None:
         """Make `path` the store the calls table and SQL console work on."""
@@ -100,6 +201,18 @@ class ForgetuiApp(App[int]):
     def _tick_calls(self) -> None:
         if self.store is not None and not self._busy("calls"):
             self.load_calls(self.store)
+
+    def _tick_rollouts(self) -> None:
+        if self.store is not None and not self._busy("rollouts"):
+            self.load_rollouts(self.store)
+
+    def _tick_run(self) -> None:
+        if self.progress.store is not None and self.run_state in ACTIVE_RUN_STATES | {"stopping"}:
+            self._poll_run()
+
+    def _poll_run(self) -> None:
+        if self.progress.store is not None and self.progress.run_id and not self._busy("run-poll"):
+            self.poll_run(self.progress.store, self.progress.run_id)
 
     # ------------------------------------------------------------------ workers (all I/O happens here)
     @work(thread=True, exclusive=True, group="stores", exit_on_error=False)
@@ -128,6 +241,74 @@ class ForgetuiApp(App[int]):
             self.post_message(LoadFailed("calls", f"{type(exc).__name__}: {exc}"))
         else:
             self.post_message(CallsLoaded(path, calls))
+
+    @work(thread=True, exclusive=True, group="rollouts", exit_on_error=False)
+    def load_rollouts(self, path: Path, force: bool = False) -> None:
+        try:
+            stamp = (path, data.last_written(path))
+            if not force and stamp == self._rollouts_stamp and not data.is_live(path):
+                return
+            rollouts = data.load_rollouts(path)
+            self._rollouts_stamp = stamp
+        except ForgetuiError as exc:
+            self.post_message(LoadFailed("rollouts", str(exc)))
+        except Exception as exc:
+            log.exception("loading rollouts of %s failed", path)
+            self.post_message(LoadFailed("rollouts", f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(RolloutsLoaded(path, rollouts))
+
+    @work(thread=True, exclusive=True, group="run", exit_on_error=False)
+    async def run_engine(self) -> None:
+        """Run the config on this worker thread's own loop (model loading, image builds and the eval plot
+        block; the UI must not), posting RunStarted / RolloutFinished and then how it ended."""
+        from core.run import execute_run
+        from core.store.query import store_for_run
+
+        assert self.run_config is not None
+
+        def on_start(run_id: str, total: int) -> None:
+            self.post_message(RunStarted(run_id, store_for_run(run_id), total))
+
+        def on_event(event) -> None:  # noqa: ANN001 - core.rollout.engine.RolloutEvent
+            r = event.result
+            row = data.rollout_from_event(event.rollout_id, event.task_id, str(r.status), r.reward, r.passed, r.error)
+            self.post_message(RolloutFinished(row))
+
+        task = asyncio.ensure_future(
+            execute_run(self.run_config, resume=self.resume, on_event=on_event, on_start=on_start, ks=self.ks))
+        with self._run_lock:
+            self._run_handle = (asyncio.get_running_loop(), task)
+            if self._stop_requested:
+                task.cancel()
+        try:
+            summary = await task
+        except asyncio.CancelledError:
+            self.post_message(RunInterrupted())
+        except ForgetuiError as exc:
+            self.post_message(RunFailed(str(exc), code=2))
+        except Exception as exc:
+            log.exception("the run failed")
+            self.post_message(RunFailed(f"{type(exc).__name__}: {exc}", code=1))
+        else:
+            self.post_message(RunFinished(summary))
+        finally:
+            with self._run_lock:
+                self._run_handle = None
+            self._run_done.set()
+
+    @work(thread=True, exclusive=True, group="run-poll", exit_on_error=False)
+    def poll_run(self, store: Path, run_id: str) -> None:
+        """The run's rollouts and call count from its store (live endpoint while it runs); misses are retried."""
+        try:
+            rollouts = data.load_rollouts(store, run_id)
+            n_calls = data.count_calls(store)
+        except ForgetuiError as exc:  # e.g. the store between its writer closing and the file unlocking
+            log.debug("polling run %s: %s", run_id, exc)
+        except Exception:
+            log.exception("polling run %s failed", run_id)
+        else:
+            self.post_message(RunPolled(run_id, rollouts, n_calls))
 
     @work(thread=True, exclusive=True, group="call", exit_on_error=False)
     def load_call(self, path: Path, call_id: str) -> None:
@@ -172,6 +353,78 @@ class ForgetuiApp(App[int]):
         self.query_one(CallsTable).clear_calls()
         self.query_one(CallInspector).show_message("select a call")
         self.load_calls(message.path, force=True)
+        self._rollouts_stamp = None
+        self.query_one("#rollouts", RolloutsTable).clear_rollouts()
+        self.load_rollouts(message.path, force=True)
+
+    @on(RolloutsLoaded)
+    def _rollouts_loaded(self, message: RolloutsLoaded) -> None:
+        if message.path == self.store:
+            self.query_one("#rollouts", RolloutsTable).show_rollouts(message.rollouts)
+
+    # ------------------------------------------------------------------ the live run
+    def _show_run(self) -> None:
+        self.query_one(RunDashboard).show_progress(self.progress, time.monotonic())
+
+    @on(RunStarted)
+    def _run_started(self, message: RunStarted) -> None:
+        self.progress.start(message.run_id, message.store, message.total, time.monotonic())
+        if self.run_state == "starting":
+            self.run_state = "running"
+        self.title = f"forgetui run {message.run_id}"
+        self.query_one(RunDashboard).show_state(self.run_state or "running", message.run_id, message.store)
+        self._show_run()
+        self.select_store(message.store)  # the browser follows the run's store (calls live)
+
+    @on(RolloutFinished)
+    def _rollout_finished(self, message: RolloutFinished) -> None:
+        self.progress.apply_event(message.row)
+        self._show_run()
+
+    @on(RunPolled)
+    def _run_polled(self, message: RunPolled) -> None:
+        if message.run_id != self.progress.run_id:
+            return
+        self.progress.apply_rows(message.rollouts)
+        if message.n_calls is not None:
+            self.progress.apply_calls(message.n_calls, time.monotonic())
+        self._show_run()
+
+    @on(RunFinished)
+    def _run_finished(self, message: RunFinished) -> None:
+        self.run_state, self.run_exit_code, self.run_summary = "done", 0, message.summary
+        dashboard = self.query_one(RunDashboard)
+        dashboard.show_state("done", message.summary.run_id, message.summary.store)
+        dashboard.show_summary(message.summary)
+        self._poll_run()  # the final rows, from the closed store
+        if self._stop_requested:  # it finished just as the user asked to quit
+            self.set_timer(self.exit_delay_s, lambda: self.exit(0))
+
+    @on(RunInterrupted)
+    def _run_interrupted(self, message: RunInterrupted) -> None:
+        self.run_state, self.run_exit_code = "interrupted", 130
+        self.query_one(RunDashboard).show_state(
+            "interrupted", self.progress.run_id, self.progress.store,
+            "every sandbox of the run was removed; `forgetui run --resume "
+            f"{self.progress.run_id or 'RUN_ID'}` finishes it")
+        self.set_timer(self.exit_delay_s, lambda: self.exit(130))
+
+    @on(RunFailed)
+    def _run_failed(self, message: RunFailed) -> None:
+        self.run_state, self.run_exit_code = "failed", message.code
+        self.query_one(RunDashboard).show_state(
+            "failed", self.progress.run_id, self.progress.store, message.error + "\npress q to quit")
+        self._poll_run()
+        if self._stop_requested:
+            self.set_timer(self.exit_delay_s, lambda: self.exit(message.code))
+
+    async def on_unmount(self) -> None:
+        """Never leave a run going behind the UI: stop it and wait for its cleanup (sandboxes removed)."""
+        with self._run_lock:
+            running = self._run_handle is not None
+        if running:
+            self.stop_run()
+            await asyncio.to_thread(self._run_done.wait, 120)
 
     @on(CallsLoaded)
     def _calls_loaded(self, message: CallsLoaded) -> None:
@@ -216,15 +469,22 @@ class ForgetuiApp(App[int]):
             self.notify(message.error, title=f"cannot load {message.what}", severity="error", markup=False)
 
 
-def run_tui(home: Path | None = None) -> int:
-    """Run the TUI until the user quits; logging goes to the Textual devtools console meanwhile."""
+def run_tui(
+    home: Path | None = None,
+    *,
+    run_config: RunConfig | None = None,
+    resume: str | None = None,
+    ks: list[int] | None = None,
+) -> int:
+    """Run the TUI until the user quits (on a run dashboard given a run config); logging goes to the Textual
+    devtools console meanwhile. Returns the exit code: 0, 130 when a run was interrupted, 1/2 when it failed."""
     from textual.logging import TextualHandler
 
     root = logging.getLogger()
     saved = root.handlers[:]
     root.handlers = [TextualHandler()]
     try:
-        app = ForgetuiApp(home)
+        app = ForgetuiApp(home, run_config=run_config, resume=resume, ks=ks)
         result = app.run()
     finally:
         root.handlers = saved

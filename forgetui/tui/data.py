@@ -246,3 +246,163 @@ def is_live(path: Path) -> bool:
 def last_written(path: Path) -> float:
     """mtime of the store file or its WAL, whichever is newer."""
     return _last_written(path)
+
+
+# ---------------------------------------------------------------------- rollouts and the live run dashboard
+ROLLOUT_COLUMNS = ("task", "sample", "status", "reward", "attempt", "error")
+STORE_ROLLOUT_COLUMNS = ("run", "task", "sample", "status", "reward", "passed", "attempt", "error")
+ROLLOUTS_LIMIT = 5000
+TERMINAL_STATUSES = frozenset({"done", "failed", "timeout", "infra_error"})
+ERROR_CHARS = 160
+
+
+@dataclass(frozen=True)
+class RolloutRow:
+    """One row of a store's `rollouts` table (what the rollouts tables show)."""
+
+    rollout_id: str
+    run_id: str = ""
+    task_id: str = ""
+    sample_index: int | None = None
+    status: str = ""
+    reward: float | None = None
+    passed: bool | None = None
+    attempt: int | None = None
+    error: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def cells(self, columns: tuple[str, ...] = ROLLOUT_COLUMNS) -> tuple[str, ...]:
+        """Display values for `columns` (names from ROLLOUT_COLUMNS / STORE_ROLLOUT_COLUMNS)."""
+        error = (self.error or "").replace("\n", " ")
+        values = {
+            "run": self.run_id, "rollout": self.rollout_id, "task": self.task_id, "sample": _text(self.sample_index),
+            "status": self.status, "reward": "" if self.reward is None else f"{self.reward:.3g}",
+            "passed": {True: "yes", False: "no"}.get(self.passed, ""),  # type: ignore[arg-type]
+            "attempt": _text(self.attempt),
+            "error": error if len(error) <= ERROR_CHARS else error[: ERROR_CHARS - 1] + "…",
+        }
+        return tuple(values[c] for c in columns)
+
+
+def rollout_from_event(rollout_id: str, task_id: str, status: str, reward: float | None, passed: bool | None,
+                       error: str | None) -> RolloutRow:
+    """A row from an engine event; the run and sample come from the id (`run/task/sample`)."""
+    run_id, _, rest = rollout_id.partition("/")
+    head, _, sample = rest.rpartition("/")
+    return RolloutRow(rollout_id=rollout_id, run_id=run_id, task_id=task_id or head,
+                      sample_index=int(sample) if sample.isdigit() else None, status=str(status),
+                      reward=reward, passed=passed, error=error)
+
+
+def load_rollouts(path: Path, run_id: str | None = None, limit: int = ROLLOUTS_LIMIT) -> list[RolloutRow]:
+    """Rollouts of a store (of one run when `run_id` is given), by run, task and sample."""
+    where = f"WHERE run_id = {sql_str(run_id)}" if run_id else ""
+    result = run_query(path, f"""
+        SELECT rollout_id, run_id, task_id, sample_index, status, reward, passed, attempt, error
+        FROM rollouts {where} ORDER BY run_id, task_id, sample_index, rollout_id LIMIT {int(limit)}
+    """)
+    return [
+        RolloutRow(rollout_id=_text(r[0]), run_id=_text(r[1]), task_id=_text(r[2]), sample_index=r[3],
+                   status=_text(r[4]), reward=None if r[5] is None else float(r[5]), passed=r[6], attempt=r[7],
+                   error=r[8])
+        for r in result.rows
+    ]
+
+
+def count_calls(path: Path) -> int:
+    """How many calls a store holds (the dashboard turns successive counts into calls/s)."""
+    result = run_query(path, "SELECT count(*) FROM calls")
+    return int(result.rows[0][0] or 0) if result.rows else 0
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    done: int
+    total: int
+    passed: int
+    failed: int
+    timeouts: int
+    infra_errors: int
+
+
+class RunProgress:
+    """The run dashboard's state, merged from engine events and store polls; `now` is any monotonic clock."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.store: Path | None = None
+        self.total = 0
+        self.rows: dict[str, RolloutRow] = {}
+        self.rewards: list[float] = []  # reward of each finished (scored) rollout, in finish order
+        self.finished_here: set[str] = set()  # rollouts the engine reported finished since the run started
+        self.started: float | None = None
+        self.n_calls: int | None = None
+        self.calls_per_s: float | None = None
+        self._calls_seen: tuple[float, int] | None = None
+        self._counted: set[str] = set()
+
+    def start(self, run_id: str, store: Path, total: int, now: float) -> None:
+        self.run_id, self.store, self.total, self.started = run_id, Path(store), total, now
+
+    def _merge(self, new: RolloutRow) -> RolloutRow:
+        old = self.rows.get(new.rollout_id)
+        if old is not None and old.terminal and not new.terminal:  # a poll older than the event: keep the result
+            new = replace(old, attempt=new.attempt if new.attempt is not None else old.attempt)
+        elif old is not None:
+            new = replace(new, attempt=new.attempt if new.attempt is not None else old.attempt,
+                          sample_index=new.sample_index if new.sample_index is not None else old.sample_index)
+        self.rows[new.rollout_id] = new
+        if new.terminal and new.rollout_id not in self._counted:
+            self._counted.add(new.rollout_id)
+            if new.status != "infra_error":  # infra errors are not scores
+                self.rewards.append(float(new.reward or 0.0))
+        return new
+
+    def apply_event(self, row: RolloutRow) -> RolloutRow:
+        """A rollout reached a terminal status (from the engine)."""
+        self.finished_here.add(row.rollout_id)
+        return self._merge(row)
+
+    def apply_rows(self, rows: list[RolloutRow]) -> None:
+        """The run's rows as the store has them now (on resume, some finished in an earlier session)."""
+        for row in rows:
+            self._merge(row)
+        self.total = max(self.total, len(self.rows))
+
+    def apply_calls(self, n_calls: int, now: float) -> None:
+        """A fresh count of the store's calls: calls/s over the interval since the previous count."""
+        if self._calls_seen is not None and now > self._calls_seen[0]:
+            self.calls_per_s = max(0, n_calls - self._calls_seen[1]) / (now - self._calls_seen[0])
+        self._calls_seen = (now, n_calls)
+        self.n_calls = n_calls
+
+    def counts(self) -> RunCounts:
+        c = {"passed": 0, "failed": 0, "timeout": 0, "infra_error": 0}
+        for row in self.rows.values():
+            if row.status == "done" and row.passed:
+                c["passed"] += 1
+            elif row.status in ("done", "failed"):
+                c["failed"] += 1
+            elif row.status in c:
+                c[row.status] += 1
+        done = sum(c.values())
+        return RunCounts(done, max(self.total, done), c["passed"], c["failed"], c["timeout"], c["infra_error"])
+
+    def reward_curve(self) -> list[float]:
+        """Mean reward of the finished rollouts after each one finished."""
+        out, total = [], 0.0
+        for i, r in enumerate(self.rewards, 1):
+            total += r
+            out.append(total / i)
+        return out
+
+    def rollouts_per_min(self, now: float) -> float | None:
+        if self.started is None or now <= self.started:
+            return None
+        return len(self.finished_here) / ((now - self.started) / 60.0)
+
+    def sorted_rows(self) -> list[RolloutRow]:
+        return sorted(self.rows.values(), key=lambda r: (r.task_id, r.sample_index or 0, r.rollout_id))

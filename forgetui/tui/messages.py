@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from core.store.query import QueryResult
-from forgetui.tui.data import CallDetail, CallRow, StoreInfo
+from forgetui.tui.data import CallDetail, CallRow, RolloutRow, StoreInfo
+
+if TYPE_CHECKING:
+    from core.run import RunSummary
 
 
 class StoresLoaded(Message):
@@ -76,3 +80,62 @@ class LoadFailed(Message):
         super().__init__()
         self.what = what
         self.error = error
+
+
+class RolloutsLoaded(Message):
+    """The rollouts of a store, for the Rollouts tab."""
+
+    def __init__(self, path: Path, rollouts: list[RolloutRow]) -> None:
+        super().__init__()
+        self.path = path
+        self.rollouts = rollouts
+
+
+# ---------------------------------------------------------------------- the live run (posted by the run worker)
+class RunStarted(Message):
+    """The engine planned the run: its id, store and number of rollouts (finished ones of a resume included)."""
+
+    def __init__(self, run_id: str, store: Path, total: int) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.store = store
+        self.total = total
+
+
+class RolloutFinished(Message):
+    """The engine reports a rollout in a terminal status."""
+
+    def __init__(self, row: RolloutRow) -> None:
+        super().__init__()
+        self.row = row
+
+
+class RunPolled(Message):
+    """The run's rollouts and call count as its store has them now."""
+
+    def __init__(self, run_id: str, rollouts: list[RolloutRow], n_calls: int | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.rollouts = rollouts
+        self.n_calls = n_calls
+
+
+class RunFinished(Message):
+    """The run ended normally; its summary (pass@k, pass^k, ...)."""
+
+    def __init__(self, summary: RunSummary) -> None:
+        super().__init__()
+        self.summary = summary
+
+
+class RunInterrupted(Message):
+    """The run was stopped on request; its sandboxes are gone and it is marked interrupted."""
+
+
+class RunFailed(Message):
+    """The run stopped on an error (config, sandbox, ...)."""
+
+    def __init__(self, error: str, code: int = 1) -> None:
+        super().__init__()
+        self.error = error
+        self.code = code
