@@ -38,6 +38,7 @@ class Task:
     timeout_s: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # domain, level, split, ...
     image: TaskImage | None = None  # the task's own image recipe; None = the run's base image
+    workdir: str | None = None  # where the agent works, when the task fixes it (harbor: the image's WORKDIR)
 
     @property
     def content_hash(self) -> str:

@@ -67,11 +67,18 @@ class HttpSession:
         if running is self._loop:
             await session.close()
         elif self._loop is not None and not self._loop.is_closed():
-            # closed from another thread's loop (a proxy shutting down): close on the owner's loop
+            # closed from outside the loop that owns it (a proxy shutting down): close it on that loop
             try:
-                asyncio.run_coroutine_threadsafe(session.close(), self._loop).result(timeout=5)
+                if self._loop.is_running():
+                    asyncio.run_coroutine_threadsafe(session.close(), self._loop).result(timeout=5)
+                elif running is None:
+                    self._loop.run_until_complete(session.close())
             except Exception as exc:  # noqa: BLE001 - best effort at shutdown
                 log.debug("could not close the HTTP session cleanly: %r", exc)
+        else:
+            # its loop is gone (the proxy's thread ended first): nothing can run there any more;
+            # the sockets close when collected, and the session must not warn about itself
+            session.detach()
 
 
 def _env_proxy(url: str) -> tuple[Any, Any]:

@@ -23,6 +23,23 @@ class _Server(uvicorn.Server):
         yield
 
 
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:  # pragma: no cover - the wheel is a dependency
+        return False
+    return True
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when installed: it cuts the proxy's CPU per call (benchmarks/proxy_overhead.py)."""
+    if _has_uvloop():
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()  # pragma: no cover
+
+
 def _config(app: Any, host: str, port: int) -> uvicorn.Config:
     try:
         import httptools  # noqa: F401
@@ -30,7 +47,8 @@ def _config(app: Any, host: str, port: int) -> uvicorn.Config:
         http = "httptools"
     except ImportError:  # pragma: no cover - the wheel is a dependency
         http = "h11"
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", http=http, access_log=False, timeout_graceful_shutdown=5)
+    loop = "uvloop" if _has_uvloop() else "asyncio"  # used when uvicorn runs the loop itself (Server.run)
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", http=http, loop=loop, access_log=False, timeout_graceful_shutdown=5)
 
 
 def base_url(server: uvicorn.Server, host: str) -> str:
@@ -71,7 +89,7 @@ class BackgroundServer:
         self._error: BaseException | None = None
 
     def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         try:
             self.loop.run_until_complete(self._server.serve())
         except BaseException as exc:  # noqa: BLE001 - reported to the starting thread

@@ -109,7 +109,7 @@ class Attempt:
             image=image,
             run_id=ctx.run_id,
             rollout_id=self.item.rollout_id,
-            workdir=ctx.workdir,
+            workdir=task.workdir or ctx.workdir,
             timeout_s=timeout + SETUP_TIMEOUT_S + VERIFY_TIMEOUT_S,
             **ctx.sandbox,
         )
@@ -130,22 +130,23 @@ class Attempt:
 
     async def _run_in(self, sandbox: Any, token: str, timeout: float) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
+        workdir = task.workdir or ctx.workdir
         clock = Stopwatch()
         await sandbox.start()
         clock.lap("sandbox_start_s")
         for rel, data in task.files.items():
-            await sandbox.put_file(str(PurePosixPath(ctx.workdir) / rel), data.encode() if isinstance(data, str) else data)
+            await sandbox.put_file(str(PurePosixPath(workdir) / rel), data.encode() if isinstance(data, str) else data)
         if task.setup:
-            setup = await sandbox.exec(task.setup, timeout_s=SETUP_TIMEOUT_S, workdir=ctx.workdir)
+            setup = await sandbox.exec(task.setup, timeout_s=SETUP_TIMEOUT_S, workdir=workdir)
             if not setup.ok:
                 raise InfraError(f"task setup failed (exit {setup.exit_code}): {(setup.stderr or setup.stdout)[-500:]}")
         endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
-        launch = ctx.harness.launch(task, endpoint, ctx.workdir)
+        launch = ctx.harness.launch(task, endpoint, workdir)
         for path, data in launch.files.items():
             await sandbox.put_file(path, data.encode() if isinstance(data, str) else data, mode=0o755)
         clock.lap("workspace_s")
         self._move(Status.RUNNING)
-        result = await sandbox.exec(launch.command, timeout_s=timeout, env=launch.env, workdir=launch.workdir or ctx.workdir)
+        result = await sandbox.exec(launch.command, timeout_s=timeout, env=launch.env, workdir=launch.workdir or workdir)
         clock.lap("harness_s")
         meta: dict[str, Any] = {
             "task_meta": task.meta,
@@ -162,7 +163,7 @@ class Attempt:
         outcome = ctx.harness.outcome(result)
         self._move(Status.VERIFYING)
         try:
-            score = await asyncio.wait_for(ctx.env.verify(sandbox, task, ctx.workdir), VERIFY_TIMEOUT_S)
+            score = await asyncio.wait_for(ctx.env.verify(sandbox, task, workdir), VERIFY_TIMEOUT_S)
         except TimeoutError:
             raise InfraError(f"the verifier did not finish within {VERIFY_TIMEOUT_S:g} s") from None
         clock.lap("verify_s")

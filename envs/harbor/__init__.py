@@ -1,0 +1,177 @@
+"""The `harbor` environment: a folder of tasks in Harbor's (Terminal-Bench 2) format.
+
+One task per folder::
+
+    task.toml             [agent].timeout_sec, [verifier].timeout_sec, [metadata], [environment]
+    instruction.md        what the agent is told
+    environment/Dockerfile  the task's image (its folder is the build context)
+    tests/test.sh         the verifier: writes a reward in [0, 1] to /logs/verifier/reward.txt
+                          (or {"reward": x} to /logs/verifier/reward.json)
+    solution/solve.sh     the reference solution (the `oracle` harness runs it from /solution)
+
+Each task brings its own image (`Task.image`): the engine builds the Dockerfile (its FROM must be
+pullable or already present on the Docker engine; nothing is pulled here when no registry is
+reachable) and puts the harness layer on top. A task.toml with `[environment].docker_image` and no
+Dockerfile uses that prebuilt image. The verifier runs after the harness exits: tests/ is copied to
+/tests (absent until then), /logs/verifier is emptied, then `bash /tests/test.sh` runs from the
+image's WORKDIR.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from core.env import Environment, Score, Task, TaskImage
+from core.errors import ConfigError
+from core.runtime.base import Sandbox
+
+log = logging.getLogger(__name__)
+
+TESTS_DIR = "/tests"
+LOGS_DIR = "/logs/verifier"
+DEFAULT_VERIFY_TIMEOUT_S = 600.0
+EXAMPLES = Path(__file__).with_name("examples")
+_WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class HarborTask:
+    """One task folder and its parsed task.toml."""
+
+    path: Path
+    config: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.config.get(name)
+        return value if isinstance(value, dict) else {}
+
+
+def is_task_dir(path: Path) -> bool:
+    return (path / "task.toml").is_file() and (path / "instruction.md").is_file()
+
+
+def load_folder(path: Path) -> list[HarborTask]:
+    """The tasks in `path` (a task folder itself, or a folder of task folders), sorted by name."""
+    if not path.is_dir():
+        raise ConfigError(f"harbor: {path} is not a folder of tasks")
+    folders = [path] if is_task_dir(path) else sorted(p for p in path.iterdir() if p.is_dir() and is_task_dir(p))
+    if not folders:
+        raise ConfigError(f"harbor: no tasks in {path} (a task folder has task.toml, instruction.md, environment/Dockerfile, tests/test.sh)")
+    out = []
+    for folder in folders:
+        try:
+            config = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"harbor: cannot read {folder / 'task.toml'}: {exc}") from exc
+        if not (folder / "tests" / "test.sh").is_file():
+            raise ConfigError(f"harbor: {folder} has no tests/test.sh")
+        out.append(HarborTask(folder, config))
+    return out
+
+
+def image_of(task: HarborTask) -> TaskImage:
+    """The task's image recipe: environment/Dockerfile, or FROM [environment].docker_image."""
+    env_dir = task.path / "environment"
+    dockerfile = env_dir / "Dockerfile"
+    if dockerfile.is_file():
+        return TaskImage(dockerfile=dockerfile.read_text(encoding="utf-8"), context=env_dir)
+    prebuilt = task.section("environment").get("docker_image")
+    if prebuilt:
+        return TaskImage(dockerfile=f"FROM {prebuilt}\n", context=None)
+    raise ConfigError(f"harbor: {task.path} has neither environment/Dockerfile nor [environment].docker_image")
+
+
+def image_workdir(dockerfile: str) -> str | None:
+    """The last absolute WORKDIR a Dockerfile sets (where harbor runs the agent and the tests)."""
+    found = [w for w in _WORKDIR.findall(dockerfile) if w.startswith("/")]
+    return found[-1] if found else None
+
+
+def read_reward(text: str, kind: str) -> float:
+    """The reward in reward.txt (a number) or reward.json ({"reward": x}, or a single number); ValueError if none."""
+    if kind == "txt":
+        return float(text.strip().split()[0])
+    data = json.loads(text)
+    if isinstance(data, int | float):
+        return float(data)
+    if isinstance(data, dict):
+        if "reward" in data:
+            return float(data["reward"])
+        numbers = [v for v in data.values() if isinstance(v, int | float) and not isinstance(v, bool)]
+        if len(numbers) == 1:
+            return float(numbers[0])
+    raise ValueError(f"no reward in {text[:200]!r}")
+
+
+class HarborEnv(Environment):
+    """Options: ``path`` (a folder of harbor tasks, or one task; default: the two shipped examples)."""
+
+    name = "harbor"
+    version = "1"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.path = Path(str(options.get("path") or EXAMPLES)).expanduser()
+        self._tasks = {t.id: t for t in load_folder(self.path)}
+
+    def tasks(self) -> list[Task]:
+        return [self.make_task(t) for t in self._tasks.values()]
+
+    def make_task(self, ht: HarborTask) -> Task:
+        image = image_of(ht)
+        agent, verifier = ht.section("agent"), ht.section("verifier")
+        meta: dict[str, Any] = {"metadata": ht.section("metadata"), "verifier_timeout_s": float(verifier.get("timeout_sec", DEFAULT_VERIFY_TIMEOUT_S))}
+        workdir = image_workdir(image.dockerfile)
+        if workdir:
+            meta["workdir"] = workdir
+        solution = ht.path / "solution" / "solve.sh"
+        if solution.is_file():
+            meta["solution"] = str(solution)
+        timeout = agent.get("timeout_sec")
+        return Task(
+            id=ht.id,
+            instruction=(ht.path / "instruction.md").read_text(encoding="utf-8"),
+            timeout_s=float(timeout) if timeout else None,
+            meta=meta,
+            image=image,
+            workdir=workdir,
+        )
+
+    async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
+        ht = self._tasks.get(task.id)
+        if ht is None:
+            return self.score(0.0, f"harbor: {task.id!r} is not a task of {self.path}")
+        await sandbox.exec(["bash", "-c", f"rm -rf {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}"], timeout_s=60)
+        tests = ht.path / "tests"
+        for path in sorted(tests.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                await sandbox.put_file(str(PurePosixPath(TESTS_DIR) / path.relative_to(tests).as_posix()), path.read_bytes(), mode=0o755)
+        timeout = float(task.meta.get("verifier_timeout_s", DEFAULT_VERIFY_TIMEOUT_S))
+        result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], timeout_s=timeout, workdir=task.workdir or workdir)
+        tail = (result.stdout + ("\n" + result.stderr if result.stderr else ""))[-1500:]
+        if result.timed_out:
+            return self.score(0.0, f"tests/test.sh ran past {timeout:g} s\n{tail}")
+        for kind in ("txt", "json"):
+            try:
+                text = (await sandbox.get_file(f"{LOGS_DIR}/reward.{kind}")).decode("utf-8", "replace")
+            except FileNotFoundError:
+                continue
+            try:
+                value = read_reward(text, kind)
+            except (ValueError, IndexError, json.JSONDecodeError) as exc:
+                return self.score(0.0, f"unreadable {LOGS_DIR}/reward.{kind}: {exc}\n{tail}")
+            return self.score(value, f"reward {value:g} (test.sh exit {result.exit_code})\n{tail}")
+        return self.score(0.0, f"tests/test.sh (exit {result.exit_code}) wrote no {LOGS_DIR}/reward.txt or reward.json\n{tail}")
+
+
+__all__ = ["HarborEnv", "image_workdir", "load_folder", "read_reward"]

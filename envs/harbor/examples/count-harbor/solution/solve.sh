@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+grep -cw 'harbor' /app/log.txt > /app/count.txt

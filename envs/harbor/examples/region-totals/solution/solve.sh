@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+python3 "$(dirname "$0")/totals.py" /app/data/sales.csv > /app/totals.json
