@@ -88,7 +88,10 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"model: {report['groups'][0]['model'] if report['groups'] else '-'}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no scored rollouts", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

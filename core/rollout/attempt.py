@@ -78,6 +78,7 @@ class RunContext:
     timeout_s: float = 600.0
     sandbox: dict[str, Any] = field(default_factory=dict)  # cpus, memory, pids_limit, network
     logs_dir: Path | None = None
+    removals: set[asyncio.Future] = field(default_factory=set)  # sandbox removals still in flight
 
 
 class Attempt:
@@ -123,10 +124,17 @@ class Attempt:
             if session.tools_hash:
                 ctx.update({"rollout_id": self.item.rollout_id, "tool_schema_hash": session.tools_hash})
             await self._save_logs(sandbox)
-            try:
-                await asyncio.shield(sandbox.stop())
-            except Exception:  # noqa: BLE001 - the reaper removes what stop could not
-                log.warning("could not stop sandbox of %s; the reaper will remove it", self.item.rollout_id, exc_info=True)
+            # removal runs off the critical path: the rollout's slot goes to the next one at once;
+            # the engine awaits every removal before the run ends (also on Ctrl-C)
+            removal = asyncio.ensure_future(self._remove(sandbox))
+            ctx.removals.add(removal)
+            removal.add_done_callback(ctx.removals.discard)
+
+    async def _remove(self, sandbox: Any) -> None:
+        try:
+            await sandbox.stop()
+        except Exception:  # noqa: BLE001 - the reaper removes what stop could not
+            log.warning("could not stop sandbox of %s; the reaper will remove it", self.item.rollout_id, exc_info=True)
 
     async def _run_in(self, sandbox: Any, token: str, timeout: float) -> RolloutResult:
         ctx, task = self.ctx, self.item.task

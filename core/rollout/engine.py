@@ -43,8 +43,15 @@ class RolloutEngine:
             for task in tasks.values():
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
+            await self.drain()
             raise
+        await self.drain()
         return {rid: task.result() for rid, task in tasks.items()}
+
+    async def drain(self) -> None:
+        """Wait for every sandbox removal still in flight."""
+        while self.ctx.removals:
+            await asyncio.gather(*list(self.ctx.removals), return_exceptions=True)
 
     async def _one(self, item: RolloutItem) -> RolloutResult:
         async with self._slots:
