@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install test test-ci demo bench lint clean
+.PHONY: help install test demo bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -33,7 +33,7 @@ demo: install ## a real recorded session: the built-in model behind the proxy, t
 	$(VENV)/bin/forgetui demo
 
 bench: install ## run the benchmarks (ratios against baselines measured in the same run)
-	$(PY) benchmarks/proxy_overhead.py
+	@$(PY) benchmarks/proxy_overhead.py; a=$$?; $(PY) benchmarks/rollout_throughput.py; b=$$?; exit $$((a | b))
 
 lint: install ## ruff and the import contract (core never imports the app, textual, harnesses or envs)
 	$(VENV)/bin/ruff check core forgetui harnesses envs tests benchmarks
