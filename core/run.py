@@ -239,6 +239,13 @@ async def execute_run(
         return summary
     finally:
         if server is not None:
+            if policy is not None and server.loop is not None and server.loop.is_running():
+                # the policy's HTTP sessions live on the proxy's loop: close them there, before it stops
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(policy.aclose(), server.loop)), 30)
+                except Exception:  # noqa: BLE001
+                    log.warning("could not close the policy backend cleanly", exc_info=True)
+                policy = None
             await asyncio.to_thread(server.stop)
         if runtime is not None:
             try:
