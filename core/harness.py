@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -40,6 +41,22 @@ class HarnessOutcome:
 
     ok: bool
     detail: str = ""
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a harness's JSON-lines output (`--json`, `--mode json`), other lines skipped."""
+    events = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
 
 
 class Harness(ABC):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from core.paths import runs_dir
 from core.runtime.base import Runtime
+from core.store.query import pid_alive
 
 log = logging.getLogger(__name__)
 PID_FILE = "pid.json"
@@ -23,16 +24,6 @@ def remove_pid_file(run_dir: Path) -> None:
     (run_dir / PID_FILE).unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def dead_runs(root: Path | None = None) -> list[str]:
     """Runs on this host whose process died without cleaning up (kill -9, power loss)."""
     root = root or runs_dir()
@@ -43,7 +34,7 @@ def dead_runs(root: Path | None = None) -> list[str]:
         except (OSError, json.JSONDecodeError):
             dead.append(pid_file.parent.name)
             continue
-        if info.get("host") == socket.gethostname() and not _alive(int(info.get("pid", 0))):
+        if info.get("host") == socket.gethostname() and not pid_alive(int(info.get("pid", 0))):
             dead.append(pid_file.parent.name)
     return dead
 

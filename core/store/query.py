@@ -203,7 +203,8 @@ def store_for_run(run_id: str) -> Path:
     return paths.runs_dir() / run_id / "store.duckdb"
 
 
-def _last_written(path: Path) -> float:
+def last_written(path: Path) -> float:
+    """When a store was last written: the newer of the file and its WAL."""
     times = []
     for p in (path, Path(str(path) + ".wal")):
         try:
@@ -219,4 +220,4 @@ def latest_store(home: Path | None = None) -> Path | None:
     candidates = [*home.glob("runs/*/store.duckdb"), *home.glob("stores/*.duckdb")]
     if not candidates:
         return None
-    return max(candidates, key=_last_written)
+    return max(candidates, key=last_written)

@@ -12,7 +12,7 @@ from typing import Any
 
 from core import paths
 from core.errors import StoreError
-from core.store.query import QueryResult, read_sidecar, run_query
+from core.store.query import QueryResult, last_written, read_sidecar, run_query
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +128,6 @@ def _json(value: Any) -> Any:
     return value
 
 
-def _last_written(path: Path) -> float:
-    times = []
-    for p in (path, Path(str(path) + ".wal")):
-        try:
-            times.append(p.stat().st_mtime)
-        except FileNotFoundError:
-            pass
-    return max(times, default=0.0)
-
-
 def _fmt_time(value: Any) -> str:
     if isinstance(value, dt.datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
@@ -149,13 +139,13 @@ def find_stores(home: Path | None = None) -> list[tuple[Path, str, str]]:
     home = Path(home) if home is not None else paths.home()
     found = [(p, "run", p.parent.name) for p in home.glob("runs/*/store.duckdb")]
     found += [(p, "proxy", p.stem) for p in home.glob("stores/*.duckdb")]
-    found.sort(key=lambda t: _last_written(t[0]), reverse=True)
+    found.sort(key=lambda t: last_written(t[0]), reverse=True)
     return found
 
 
 def summarize_store(path: Path, kind: str = "run", name: str | None = None) -> StoreInfo:
     """Runs and counts of one store; a store that cannot be read yields a StoreInfo with `error` set."""
-    base = StoreInfo(path=path, kind=kind, name=name or path.stem, modified=_last_written(path),
+    base = StoreInfo(path=path, kind=kind, name=name or path.stem, modified=last_written(path),
                      live=read_sidecar(path) is not None)
     try:
         runs = run_query(path, "SELECT run_id, status, created_at FROM runs ORDER BY created_at DESC")
@@ -179,7 +169,7 @@ class StoreCatalog:
         seen = set()
         for path, kind, name in find_stores(self.home):
             seen.add(path)
-            stamp = _last_written(path)
+            stamp = last_written(path)
             cached = self._cache.get(path)
             if cached is not None and cached[0] == stamp and not cached[1].live and cached[1].error is None:
                 out.append(cached[1])
@@ -241,11 +231,6 @@ def run_sql(path: Path, sql: str, max_rows: int = 10_000) -> QueryResult:
 def is_live(path: Path) -> bool:
     """Whether a writer serving live queries holds the store now."""
     return read_sidecar(path) is not None
-
-
-def last_written(path: Path) -> float:
-    """mtime of the store file or its WAL, whichever is newer."""
-    return _last_written(path)
 
 
 # ---------------------------------------------------------------------- rollouts and the live run dashboard

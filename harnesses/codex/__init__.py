@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from core.env import Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from harnesses import versions
@@ -145,21 +145,6 @@ class CodexHarness(Harness):
         return codex_outcome(result)
 
 
-def codex_events(stdout: str) -> list[dict[str, Any]]:
-    """The JSONL events `codex exec --json` printed (other lines skipped)."""
-    events = []
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-    return events
-
-
 def _error_text(event: dict[str, Any]) -> str:
     err = event.get("error")
     if isinstance(err, dict):
@@ -172,7 +157,7 @@ def codex_outcome(result: ExecResult) -> HarnessOutcome:
     tail = (result.stderr or result.stdout)[-2000:]
     if result.timed_out:
         return HarnessOutcome(False, f"timed out\n{tail}".strip())
-    events = codex_events(result.stdout)
+    events = json_lines(result.stdout)
     kinds = [str(e.get("type", "")) for e in events]
     errors = [_error_text(e) for e in events if e.get("type") in ("turn.failed", "error")]
     completed = "turn.completed" in kinds
@@ -183,4 +168,4 @@ def codex_outcome(result: ExecResult) -> HarnessOutcome:
     return HarnessOutcome(False, f"exit {result.exit_code}: {why}\n{tail}".strip())
 
 
-__all__ = ["CodexHarness", "codex_events", "codex_outcome", "to_toml"]
+__all__ = ["CodexHarness", "codex_outcome", "to_toml"]

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from core.env import Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import npm_layer
@@ -35,21 +35,6 @@ PLUGIN_LOCK = {
     "lockfileVersion": 3,
     "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}},
 }
-
-
-def json_events(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines output, skipping lines that are not JSON objects."""
-    events = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-    return events
 
 
 def error_message(event: dict[str, Any]) -> str:
@@ -126,11 +111,11 @@ class OpenCodeHarness(Harness):
         tail = (result.stderr or "")[-1500:]
         if result.timed_out:
             return HarnessOutcome(False, f"timed out\n{tail}".strip())
-        errors = [error_message(e) for e in json_events(result.stdout) if e.get("type") == "error"]
+        errors = [error_message(e) for e in json_lines(result.stdout) if e.get("type") == "error"]
         if result.exit_code != 0 or errors:
             why = errors[-1] if errors else "no error event"
             return HarnessOutcome(False, f"exit {result.exit_code}: {why}\n{tail}".strip())
         return HarnessOutcome(True, "finished")
 
 
-__all__ = ["OpenCodeHarness", "error_message", "json_events"]
+__all__ = ["OpenCodeHarness", "error_message"]

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from core.env import Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import node_npm_layer
@@ -21,22 +21,6 @@ QUIET_ENV = {"PI_OFFLINE": "1", "PI_TELEMETRY": "0", "PI_SKIP_VERSION_CHECK": "1
 # long rollout's stdout stays small (the message_end/turn_end/agent_end events carry everything).
 FILTER = 'set -o pipefail; pi "$@" | sed -u -e \'/^{"type":"message_update"/d\' -e \'/^{"type":"tool_execution_update"/d\''
 FAILED_STOPS = ("error", "aborted")
-
-
-def json_events(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines output, skipping lines that are not JSON objects."""
-    events = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
 
 
 def run_verdict(events: list[dict[str, Any]]) -> tuple[bool, str]:
@@ -114,10 +98,10 @@ class PiHarness(Harness):
         tail = (result.stderr or "")[-1500:]
         if result.timed_out:
             return HarnessOutcome(False, f"timed out\n{tail}".strip())
-        ok, why = run_verdict(json_events(result.stdout))
+        ok, why = run_verdict(json_lines(result.stdout))
         if result.exit_code != 0:
             return HarnessOutcome(False, f"exit {result.exit_code}: {why}\n{tail}".strip())
         return HarnessOutcome(ok, why if ok else f"{why}\n{tail}".strip())
 
 
-__all__ = ["PiHarness", "json_events", "run_verdict"]
+__all__ = ["PiHarness", "run_verdict"]
