@@ -59,7 +59,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 def cmd_serve_model(args: argparse.Namespace) -> int:
     from core.models.server import serve_model
 
-    asyncio.run(serve_model(args.model, args.host, args.port))
+    def ready(url: str) -> None:
+        print(url, flush=True)
+
+    asyncio.run(serve_model(args.model, args.host, args.port, on_ready=ready))
     return 0
 
 

@@ -80,3 +80,16 @@ def test_bad_backend_spec_is_a_clear_error(env):
 def test_sql_without_any_store_says_what_to_do(env):
     out = sql("SELECT 1", env=env)
     assert out.returncode == 2 and "no store found" in out.stderr
+
+
+def test_serve_model_prints_its_url_answers_token_ids_and_stops(env):
+    proc = subprocess.Popen([*FORGETUI, "serve-model", "tiny", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
+        body = {"model": "tiny", "prompt": [1, 2, 3, 4], "max_tokens": 5, "return_token_ids": True, "logprobs": 0, "temperature": 0}
+        choice = httpx.post(f"{url}/v1/completions", json=body, timeout=120).json()["choices"][0]
+        assert 0 < len(choice["token_ids"]) <= 5 and len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

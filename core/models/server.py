@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -248,17 +248,22 @@ def build_model_app(backend: TokenBackend, model_name: str | None = None) -> Sta
     )
 
 
-async def serve_model(model: str, host: str = "127.0.0.1", port: int = 8000, device: str = "auto") -> None:
-    """Load `model` into the built-in backend and serve it until cancelled."""
-    import uvicorn
-
+async def serve_model(
+    model: str, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", on_ready: Callable[[str], None] | None = None
+) -> None:
+    """Load `model` into the built-in backend and serve it until SIGINT/SIGTERM; `on_ready(base_url)` once listening."""
     from core.backends.builtin import BuiltinBackend
+    from core.proxy.server import serve_forever
 
     backend = BuiltinBackend(model, device=device)
     app = build_model_app(backend, model_name=model)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", lifespan="off"))
-    log.info("serving %s on http://%s:%d/v1 (context %d)", model, host, port, backend.context_length)
+
+    def ready(url: str) -> None:
+        log.info("serving %s on %s/v1 (context %d)", model, url, backend.context_length)
+        if on_ready is not None:
+            on_ready(url)
+
     try:
-        await server.serve()
+        await serve_forever(app, host, port, ready)
     finally:
         await backend.aclose()
