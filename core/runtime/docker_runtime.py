@@ -115,10 +115,14 @@ class DockerSandbox:
             ) from exc
 
     def _start_blocking(self) -> Any:
-        self._ensure_image()
+        docker = _docker()
         kwargs = self.run_kwargs()
         kwargs.pop("detach")
-        container = self._client.containers.create(**kwargs)
+        try:  # the image is almost always there: look it up (and pull) only when create says it is not
+            container = self._client.containers.create(**kwargs)
+        except docker.errors.ImageNotFound:
+            self._ensure_image()
+            container = self._client.containers.create(**kwargs)
         try:
             container.start()
         except BaseException:
