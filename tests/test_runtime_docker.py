@@ -238,3 +238,20 @@ def test_docker_sandbox_spec_to_run_kwargs():
     assert kw["extra_hosts"] == {"host.docker.internal": "host-gateway"}
     assert kw["privileged"] is False and "volumes" not in kw
     assert sb.name.startswith("forgetui-run-r0-") and len(sb.name) <= 63
+
+
+async def test_get_file_of_a_folder_is_not_a_file_inside_it(docker_runtime, base_image, run_id):
+    from core.runtime.base import SandboxSpec
+
+    sb = docker_runtime.create(SandboxSpec(image=base_image, run_id=run_id, rollout_id="r-dir"))
+    await sb.start()
+    try:
+        await sb.put_file("/workspace/d/inner.txt", b"secret")
+        await sb.exec(["ln", "-s", "d/inner.txt", "/workspace/link.txt"], timeout_s=10)
+        with pytest.raises(IsADirectoryError):
+            await sb.get_file("/workspace/d")
+        with pytest.raises(IsADirectoryError):  # symlinks are not followed by get_file
+            await sb.get_file("/workspace/link.txt")
+        assert await sb.get_file("/workspace/d/inner.txt") == b"secret"
+    finally:
+        await sb.stop()

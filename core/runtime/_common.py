@@ -56,13 +56,17 @@ def tar_dir(local_dir: Path) -> bytes:
 
 
 def untar_file(archive: bytes, path: str) -> bytes:
-    """The content of the single regular file in ``archive`` (as `docker cp`/`tar c` produce)."""
+    """The content of ``path`` from an archive of it (as `docker cp`/`tar c` produce).
+
+    Only the archive's top entry counts: the archive of a folder holds its files, and none of them is
+    the folder's content. A symlink is not followed (the caller may read its target itself).
+    """
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                return extracted.read()
+        top = next(iter(tar), None)
+        if top is not None and top.isfile() and "/" not in top.name.strip("/"):
+            extracted = tar.extractfile(top)
+            assert extracted is not None
+            return extracted.read()
     raise IsADirectoryError(f"{path} is not a regular file")
 
 

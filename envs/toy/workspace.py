@@ -33,11 +33,14 @@ class Workspace:
         return await self._test("-e", rel)
 
     async def read(self, rel: str) -> str | None:
-        """The file's text, or None when it is missing or not a regular file."""
-        if not await self.is_file(rel):
-            return None
+        """The file's text, or None when it is missing or not a regular file (one archive read, usually)."""
         try:
             data = await self.sandbox.get_file(self.path(rel))
-        except (FileNotFoundError, IsADirectoryError):
+        except FileNotFoundError:
             return None
+        except IsADirectoryError:  # a folder, or a symlink: `test -f` follows links like a reader would
+            if not await self.is_file(rel):
+                return None
+            res = await self.sandbox.exec(["cat", rel], timeout_s=PROBE_TIMEOUT_S, workdir=self.workdir)
+            return res.stdout if res.ok else None
         return data.decode("utf-8", errors="replace")
