@@ -150,11 +150,23 @@ def _wait_for_containers(client, home: Path, n: int = 1, timeout: float = 90) ->
     raise AssertionError("no sandbox appeared")
 
 
+def _wait_for_done(store: Path, n: int, timeout: float = 120) -> None:
+    """Until `n` rollouts are done, read live through the running writer (`forgetui sql`'s path)."""
+    from core.store.query import run_query
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if run_query(store, "SELECT count(*) FROM rollouts WHERE status = 'done'").rows[0][0] >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} rollouts finished in {timeout:g} s")
+
+
 def test_sigint_mid_run_leaves_no_containers_and_resume_finishes(tmp_path, docker_client, base_image):
     home = tmp_path / "home"
     proc = _cli_run(tmp_path, home=home)
     run_id = _wait_for_containers(docker_client, home, 2)
-    time.sleep(3)  # let a couple of rollouts finish
+    _wait_for_done(home / "runs" / run_id / "store.duckdb", 2)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130
     assert containers_of(docker_client, run_id) == []
