@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -96,14 +96,13 @@ class ForgetuiApp(App[int]):
         self._run_handle: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
         self._stop_requested = False
         self._run_done = threading.Event()
-        self._rollouts_stamp: tuple[Path, float] | None = None
+        self._stamps: dict[str, tuple[Path, float]] = {}  # what → (store, last written) of its last load
         self.catalog = data.StoreCatalog(home)
         self.refresh_s = refresh_s
         self.stores_refresh_s = stores_refresh_s
         self.store: Path | None = None
         self.call_id: str | None = None
         self._catalog_lock = threading.Lock()
-        self._calls_stamp: tuple[Path, float] | None = None
         self._last_error: str | None = None
 
     def compose(self) -> ComposeResult:
@@ -228,35 +227,27 @@ class ForgetuiApp(App[int]):
 
     @work(thread=True, exclusive=True, group="calls", exit_on_error=False)
     def load_calls(self, path: Path, force: bool = False) -> None:
-        try:
-            stamp = (path, data.last_written(path))
-            if not force and stamp == self._calls_stamp and not data.is_live(path):
-                return
-            calls = data.load_calls(path)
-            self._calls_stamp = stamp
-        except ForgetuiError as exc:
-            self.post_message(LoadFailed("calls", str(exc)))
-        except Exception as exc:
-            log.exception("loading calls of %s failed", path)
-            self.post_message(LoadFailed("calls", f"{type(exc).__name__}: {exc}"))
-        else:
-            self.post_message(CallsLoaded(path, calls))
+        self._load_if_changed("calls", path, force, data.load_calls, CallsLoaded)
 
     @work(thread=True, exclusive=True, group="rollouts", exit_on_error=False)
     def load_rollouts(self, path: Path, force: bool = False) -> None:
+        self._load_if_changed("rollouts", path, force, data.load_rollouts, RolloutsLoaded)
+
+    def _load_if_changed(self, what: str, path: Path, force: bool, load: Any, loaded: Any) -> None:
+        """On a worker thread: load `what` from the store unless it is unchanged since the last load."""
         try:
             stamp = (path, data.last_written(path))
-            if not force and stamp == self._rollouts_stamp and not data.is_live(path):
+            if not force and stamp == self._stamps.get(what) and not data.is_live(path):
                 return
-            rollouts = data.load_rollouts(path)
-            self._rollouts_stamp = stamp
+            rows = load(path)
+            self._stamps[what] = stamp
         except ForgetuiError as exc:
-            self.post_message(LoadFailed("rollouts", str(exc)))
+            self.post_message(LoadFailed(what, str(exc)))
         except Exception as exc:
-            log.exception("loading rollouts of %s failed", path)
-            self.post_message(LoadFailed("rollouts", f"{type(exc).__name__}: {exc}"))
+            log.exception("loading %s of %s failed", what, path)
+            self.post_message(LoadFailed(what, f"{type(exc).__name__}: {exc}"))
         else:
-            self.post_message(RolloutsLoaded(path, rollouts))
+            self.post_message(loaded(path, rows))
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     async def run_engine(self) -> None:
@@ -347,13 +338,13 @@ class ForgetuiApp(App[int]):
             return
         self.store = message.path
         self.call_id = None
-        self._calls_stamp = None
+        self._stamps.pop("calls", None)
         self.sub_title = str(message.path)
         self.query_one(StoreList).highlight_store(message.path)
         self.query_one(CallsTable).clear_calls()
         self.query_one(CallInspector).show_message("select a call")
         self.load_calls(message.path, force=True)
-        self._rollouts_stamp = None
+        self._stamps.pop("rollouts", None)
         self.query_one("#rollouts", RolloutsTable).clear_rollouts()
         self.load_rollouts(message.path, force=True)
 
