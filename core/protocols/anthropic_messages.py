@@ -17,6 +17,7 @@ from core.protocols.sse import (
     function_tool,
     load_args,
     model_name,
+    object_list,
     opt_float,
     opt_int,
     require_dict,
@@ -132,14 +133,8 @@ def _message(msg: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise ProtocolError("'tools' must be a list")
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ProtocolError(f"tools[{i}] must be an object")
+    for i, tool in enumerate(object_list(tools, "tools")):
         if tool.get("type") not in (None, "custom") and "input_schema" not in tool:
             continue  # server tools (web_search, bash_2025..., text_editor...) run on Anthropic's side
         out.append(

@@ -17,6 +17,7 @@ from core.protocols.sse import (
     dump_args,
     function_tool,
     load_args,
+    object_list,
     stop_list,
     text_remainder,
     tool_call,
@@ -177,14 +178,8 @@ def parse_contents(system: Any, contents: Any) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise ProtocolError("'tools' must be a list")
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ProtocolError(f"tools[{i}] must be an object")
+    for i, tool in enumerate(object_list(tools, "tools")):
         decls = _get(tool, "functionDeclarations", "function_declarations")
         if decls is None:
             continue  # googleSearch, codeExecution, urlContext, ...

@@ -17,8 +17,10 @@ from core.protocols.sse import (
     function_tool,
     model_name,
     now,
+    object_list,
     opt_float,
     opt_int,
+    parts_text,
     require_dict,
     stop_list,
     text_remainder,
@@ -63,32 +65,7 @@ def openai_error(kind: str, message: str) -> dict[str, Any]:
 
 def _content_text(content: Any, where: str) -> str:
     """Chat message content (string, list of parts or null) as one string."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ProtocolError(f"{where}.content must be a string or a list of content parts")
-    texts: list[str] = []
-    for i, part in enumerate(content):
-        if isinstance(part, str):
-            texts.append(part)
-            continue
-        if not isinstance(part, dict):
-            raise ProtocolError(f"{where}.content[{i}] must be an object with a 'type'")
-        kind = part.get("type")
-        if kind in ("text", "input_text", "output_text"):
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise ProtocolError(f"{where}.content[{i}].text must be a string")
-            texts.append(text)
-        elif kind == "refusal":
-            texts.append(str(part.get("refusal") or ""))
-        elif kind in _PLACEHOLDERS:
-            texts.append(_PLACEHOLDERS[kind])
-        else:
-            log.debug("ignoring %s content part of type %r", where, kind)
-    return "\n".join(texts)
+    return parts_text(content, f"{where}.content", ("text", "input_text", "output_text"), _PLACEHOLDERS)
 
 
 def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
@@ -141,12 +118,8 @@ def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
         tools = [
             {"type": "function", "function": f} for f in body.get("functions") or [] if isinstance(f, dict)
         ]
-    if not isinstance(tools, list):
-        raise ProtocolError("'tools' must be a list")
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ProtocolError(f"tools[{i}] must be an object")
+    for i, tool in enumerate(object_list(tools, "tools")):
         if tool.get("type", "function") != "function":
             continue
         fn = tool.get("function")

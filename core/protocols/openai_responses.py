@@ -17,8 +17,10 @@ from core.protocols.sse import (
     function_tool,
     model_name,
     now,
+    object_list,
     opt_float,
     opt_int,
+    parts_text,
     require_dict,
     text_remainder,
     tool_call,
@@ -35,29 +37,7 @@ _OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
 
 def _parts_text(content: Any, where: str) -> str:
     """Message content or tool output (string or list of parts) as one string."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ProtocolError(f"{where} must be a string or a list of content parts")
-    texts: list[str] = []
-    for i, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise ProtocolError(f"{where}[{i}] must be an object with a 'type'")
-        kind = part.get("type")
-        if kind in _TEXT_PARTS:
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise ProtocolError(f"{where}[{i}].text must be a string")
-            texts.append(text)
-        elif kind == "refusal":
-            texts.append(str(part.get("refusal") or ""))
-        elif kind in _PLACEHOLDERS:
-            texts.append(_PLACEHOLDERS[kind])
-        else:
-            log.debug("ignoring %s part of type %r", where, kind)
-    return "\n".join(texts)
+    return parts_text(content, where, _TEXT_PARTS, _PLACEHOLDERS)
 
 
 def _call_arguments(item: dict[str, Any]) -> str:
@@ -121,14 +101,8 @@ def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise ProtocolError("'tools' must be a list")
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ProtocolError(f"tools[{i}] must be an object")
+    for i, tool in enumerate(object_list(tools, "tools")):
         if tool.get("type") != "function":
             continue  # namespace, web_search, custom, local_shell, ...: nothing a local policy can serve
         out.append(

@@ -6,12 +6,15 @@ JSON is encoded with orjson: the proxy's added latency has to stay at a couple o
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
 import orjson
 
 from core.errors import ProtocolError
+
+log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
 
@@ -151,3 +154,45 @@ def text_remainder(streamed: str, final: str) -> str:
     if len(final) > len(streamed) and final.startswith(streamed):
         return final[len(streamed) :]
     return ""
+
+
+def object_list(value: Any, key: str) -> list[dict[str, Any]]:
+    """A list of objects (`tools`, ...): None is empty; anything else is a ProtocolError naming the item."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProtocolError(f"'{key}' must be a list")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ProtocolError(f"{key}[{i}] must be an object")
+    return value
+
+
+def parts_text(content: Any, where: str, text_kinds: tuple[str, ...], placeholders: dict[str, str]) -> str:
+    """Content as one string: a string, null, or a list of typed parts (text joined; images etc. as placeholders)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ProtocolError(f"{where} must be a string or a list of content parts")
+    texts: list[str] = []
+    for i, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise ProtocolError(f"{where}[{i}] must be an object with a 'type'")
+        kind = part.get("type")
+        if kind in text_kinds:
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ProtocolError(f"{where}[{i}].text must be a string")
+            texts.append(text)
+        elif kind == "refusal":
+            texts.append(str(part.get("refusal") or ""))
+        elif kind in placeholders:
+            texts.append(placeholders[kind])
+        else:
+            log.debug("ignoring %s part of type %r", where, kind)
+    return "\n".join(texts)
