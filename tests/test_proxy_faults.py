@@ -222,3 +222,10 @@ def test_adhoc_sessions_each_get_a_rollout(live_proxy, script_file):
     sessions = sorted(s.rollout_id for s in proxy.sessions._by_token.values())
     assert sessions == ["rollout-1", "run-test-alpha", "run-test-beta", "run-test-default"]
     assert json.dumps(proxy.rows("SELECT DISTINCT rollout_id FROM calls ORDER BY 1")) == json.dumps([["run-test-alpha"], ["run-test-beta"], ["run-test-default"]])
+
+
+def test_the_proxy_exposes_no_sql_to_harnesses(scripted):
+    """Harnesses reach the proxy; the store is read only through its own token-guarded endpoint."""
+    for method in ("GET", "POST"):
+        resp = httpx.request(method, f"{scripted.url}/_forgetui/sql", params={"q": "SELECT * FROM calls"}, json={"sql": "SELECT * FROM calls"})
+        assert resp.status_code == 404

@@ -3,7 +3,8 @@
 Routes (each also under ``/r/{token}/``): OpenAI ``/v1/chat/completions`` and
 ``/v1/responses``, Anthropic ``/v1/messages`` (+ ``/count_tokens``), Gemini
 ``/v1beta/models/{model}:generateContent|streamGenerateContent|countTokens``,
-``GET /v1/models``, ``HEAD /``, ``GET /health`` and ``/_forgetui/sql``.
+``GET /v1/models``, ``HEAD /`` and ``GET /health``. Live SQL reads go to the store's own
+token-guarded endpoint (core/store/live.py), never through the proxy harnesses call.
 Routing is hand-written rather than a framework's: the proxy's added latency
 is a benchmark floor (≤ 2 ms p50) and the routes are few and fixed.
 """
@@ -15,13 +16,13 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import orjson
 
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
-from core.errors import BackendError, ForgetuiError, ProtocolError, StoreError
+from core.errors import BackendError, ForgetuiError, ProtocolError
 from core.protocols.base import WireProtocol
 from core.protocols.registry import get_protocol
 from core.proxy.asgi import (
@@ -54,12 +55,6 @@ _ROUTES = {
 }
 
 
-class QuerySink(CallSink, Protocol):
-    """A store that records calls and answers read-only SQL from live readers."""
-
-    def handle_query(self, sql: str) -> dict[str, Any]: ...
-
-
 def _api_key(scope: Scope) -> str | None:
     auth = header(scope, b"authorization")
     if auth and auth.lower().startswith("bearer "):
@@ -87,7 +82,7 @@ class ProxyApp:
         self,
         policy: Policy,
         sessions: SessionRegistry,
-        store: QuerySink | None,
+        store: CallSink | None,
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY,
         call_timeout_s: float | None = None,
@@ -128,9 +123,6 @@ class ProxyApp:
                     else:
                         await self._error(send, get_protocol("gemini"), 404, "not_found", f"unknown Gemini method {action!r}")
                     return
-                if path == "/_forgetui/sql":
-                    await self._sql(scope, receive, send)
-                    return
             elif method in ("GET", "HEAD"):
                 if path in ("/", "/health", "/healthz"):
                     body = b"" if method == "HEAD" else orjson.dumps({"status": "ok", "service": "forgetui-proxy"})
@@ -138,9 +130,6 @@ class ProxyApp:
                     return
                 if path in ("/v1/models", "/models"):
                     await send_json(send, 200, {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "forgetui"}]})
-                    return
-                if path == "/_forgetui/sql":
-                    await self._run_sql(send, _query(scope).get("q", ""))
                     return
             await self._error(send, get_protocol("chat"), 404, "not_found", f"no route for {method} {path}")
         except ClientGone:
@@ -282,22 +271,6 @@ class ProxyApp:
             self.store.record_call(call.row(status, completion, response, error))
         except Exception:  # noqa: BLE001 - recording must never take the server down
             log.exception("could not record call %s", call.call_id)
-
-    async def _sql(self, scope: Scope, receive: Receive, send: Send) -> None:
-        data = _loads(await read_body(scope, receive, self.max_body_bytes))
-        sql = data.get("sql") if isinstance(data, dict) else None
-        await self._run_sql(send, sql or "")
-
-    async def _run_sql(self, send: Send, sql: str) -> None:
-        if self.store is None:
-            await send_json(send, 404, {"error": "this proxy has no store"})
-            return
-        try:
-            result = await asyncio.to_thread(self.store.handle_query, sql)
-        except StoreError as exc:
-            await send_json(send, 400, {"error": str(exc)})
-            return
-        await send_json(send, 200, result)
 
     async def _error(self, send: Send, proto: WireProtocol, status: int, kind: str, message: str) -> None:
         await send_json(send, status, proto.error_body(status, kind, message))
