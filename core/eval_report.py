@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from core.rollout.status import TERMINAL, Status
 BREAKDOWN_KEYS = ("level", "domain", "family", "split")
 
 
-def _metrics(per_task: dict[str, list[bool]], scores: list[float], ks: list[int]) -> dict[str, Any]:
+def pass_metrics(per_task: dict[str, list[bool]], scores: list[float], ks: Iterable[int]) -> dict[str, Any]:
+    """Tasks, samples, mean score, and pass@k / pass^k averaged over the tasks with at least k samples."""
     out: dict[str, Any] = {"tasks": len(per_task), "samples": sum(len(v) for v in per_task.values())}
     out["mean_score"] = sum(scores) / len(scores) if scores else None
     out["pass_at_k"], out["pass_hat_k"] = {}, {}
@@ -45,11 +47,11 @@ def build_report(rows: list[dict[str, Any]], ks: list[int], model: str) -> dict[
                     tasks, vals = by[key].setdefault(str(task_meta[key]), (defaultdict(list), []))
                     tasks[r["task_id"]].append(bool(r["passed"]))
                     vals.append(float(r["reward"] or 0.0))
-        group = {"env": env, "harness": harness, "model": model, **_metrics(per_task, scores, ks)}
+        group = {"env": env, "harness": harness, "model": model, **pass_metrics(per_task, scores, ks)}
         group["timeouts"] = sum(1 for r in members if r["status"] == Status.TIMEOUT)
         group["infra_errors"] = sum(1 for r in members if r["status"] == Status.INFRA_ERROR)
         group["unfinished"] = sum(1 for r in members if r["status"] not in {str(s) for s in TERMINAL})
-        group["breakdown"] = {key: {value: _metrics(t, v, ks) for value, (t, v) in sorted(values.items())} for key, values in by.items()}
+        group["breakdown"] = {key: {value: pass_metrics(t, v, ks) for value, (t, v) in sorted(values.items())} for key, values in by.items()}
         report["groups"].append(group)
     return report
 

@@ -18,8 +18,8 @@ from typing import Any
 from core.config import RunConfig, dump_toml
 from core.env import Environment, Task
 from core.errors import ConfigError, SandboxError
+from core.eval_report import pass_metrics
 from core.harness import Harness
-from core.metrics import pass_at_k, pass_hat_k
 from core.paths import runs_dir
 from core.proxy.app import ProxyApp
 from core.proxy.factory import make_policy
@@ -51,9 +51,10 @@ class RunSummary:
     store: str
     status: str = "done"
     extra: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] | None = None  # the eval report (also written to eval.json), not part of the JSON summary
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("extra", "report")}
         out.update(self.extra)
         return out
 
@@ -303,6 +304,7 @@ def write_eval_report(store: Store, run_id: str, run_dir: Path, summary: RunSumm
     ks = [int(k) for k in summary.pass_at_k] or [1]
     report = build_report(report_rows(store, run_id), ks, model=config.policy.backend)
     report["run_id"] = run_id
+    summary.report = report
     out = {"eval_json": str(run_dir / "eval.json")}
     (run_dir / "eval.json").write_text(json.dumps(report, indent=2))
     try:
@@ -334,19 +336,13 @@ def summarize(store: Store, run_id: str, store_path: Path, ks: list[int] | None 
         rewards.append(float(reward or 0.0))
         per_task.setdefault(task_id, []).append(bool(passed))
     max_n = max((len(v) for v in per_task.values()), default=0)
-    at_k: dict[str, float] = {}
-    hat_k: dict[str, float] = {}
-    for k in ks or range(1, max_n + 1):
-        eligible = [v for v in per_task.values() if len(v) >= k]
-        if eligible:
-            at_k[str(k)] = sum(pass_at_k(len(v), sum(v), k) for v in eligible) / len(eligible)
-            hat_k[str(k)] = sum(pass_hat_k(len(v), sum(v), k) for v in eligible) / len(eligible)
+    metrics = pass_metrics(per_task, rewards, ks or range(1, max_n + 1))
     return RunSummary(
         run_id=run_id,
         rollouts=len(rows),
-        mean_reward=sum(rewards) / len(rewards) if rewards else None,
-        pass_at_k=at_k,
-        pass_hat_k=hat_k,
+        mean_reward=metrics["mean_score"],
+        pass_at_k=metrics["pass_at_k"],
+        pass_hat_k=metrics["pass_hat_k"],
         store=str(store_path),
         **counts,
     )

@@ -69,9 +69,8 @@ def run_headless(config: RunConfig, *, resume: str | None, json_out: bool, ks: l
 
 
 def eval_table(summary: RunSummary) -> Table:
-    """pass@k / pass^k / mean score per env × harness (and per level/domain) from the run's eval.json."""
-    path = summary.extra.get("eval_json")
-    report = json.loads(open(path).read()) if path else {"groups": []}
+    """pass@k / pass^k / mean score per env × harness (and per level/domain), from the run's eval report."""
+    report = summary.report or {"groups": []}
     ks = report.get("ks", [])
     table = Table(title=f"run {summary.run_id} — {summary.rollouts} rollouts, store {summary.store}")
     for col in ("env × harness", "slice", "tasks", "mean score", *[f"pass@{k}" for k in ks], *[f"pass^{k}" for k in ks], "timeouts", "infra errors"):
