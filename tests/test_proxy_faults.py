@@ -219,7 +219,7 @@ def test_adhoc_sessions_each_get_a_rollout(live_proxy, script_file):
     for name in ("alpha", "beta"):
         assert httpx.post(f"{proxy.url}/r/{name}{CHAT}", json={"model": "m", "messages": USER}).status_code == 200
     assert httpx.post(proxy.url + CHAT, json={"model": "m", "messages": USER}).status_code == 200
-    sessions = sorted(s.rollout_id for s in proxy.sessions._by_token.values())
+    sessions = sorted(s.rollout_id for s in proxy.sessions.all())
     assert sessions == ["rollout-1", "run-test-alpha", "run-test-beta", "run-test-default"]
     assert json.dumps(proxy.rows("SELECT DISTINCT rollout_id FROM calls ORDER BY 1")) == json.dumps([["run-test-alpha"], ["run-test-beta"], ["run-test-default"]])
 

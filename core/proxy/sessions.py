@@ -73,5 +73,9 @@ class SessionRegistry:
             self.on_new_adhoc(session)
         return session
 
+    def all(self) -> list[Session]:
+        """Every registered session (a copy: safe while others register)."""
+        return list(self._by_token.values())
+
     def __len__(self) -> int:
         return len(self._by_token)

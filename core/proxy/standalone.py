@@ -71,10 +71,8 @@ async def run_standalone_proxy(
     try:
         await serve_forever(app, host, port, lambda url: on_ready(url, store_path))
     finally:
-        for token in list(sessions._by_token):
-            session = sessions.get(token)
-            if session is not None:
-                store.upsert_rollout({"rollout_id": session.rollout_id, "status": "done", "ended_at": _now()})
+        for session in sessions.all():
+            store.upsert_rollout({"rollout_id": session.rollout_id, "status": "done", "ended_at": _now()})
         store.update_run_status(run_id, "stopped")
         store.close()
         await policy.aclose()
