@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from core.errors import SandboxError
@@ -34,7 +34,7 @@ def _key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
-def _install_once(kind: str, name: str, key: str, install: callable) -> Path:  # type: ignore[valid-type]
+def _install_once(kind: str, name: str, key: str, install: Callable[[Path], None]) -> Path:
     """Run `install(tmp_dir)` once per key; concurrent and crashed installs never leave a half tree."""
     final = cache_dir() / kind / f"{name}-{key}"
     if (final / COMPLETE).exists():
