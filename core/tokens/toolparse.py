@@ -105,7 +105,5 @@ class VisibleTextStream:
         return out
 
     def rest(self, visible_text: str) -> str:
-        """What is still owed to the client once the final visible text is known."""
-        if visible_text.startswith(self.buffer[: self.emitted]):
-            return visible_text[self.emitted :]
-        return visible_text[self.emitted :] if len(visible_text) > self.emitted else ""
+        """What is still owed to the client once the final visible text is known (it starts with what was sent)."""
+        return visible_text[self.emitted :]
