@@ -26,7 +26,7 @@ from core.proxy.factory import make_policy
 from core.proxy.server import BackgroundServer
 from core.proxy.sessions import SessionRegistry
 from core.registry import load_env, load_harness
-from core.rollout.attempt import RolloutItem, RunContext, utcnow
+from core.rollout.attempt import RolloutItem, RunContext
 from core.rollout.engine import RolloutEngine, RolloutEvent
 from core.rollout.orphans import reap_dead_runs, remove_pid_file, write_pid_file
 from core.rollout.status import TERMINAL, Status
@@ -348,4 +348,4 @@ def summarize(store: Store, run_id: str, store_path: Path, ks: list[int] | None 
     )
 
 
-__all__ = ["RunSummary", "execute_run", "load_run_config", "summarize", "utcnow"]
+__all__ = ["RunSummary", "execute_run", "load_run_config", "summarize"]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from core.chat import ChatRequest, Completion
 from core.proxy.policy import CallTrace
 from core.proxy.sessions import Session
+from core.store.writer import utcnow
 
 
 class CallSink(Protocol):
@@ -28,7 +29,7 @@ class CallInFlight:
     body: Any
     backend: str
     trace: CallTrace = field(default_factory=CallTrace)
-    started_wall: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
+    started_wall: datetime = field(default_factory=utcnow)
     started: float = field(default_factory=time.perf_counter)
 
     def row(self, status: str, completion: Completion | None, response: Any, error: str | None) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from core.paths import stores_dir
@@ -12,13 +11,9 @@ from core.proxy.app import DEFAULT_MAX_BODY, ProxyApp
 from core.proxy.factory import make_policy
 from core.proxy.server import serve_forever
 from core.proxy.sessions import Session, SessionRegistry
-from core.store.writer import Store
+from core.store.writer import Store, utcnow
 
 log = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def default_store_path(run_id: str) -> Path:
@@ -40,7 +35,7 @@ def open_adhoc_store(store_path: Path, run_id: str, config: dict) -> tuple[Store
                 "harness": None,
                 "sample_index": 0,
                 "status": "running",
-                "started_at": _now(),
+                "started_at": utcnow(),
                 "token": session.token,
                 "attempt": 0,
             }
@@ -61,7 +56,7 @@ async def run_standalone_proxy(
     max_body_bytes: int = DEFAULT_MAX_BODY,
 ) -> None:
     """Serve until SIGINT/SIGTERM, then mark sessions ended and close the store (every call flushed)."""
-    run_id = "proxy-" + _now().strftime("%Y%m%d-%H%M%S-%f")
+    run_id = "proxy-" + utcnow().strftime("%Y%m%d-%H%M%S-%f")
     store_path = store_path or default_store_path(run_id)
     policy = make_policy(spec, parser=parser, tokenizer=tokenizer)
     config = {"kind": "proxy", "backend": spec, "host": host, "port": port, "parser": parser, "tokenizer": tokenizer}
@@ -72,7 +67,7 @@ async def run_standalone_proxy(
         await serve_forever(app, host, port, lambda url: on_ready(url, store_path))
     finally:
         for session in sessions.all():
-            store.upsert_rollout({"rollout_id": session.rollout_id, "status": "done", "ended_at": _now()})
+            store.upsert_rollout({"rollout_id": session.rollout_id, "status": "done", "ended_at": utcnow()})
         store.update_run_status(run_id, "stopped")
         store.close()
         await policy.aclose()

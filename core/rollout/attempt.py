@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -17,15 +16,12 @@ from core.harness import Endpoint, Harness
 from core.proxy.sessions import SessionRegistry
 from core.rollout.status import Status, can_move
 from core.runtime.base import Runtime, SandboxSpec
+from core.store.writer import utcnow
 
 log = logging.getLogger(__name__)
 
 SETUP_TIMEOUT_S = 300.0
 VERIFY_TIMEOUT_S = 600.0
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Stopwatch:
