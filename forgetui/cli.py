@@ -82,14 +82,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if not store.exists():
         raise ForgetuiError(f"no store at {store}")
     result = run_query(store, args.query)
-    sys.stdout.write(format_result(result, args.format))
-    if not format_result_ends_newline(args.format):
-        sys.stdout.write("\n")
+    text = format_result(result, args.format)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
-
-
-def format_result_ends_newline(fmt: str) -> bool:
-    return fmt == "csv"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
