@@ -431,3 +431,13 @@ def test_close_is_idempotent_and_refuses_writes(tmp_path: Path) -> None:
     ro = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert ro.execute("SELECT count(*) FROM calls").fetchone() == (1,)
     ro.close()
+
+
+def test_upsert_inserts_a_missing_key_once(store: Store) -> None:
+    store.upsert_rollout({"rollout_id": "ro9"})  # key only: an insert, then nothing
+    store.upsert_rollout({"rollout_id": "ro9"})
+    store.upsert_rollout({"rollout_id": "ro8", "status": "running"})  # an update that matches nothing inserts
+    store.upsert_rollout({"rollout_id": "ro8", "reward": 0.5})
+    store.flush()
+    rows = store.cursor().execute("SELECT rollout_id, status, reward FROM rollouts ORDER BY rollout_id").fetchall()
+    assert rows == [("ro8", "running", 0.5), ("ro9", None, None)]
