@@ -18,7 +18,7 @@ from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.errors import BackendError, ContextLengthError, ForgetuiError, ModelError
-from core.models.resolve import resolve_model
+from core.models.resolve import load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ class BuiltinBackend:
         source = resolve_model(model)
         try:
             import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM
 
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            self.tokenizer = load_tokenizer(source)
             self.model = AutoModelForCausalLM.from_pretrained(
                 source, dtype=_pick_dtype(dtype, self.device), attn_implementation="sdpa"
             )

@@ -31,7 +31,7 @@ from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.errors import ConfigError, ModelError
-from core.models.resolve import resolve_model
+from core.models.resolve import load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +243,9 @@ class ScriptedBackend:
         self.script_path = Path(script_path)
         self.turns, self.loop = load_script(self.script_path)
         self.name = f"scripted:{self.script_path.name}"
-        from transformers import AutoTokenizer
-
         source = resolve_model(tokenizer_model)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            self.tokenizer = load_tokenizer(source)
         except Exception as exc:
             raise ModelError(f"cannot load tokenizer {tokenizer_model!r} from {source}: {exc}") from exc
         if self.tokenizer.eos_token_id is None:

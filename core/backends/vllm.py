@@ -19,7 +19,7 @@ import orjson
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.openai_compat import HttpSession, error_message
 from core.errors import BackendError, ContextLengthError, ModelError
-from core.models.resolve import resolve_model
+from core.models.resolve import load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,10 @@ class VllmBackend:
         self.name = model_name or tokenizer_model
         source = resolve_model(tokenizer_model)
         try:
-            from transformers import AutoConfig, AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            self.tokenizer = load_tokenizer(source)
             if context_length is None:
+                from transformers import AutoConfig
+
                 config_len = getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None)
                 context_length = int(config_len or DEFAULT_CONTEXT)
         except Exception as exc:

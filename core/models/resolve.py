@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from core.errors import ModelError
 from core.models.smollm import SMOLLM2_NAME, ensure_smollm2
@@ -42,3 +44,25 @@ def resolve_model(name: str) -> Path | str:
             f"downloaded; use one of {', '.join(BUILTIN_MODELS)} or a local folder"
         )
     return name
+
+
+# The tokenizer classes AutoTokenizer maps to `PreTrainedTokenizerFast` itself (the built-in models
+# name the first). For them that class is imported directly: AutoTokenizer's module imports the model
+# configuration code, which imports torch (about 1.5 s of a run's start-up, for a tokenizer).
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(source: Path | str) -> Any:
+    """What ``AutoTokenizer.from_pretrained(source)`` returns, without importing torch when it can."""
+    config = Path(source) / "tokenizer_config.json"
+    try:
+        declared = json.loads(config.read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        declared = None
+    if declared in GENERIC_TOKENIZER_CLASSES and (Path(source) / "tokenizer.json").exists():
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(source)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source)
