@@ -23,6 +23,7 @@ from core.harness import Harness
 from core.paths import runs_dir
 from core.proxy.app import ProxyApp
 from core.proxy.factory import make_policy
+from core.proxy.policy import DeferredPolicy
 from core.proxy.server import BackgroundServer
 from core.proxy.sessions import SessionRegistry
 from core.registry import load_env, load_harness
@@ -196,6 +197,9 @@ async def execute_run(
     try:
         store.insert_run(run_id, config.model_dump(), status="running")
         store.serve_queries()
+        policy = DeferredPolicy(  # loads while the sandboxes start; the first model call waits for it
+            lambda: make_policy(config.policy.backend, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
+        )
         runtime = pick_runtime(config)
         await reap_dead_runs(runtime)
         env = load_env(config.env.name, **({"path": config.env.path} if config.env.path else {}), **config.env.options)
@@ -207,7 +211,6 @@ async def execute_run(
         _insert_pending(store, run_id, items, env, harness, image_identity(runtime, image), config)
         if on_start is not None:
             on_start(run_id, len(items) + done)
-        policy = make_policy(config.policy.backend, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
         sessions = SessionRegistry(run_id=run_id, adhoc=False)
         app = ProxyApp(policy, sessions, store, max_body_bytes=config.proxy.max_body_bytes, call_timeout_s=config.run.call_timeout_s, served_model=config.policy.model_name)
         server = BackgroundServer(app, host=config.proxy.host, port=config.proxy.port)
@@ -229,7 +232,7 @@ async def execute_run(
         )
         engine = RolloutEngine(ctx, concurrency=config.run.concurrency, max_retries=config.run.max_retries, on_event=on_event)
         try:
-            await engine.run(items)
+            await _run_engine(engine, items, policy)
         except asyncio.CancelledError:
             status = "interrupted"
             raise
@@ -258,6 +261,24 @@ async def execute_run(
         remove_pid_file(run_dir)
         if policy is not None:
             await policy.aclose()
+
+
+async def _run_engine(engine: RolloutEngine, items: list[RolloutItem], policy: DeferredPolicy) -> None:
+    """Run the rollouts; a policy that fails to load stops the run with its own error."""
+    rollouts = asyncio.ensure_future(engine.run(items))
+    loading = asyncio.ensure_future(policy.ready())
+    try:
+        await asyncio.wait({rollouts, loading}, return_when=asyncio.FIRST_EXCEPTION)
+        if loading.done() and loading.exception() is not None:
+            rollouts.cancel()
+            await asyncio.gather(rollouts, return_exceptions=True)
+            raise loading.exception()  # type: ignore[misc]
+        await rollouts
+    finally:
+        for task in (rollouts, loading):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(rollouts, loading, return_exceptions=True)
 
 
 def _plan(run_id: str, tasks: list[Task], n_samples: int, store: Store, resuming: bool) -> tuple[list[RolloutItem], int]:

@@ -229,3 +229,61 @@ def test_the_proxy_exposes_no_sql_to_harnesses(scripted):
     for method in ("GET", "POST"):
         resp = httpx.request(method, f"{scripted.url}/_forgetui/sql", params={"q": "SELECT * FROM calls"}, json={"sql": "SELECT * FROM calls"})
         assert resp.status_code == 404
+
+
+def test_calls_wait_for_a_policy_still_loading(live_proxy, script_file):
+    """A run's policy loads while its sandboxes start: a call that comes first waits and is answered."""
+    import threading
+
+    from core.proxy.factory import make_policy
+    from core.proxy.policy import DeferredPolicy
+
+    release = threading.Event()
+    spec = f"scripted:{script_file([{'text': 'late but here'}])}"
+
+    def build():
+        release.wait(10)
+        return make_policy(spec)
+
+    policy = DeferredPolicy(build)
+    proxy = live_proxy(spec, policy=policy)
+    threading.Timer(0.5, release.set).start()
+    t = time.monotonic()
+    r = httpx.post(f"{proxy.url}/r/{proxy.token}{CHAT}", json={"model": "m", "messages": USER}, timeout=30)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "late but here"
+    assert time.monotonic() - t >= 0.4
+    proxy.store.flush()
+    ((backend, status),) = proxy.store.cursor().execute("SELECT backend, status FROM calls").fetchall()
+    assert backend.startswith("scripted:") and status == "ok"  # the built policy's name, not a placeholder
+
+
+async def test_a_cancelled_wait_does_not_cancel_the_policy_build():
+    import threading
+
+    from core.proxy.policy import DeferredPolicy
+
+    class Closable:
+        name = "p"
+        closed = False
+
+        async def aclose(self):
+            self.closed = True
+
+    release = threading.Event()
+    built = Closable()
+    policy = DeferredPolicy(lambda: (release.wait(10), built)[1])
+    waiter = asyncio.ensure_future(policy.ready())
+    await asyncio.sleep(0.05)
+    waiter.cancel()
+    release.set()
+    assert await policy.ready() is built
+    await policy.aclose()
+    assert built.closed
+
+    def fail():
+        raise ValueError("no such model")
+
+    broken = DeferredPolicy(fail)
+    with pytest.raises(ValueError, match="no such model"):
+        await broken.ready()
+    await broken.aclose()  # nothing to close, and no error

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from core.config import load_config
+from core.errors import ModelError
+from core.paths import runs_dir
 from core.rollout.status import Status
 from core.run import execute_run
 
@@ -207,6 +209,18 @@ def test_rollout_meta_keeps_task_meta_and_timings(docker_client, base_image):
     ((meta,),) = rows(summary.store, "SELECT meta FROM rollouts")
     meta = json.loads(meta)
     assert meta["task_meta"]["family"] == "hello" or meta["task_meta"]
-    assert set(meta["timings"]) == {"sandbox_start_s", "workspace_s", "harness_s", "verify_s"} and all(v >= 0 for v in meta["timings"].values())
+    assert set(meta["timings"]) == {"sandbox_start_s", "harness_s", "verify_s"} and all(v >= 0 for v in meta["timings"].values())
     report = json.loads(Path(summary.extra["eval_json"]).read_text())
     assert report["groups"][0]["breakdown"]  # the eval report breaks down by the task's family/split
+
+
+def test_a_policy_that_cannot_load_stops_the_run_with_its_error(docker_client, base_image, tmp_path):
+    """The policy loads while sandboxes start; when it fails, the run fails with that error and leaks nothing."""
+    cfg = config(**{"env.name": "toy", "env.limit": 4, "harness.name": "tests.harness_fixtures:ShellHarness", "policy.backend": f"builtin:{tmp_path}/no-model"})
+    cfg.harness.options = {"command": "sleep 5"}
+    before = set(runs_dir().glob("*"))
+    with pytest.raises(ModelError, match="does not exist"):
+        asyncio.run(execute_run(cfg))
+    (run_dir,) = set(runs_dir().glob("*")) - before
+    assert containers_of(docker_client, run_dir.name) == []
+    assert rows(str(run_dir / "store.duckdb"), "SELECT status FROM runs") == [("failed",)]

@@ -36,7 +36,7 @@ from core.proxy.asgi import (
     send_bytes,
     send_json,
 )
-from core.proxy.policy import Policy
+from core.proxy.policy import Policy, ready_policy
 from core.proxy.recorder import CallInFlight, CallSink
 from core.proxy.sessions import SessionRegistry
 from core.tokens.continuation import tools_key
@@ -147,6 +147,7 @@ class ProxyApp:
         except ProtocolError as exc:
             await self._error(send, proto, exc.status, exc.kind, str(exc))
             return
+        policy = await ready_policy(self.policy)
         if session.tools_hash is None:
             session.tools_hash = tools_key(request.tools)
         call = CallInFlight(
@@ -156,10 +157,10 @@ class ProxyApp:
             api=api,
             request=request,
             body=data,
-            backend=self.policy.name,
+            backend=policy.name,
         )
         response_id = _ID_PREFIX[api] + uuid.uuid4().hex[:24]
-        events = self.policy.stream(request, session, call.call_id, call.trace)
+        events = policy.stream(request, session, call.call_id, call.trace)
         try:
             if request.stream:
                 await self._stream(send, receive, proto, request, call, events, response_id)

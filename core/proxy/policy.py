@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -13,6 +16,8 @@ from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import ContextLengthError
 from core.proxy.sessions import Session
 from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,6 +44,54 @@ class Policy(Protocol):
     async def count_tokens(self, request: ChatRequest) -> int: ...
 
     async def aclose(self) -> None: ...
+
+
+class DeferredPolicy:
+    """A policy built on a background thread; calls that arrive before it is ready wait for it.
+
+    A run starts its sandboxes while its policy loads (a tokenizer import, model weights), so the
+    load overlaps the slowest part of a run's start instead of preceding it.
+    """
+
+    def __init__(self, build: Callable[[], Policy]) -> None:
+        self._future: concurrent.futures.Future[Policy] = concurrent.futures.Future()
+        # running from the start, as an executor would mark it: a cancelled waiter must not cancel the build
+        self._future.set_running_or_notify_cancel()
+        threading.Thread(target=self._build, args=(build,), name="forgetui-policy-load", daemon=True).start()
+
+    def _build(self, build: Callable[[], Policy]) -> None:
+        try:
+            self._future.set_result(build())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the policy
+            self._future.set_exception(exc)
+
+    async def ready(self) -> Policy:
+        """The built policy; raises what building it raised."""
+        return await asyncio.wrap_future(self._future)
+
+    @property
+    def name(self) -> str:
+        return self._future.result().name if self._future.done() and not self._future.exception() else "loading"
+
+    async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
+        policy = await self.ready()
+        async for event in policy.stream(request, session, call_id, trace):
+            yield event
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        return await (await self.ready()).count_tokens(request)
+
+    async def aclose(self) -> None:
+        if not self._future.done():
+            log.debug("the policy was still loading at shutdown; nothing to close")
+            return
+        if self._future.exception() is None:
+            await self._future.result().aclose()
+
+
+async def ready_policy(policy: Policy) -> Policy:
+    """``policy`` itself, or the built one behind a `DeferredPolicy`."""
+    return await policy.ready() if isinstance(policy, DeferredPolicy) else policy
 
 
 class TokenPolicy:
