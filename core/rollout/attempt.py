@@ -15,7 +15,7 @@ from core.errors import SandboxError
 from core.harness import Endpoint, Harness
 from core.proxy.sessions import SessionRegistry
 from core.rollout.status import Status, can_move
-from core.runtime.base import Runtime, SandboxSpec
+from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec
 from core.store.writer import utcnow
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,10 @@ class Stopwatch:
         now = time.perf_counter()
         self.laps[name] = round(now - self._last, 4)
         self._last = now
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
 
 
 class InfraError(Exception):
@@ -136,21 +140,26 @@ class Attempt:
         ctx, task = self.ctx, self.item.task
         workdir = task.workdir or ctx.workdir
         clock = Stopwatch()
-        await sandbox.start()
+        endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
+        launch = ctx.harness.launch(task, endpoint, workdir)
+        files = [SandboxFile(str(PurePosixPath(workdir) / rel), _bytes(data)) for rel, data in task.files.items()]
+        files += [SandboxFile(path, _bytes(data), 0o755) for path, data in launch.files.items()]
+        harness_workdir = launch.workdir or workdir
+        # Without a setup step the harness starts with the sandbox (Docker runs it as the container's
+        # own process: no exec). A setup step must finish first, so then the harness is an exec.
+        entry = None if task.setup else Entry(launch.command, timeout, dict(launch.env), harness_workdir)
+        await sandbox.start(files=files, entry=entry)
         clock.lap("sandbox_start_s")
-        for rel, data in task.files.items():
-            await sandbox.put_file(str(PurePosixPath(workdir) / rel), data.encode() if isinstance(data, str) else data)
         if task.setup:
             setup = await sandbox.exec(task.setup, timeout_s=SETUP_TIMEOUT_S, workdir=workdir)
             if not setup.ok:
                 raise InfraError(f"task setup failed (exit {setup.exit_code}): {(setup.stderr or setup.stdout)[-500:]}")
-        endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
-        launch = ctx.harness.launch(task, endpoint, workdir)
-        for path, data in launch.files.items():
-            await sandbox.put_file(path, data.encode() if isinstance(data, str) else data, mode=0o755)
-        clock.lap("workspace_s")
+            clock.lap("setup_s")
         self._move(Status.RUNNING)
-        result = await sandbox.exec(launch.command, timeout_s=timeout, env=launch.env, workdir=launch.workdir or workdir)
+        if entry is not None:
+            result = await sandbox.wait_entry()
+        else:
+            result = await sandbox.exec(launch.command, timeout_s=timeout, env=launch.env, workdir=harness_workdir)
         clock.lap("harness_s")
         meta: dict[str, Any] = {
             "task_meta": task.meta,

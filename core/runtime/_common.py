@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import math
+import os
+import posixpath
 import re
 import secrets
+import stat
 import tarfile
 import time
 from pathlib import Path, PurePosixPath
@@ -36,14 +40,59 @@ def absolute(path: str, workdir: str) -> str:
 
 def tar_file(name: str, data: bytes, mode: int) -> bytes:
     """A tar archive holding one file at ``name`` (relative to the extraction root)."""
+    return tar_files([(name, data, mode)])
+
+
+def tar_files(files: list[tuple[str, bytes, int]]) -> bytes:
+    """A tar archive of ``(name, data, mode)`` files, names relative to the extraction root."""
     buf = io.BytesIO()
+    now = int(time.time())
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name.lstrip("/"))
-        info.size = len(data)
-        info.mode = mode
-        info.mtime = int(time.time())
-        tar.addfile(info, io.BytesIO(data))
+        for name, data, mode in files:
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size = len(data)
+            info.mode = mode
+            info.mtime = now
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def read_beneath(root: str, path: str) -> bytes | None:
+    """The regular file at ``path`` inside the tree at ``root``, opened without following any symlink.
+
+    Returns None when the walk meets a symlink, a non-directory in the middle or a non-regular file:
+    those need the container's own view of the path (the caller asks the engine). Raises
+    FileNotFoundError when a component is missing. A sandbox can plant symlinks to host files, which is
+    why every component is opened relative to its parent with O_NOFOLLOW.
+    """
+    parts = PurePosixPath(posixpath.normpath("/" + path)).parts[1:]
+    if not parts:
+        return None
+    dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, dir_flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    raise FileNotFoundError(path) from None
+                return None  # ELOOP (a symlink), ENOTDIR, EACCES: not ours to resolve
+            os.close(fd)
+            fd = child
+        try:
+            file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise FileNotFoundError(path) from None
+            return None
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            os.close(file_fd)
+            return None
+        with os.fdopen(file_fd, "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def tar_dir(local_dir: Path) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -45,6 +47,29 @@ class SandboxSpec:
         return L.sandbox_labels(self.run_id, self.rollout_id, self.owner, self.labels)
 
 
+@dataclass(frozen=True)
+class SandboxFile:
+    """A file to place in a sandbox (``path`` relative to its workdir, or absolute)."""
+
+    path: str
+    data: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The command a sandbox runs as soon as it starts: a rollout's harness.
+
+    Docker runs it as the container's own first process, which saves an engine exec per rollout;
+    other runtimes run it with `exec` right after start. Either way `wait_entry` returns its result.
+    """
+
+    command: list[str]
+    timeout_s: float
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """One rollout's isolated environment; every method is safe to call from asyncio."""
@@ -52,7 +77,13 @@ class Sandbox(Protocol):
     @property
     def id(self) -> str: ...
 
-    async def start(self) -> None: ...
+    async def start(self, files: Sequence[SandboxFile] = (), entry: Entry | None = None) -> None:
+        """Create and start the sandbox with ``files`` in place, then begin running ``entry`` (if any)."""
+        ...
+
+    async def wait_entry(self) -> ExecResult:
+        """The result of the ``entry`` given to `start` (its timeout included); raises SandboxError when the sandbox is lost."""
+        ...
 
     async def exec(
         self,
@@ -120,3 +151,27 @@ def k8s_memory(memory: str) -> str:
     if low and low[-1] in suffixes:
         return f"{low[:-1]}{suffixes[low[-1]]}"
     return str(int(low))
+
+
+class EntryByExec:
+    """An `Entry` run with `exec` right after start: for runtimes with no cheaper way to start one."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Future[ExecResult] | None = None
+
+    async def begin(self, sandbox: Sandbox, files: Sequence[SandboxFile], entry: Entry | None) -> None:
+        for f in files:
+            await sandbox.put_file(f.path, f.data, f.mode)
+        if entry is not None:
+            self._task = asyncio.ensure_future(
+                sandbox.exec(entry.command, timeout_s=entry.timeout_s, env=entry.env, workdir=entry.workdir)
+            )
+
+    async def wait(self) -> ExecResult:
+        if self._task is None:
+            raise RuntimeError("this sandbox was started without an entry command")
+        return await self._task
+
+    def cancel(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()

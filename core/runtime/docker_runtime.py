@@ -1,10 +1,20 @@
 """Docker sandboxes: one container per rollout, driven through the docker SDK.
 
-Each container runs a keep-alive (``sleep``) under docker's init, with CPU, memory (no swap) and
-pid limits, all capabilities dropped except the few a root user needs to install packages and
-own files, ``no-new-privileges``, never privileged, and no Docker socket mounted. Commands run
-with ``exec`` under ``timeout --signal=KILL`` (the whole process group dies on timeout), plus a
-host-side deadline in case the engine stalls.
+Each container runs under docker's init, with CPU, memory (no swap) and pid limits, all capabilities dropped except the few a root user needs to install packages and
+own files, ``no-new-privileges``, never privileged, and no Docker socket mounted. Its first process is the
+rollout's `Entry` (the harness) when there is one, then a keep-alive (``sleep``) for the verifier;
+other commands run with ``exec``. Both run under ``timeout --signal=KILL`` (the whole process group
+dies on timeout), plus a host-side deadline in case the engine stalls.
+
+Why the entry is the container's own process: an engine exec is a runc process spawned inside
+containerd and costs about as much CPU as a third of a container start. Files go in before the
+container starts (one archive), the harness's output comes back over an attach stream, and the end
+of the harness is a one-time marker written by a small ``sh`` wrapper. The marker is sent on the
+container's stdin, so the harness cannot read it from the wrapper's command line and fake its end.
+
+Reads of files (what verifiers do) go straight to the container's root filesystem on the host when
+the engine is local and uses overlayfs, opened without following symlinks; otherwise, or when the
+path is not a plain file, through the engine's archive API (which spawns a process per call).
 
 Network trade-off (``SandboxSpec.network``):
 
@@ -21,15 +31,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime import labels as L
-from core.runtime.base import ExecResult, SandboxSpec, parse_memory, shell_command
+from core.runtime.base import Entry, ExecResult, SandboxFile, SandboxSpec, parse_memory, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +49,17 @@ log = logging.getLogger(__name__)
 KEEP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 DEADLINE_GRACE_S = 10.0  # host-side deadline = timeout_s + this
 LIFETIME_GRACE_S = 600  # the keep-alive outlives spec.timeout_s by this, then the container exits
+# The entry wrapper: reads the exit marker from stdin (then closes it), runs the command in its
+# folder, writes the marker on stderr and marker + exit code on stdout (the engine copies the two
+# streams independently, so both must end before the output is complete), and keeps the container
+# up for the verifier.
+ENTRY_SCRIPT = (
+    'IFS= read -r mark; exec 0</dev/null; life=$1; dir=$2; shift 2; '
+    'if cd "$dir"; then "$@"; rc=$?; else rc=126; fi; '
+    'printf "%s\\n" "$mark" >&2; printf "%s%d\\n" "$mark" "$rc"; exec sleep "$life"'
+)
+# Paths the engine mounts over the image (or that are not files at all): never read from the host.
+ENGINE_MOUNTED = ("/proc", "/sys", "/dev", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 
 
 def _docker() -> Any:
@@ -56,21 +79,31 @@ class DockerSandbox:
         self._container: Any = None
         self._stopped = False
         self._transcript: list[str] = []
+        self._entry: Entry | None = None
+        self._entry_mark = ""
+        self._entry_started = 0.0
+        self._attach: Any = None  # the entry's attach stream, until its marker arrives
+        self._rootfs: str | None = None  # the container's root on this host, when files can be read there
 
     @property
     def id(self) -> str:
         return self._container.id if self._container is not None else self.name
 
-    def run_kwargs(self) -> dict[str, Any]:
+    def run_kwargs(self, entry: Entry | None = None) -> dict[str, Any]:
         """The ``containers.run`` arguments for this spec (exposed for inspection and tests)."""
         spec = self.spec
-        lifetime = ["sleep", "infinity"]
-        if spec.timeout_s and spec.timeout_s > 0:
-            lifetime = ["sleep", str(math.ceil(spec.timeout_s) + LIFETIME_GRACE_S)]
+        life = str(math.ceil(spec.timeout_s) + LIFETIME_GRACE_S) if spec.timeout_s and spec.timeout_s > 0 else "infinity"
+        command = ["sleep", life]
+        if entry is not None:
+            argv = C.timeout_wrap(shell_command(entry.command), entry.timeout_s)
+            if entry.env:
+                argv = ["env", *(f"{k}={v}" for k, v in entry.env.items()), *argv]
+            workdir = C.absolute(entry.workdir or spec.workdir, spec.workdir)
+            command = ["sh", "-c", ENTRY_SCRIPT, "sh", life, workdir, *argv]
         mem = parse_memory(spec.memory)
         kwargs: dict[str, Any] = {
             "image": spec.image,
-            "command": lifetime,
+            "command": command,
             "name": self.name,
             "detach": True,
             "init": True,
@@ -86,7 +119,7 @@ class DockerSandbox:
             "cap_add": list(KEEP_CAPS),
             "security_opt": ["no-new-privileges"],
             "network_mode": spec.network,
-            "stdin_open": False,
+            "stdin_open": entry is not None,
             "tty": False,
         }
         if spec.network == "bridge":
@@ -114,9 +147,9 @@ class DockerSandbox:
                 f"(`forgetui images`), or check the name and your registry login ({exc.explanation or exc})"
             ) from exc
 
-    def _start_blocking(self) -> Any:
+    def _start_blocking(self, files: Sequence[SandboxFile], entry: Entry | None) -> Any:
         docker = _docker()
-        kwargs = self.run_kwargs()
+        kwargs = self.run_kwargs(entry)
         kwargs.pop("detach")
         try:  # the image is almost always there: look it up (and pull) only when create says it is not
             container = self._client.containers.create(**kwargs)
@@ -124,18 +157,32 @@ class DockerSandbox:
             self._ensure_image()
             container = self._client.containers.create(**kwargs)
         try:
+            if files:  # into the created container: one archive, no exec
+                archive = C.tar_files([(C.absolute(f.path, self.spec.workdir), f.data, f.mode) for f in files])
+                if not self._client.api.put_archive(container.id, "/", archive):
+                    raise SandboxError(f"copying {len(files)} file(s) into sandbox {self.name} failed")
+            if entry is not None:
+                self._entry_mark = f"\x1eforgetui-exit-{secrets.token_hex(16)}:"
+                self._attach = self._client.api.attach_socket(
+                    container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+                )
             container.start()
+            if entry is not None:
+                self._entry_started = time.monotonic()
+                _send_all(self._attach, self._entry_mark.encode() + b"\n")
         except BaseException:
+            self._close_attach()
             container.remove(force=True)
             raise
+        self._rootfs = _host_rootfs(container)
         return container
 
-    async def start(self) -> None:
+    async def start(self, files: Sequence[SandboxFile] = (), entry: Entry | None = None) -> None:
         if self._container is not None:
             return
         docker = _docker()
         try:
-            self._container = await asyncio.to_thread(self._start_blocking)
+            self._container = await asyncio.to_thread(self._start_blocking, files, entry)
         except SandboxError:
             raise
         except docker.errors.APIError as exc:
@@ -144,7 +191,56 @@ class DockerSandbox:
             ) from exc
         except Exception as exc:  # requests ConnectionError etc.: the engine went away
             raise SandboxError(f"Docker engine unreachable while starting {self.name}: {exc}") from exc
+        self._entry = entry
         log.debug("started sandbox %s (%s) from %s", self.name, self._container.short_id, self.spec.image)
+
+    def _read_entry_blocking(self) -> tuple[int, bytes, bytes]:
+        """Read the attach stream up to the entry's exit marker: (exit code, stdout, stderr)."""
+        from docker.utils.socket import frames_iter
+
+        mark = self._entry_mark.encode()
+        out, err = bytearray(), bytearray()
+        at, err_at = -1, -1
+        try:
+            for stream, data in frames_iter(self._attach, False):
+                found = _append_find(err if stream == 2 else out, data, mark)
+                if stream == 2:
+                    err_at = err_at if err_at >= 0 else found
+                else:
+                    at = at if at >= 0 else found
+                if at >= 0 and err_at >= 0 and out.find(b"\n", at) >= 0:
+                    break
+        except (OSError, ValueError) as exc:  # the socket broke, or was closed at the host-side deadline
+            raise self._gone(exc) from exc
+        finally:
+            self._close_attach()
+        end = out.find(b"\n", at) if at >= 0 else -1
+        if end < 0:
+            raise self._gone(RuntimeError("its first process ended before the harness reported an exit code"))
+        return int(out[at + len(mark) : end] or b"-1"), bytes(out[:at]), bytes(err[:err_at] if err_at >= 0 else err)
+
+    async def wait_entry(self) -> ExecResult:
+        entry = self._entry
+        if entry is None or self._attach is None:
+            raise RuntimeError(f"sandbox {self.name} was started without an entry command")
+        argv = shell_command(entry.command)
+        try:
+            code, out, err = await asyncio.wait_for(
+                asyncio.to_thread(self._read_entry_blocking), entry.timeout_s + DEADLINE_GRACE_S
+            )
+        except TimeoutError:
+            self._close_attach()
+            return self._record(argv, ExecResult(-1, "", f"timed out after {entry.timeout_s:g}s (host-side deadline)", True))
+        elapsed = time.monotonic() - self._entry_started
+        return self._record(argv, self._result(code, out, err, entry.timeout_s, elapsed))
+
+    def _close_attach(self) -> None:
+        sock, self._attach = self._attach, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def _require(self) -> Any:
         if self._container is None:
@@ -204,13 +300,16 @@ class DockerSandbox:
             )
         except TimeoutError:
             log.warning("exec in %s passed its host-side deadline; reporting a timeout", self.name)
-            result = ExecResult(-1, "", f"timed out after {timeout_s:g}s (host-side deadline)", True)
-            self._transcript.append(C.transcript_entry(argv, -1, "", result.stderr, True))
-            return result
-        elapsed = time.monotonic() - started
+            return self._record(argv, ExecResult(-1, "", f"timed out after {timeout_s:g}s (host-side deadline)", True))
+        return self._record(argv, self._result(code, out, err, timeout_s, time.monotonic() - started))
+
+    @staticmethod
+    def _result(code: int, out: bytes, err: bytes, timeout_s: float, elapsed: float) -> ExecResult:
         timed_out = code in (124, 137) and elapsed >= math.ceil(timeout_s) - 0.5
-        result = ExecResult(code, out.decode(errors="replace"), err.decode(errors="replace"), timed_out)
-        self._transcript.append(C.transcript_entry(argv, code, result.stdout, result.stderr, timed_out))
+        return ExecResult(code, out.decode(errors="replace"), err.decode(errors="replace"), timed_out)
+
+    def _record(self, argv: list[str], result: ExecResult) -> ExecResult:
+        self._transcript.append(C.transcript_entry(argv, result.exit_code, result.stdout, result.stderr, result.timed_out))
         return result
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
@@ -243,6 +342,9 @@ class DockerSandbox:
         docker = _docker()
         container = self._require()
         target = C.absolute(path, self.spec.workdir)
+        data = await self._read_on_host(target)
+        if data is not None:
+            return data
 
         def fetch() -> bytes:
             stream, _stat = self._client.api.get_archive(container.id, target)
@@ -257,6 +359,20 @@ class DockerSandbox:
         except docker.errors.APIError as exc:
             raise SandboxError(f"reading {target} from sandbox {self.name} failed: {exc}") from exc
         return C.untar_file(archive, target)
+
+    async def _read_on_host(self, target: str) -> bytes | None:
+        """``target``'s bytes read through the host's mount of the container root, or None to ask the engine."""
+        root = self._rootfs
+        if root is None or any(target == m or target.startswith(m + "/") for m in ENGINE_MOUNTED):
+            return None
+        try:
+            return await asyncio.to_thread(C.read_beneath, root, target)
+        except FileNotFoundError:
+            if os.path.ismount(root):  # still mounted: the file is really missing
+                raise FileNotFoundError(f"{target} does not exist in sandbox {self.name}") from None
+            return None  # unmounted under us: the container stopped; the engine says how
+        except OSError:
+            return None
 
     async def _alive(self) -> bool:
         docker = _docker()
@@ -280,6 +396,8 @@ class DockerSandbox:
             return
         docker = _docker()
         self._stopped = True
+        self._rootfs = None
+        self._close_attach()
         try:
             await asyncio.to_thread(self._container.remove, force=True)
         except docker.errors.NotFound:
@@ -290,6 +408,28 @@ class DockerSandbox:
                     f"could not remove sandbox {self.name}: {exc} (run `forgetui gc`)"
                 ) from exc
         log.debug("removed sandbox %s", self.name)
+
+
+def _append_find(buf: bytearray, data: bytes, mark: bytes) -> int:
+    """Append ``data`` to ``buf``; where ``mark`` starts in ``buf`` (also across the seam), or -1."""
+    start = max(0, len(buf) - len(mark))
+    buf += data
+    return buf.find(mark, start)
+
+
+def _send_all(sock: Any, data: bytes) -> None:
+    """Write to an attach socket (docker-py hands back a raw socket, or a SocketIO around one)."""
+    raw = getattr(sock, "_sock", sock)
+    raw.sendall(data)
+
+
+def _host_rootfs(container: Any) -> str | None:
+    """The running container's overlay root as mounted on this host, or None (remote or other engines, no access)."""
+    graph = container.attrs.get("GraphDriver") or {}
+    merged = (graph.get("Data") or {}).get("MergedDir")
+    if not merged or not str(graph.get("Name", "")).startswith("overlay"):
+        return None
+    return merged if os.path.ismount(merged) else None
 
 
 class DockerRuntime:

@@ -21,13 +21,22 @@ import math
 import secrets
 import tarfile
 import time
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime import labels as L
-from core.runtime.base import ExecResult, SandboxSpec, k8s_memory, shell_command
+from core.runtime.base import (
+    Entry,
+    EntryByExec,
+    ExecResult,
+    SandboxFile,
+    SandboxSpec,
+    k8s_memory,
+    shell_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +257,7 @@ class KubernetesSandbox:
         self._started = False
         self._stopped = False
         self._transcript: list[str] = []
+        self._entry = EntryByExec()
 
     @property
     def id(self) -> str:
@@ -259,9 +269,15 @@ class KubernetesSandbox:
             f"failed outside forgetui ({detail})"
         )
 
-    async def start(self) -> None:
-        if self._started:
-            return
+    async def start(self, files: Sequence[SandboxFile] = (), entry: Entry | None = None) -> None:
+        if not self._started:
+            await self._create_pod()
+            await self._entry.begin(self, files, entry)
+
+    async def wait_entry(self) -> ExecResult:
+        return await self._entry.wait()
+
+    async def _create_pod(self) -> None:
         from kubernetes.client.exceptions import ApiException
 
         manifest = self.runtime.build_pod_manifest(self.spec, self.name)
@@ -483,6 +499,7 @@ class KubernetesSandbox:
             self._stopped = True
             return
         self._stopped = True
+        self._entry.cancel()
         from kubernetes.client.exceptions import ApiException
 
         try:

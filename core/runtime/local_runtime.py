@@ -13,12 +13,13 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime import labels as L
-from core.runtime.base import ExecResult, SandboxSpec, shell_command
+from core.runtime.base import Entry, EntryByExec, ExecResult, SandboxFile, SandboxSpec, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class LocalSandbox:
         self._stopped = False
         self._procs: set[asyncio.subprocess.Process] = set()
         self._transcript: list[str] = []
+        self._entry = EntryByExec()
 
     @property
     def id(self) -> str:
@@ -51,9 +53,15 @@ class LocalSandbox:
     def workdir(self) -> Path:
         return self.host_path(self.spec.workdir)
 
-    async def start(self) -> None:
-        if self.root is not None:
-            return
+    async def start(self, files: Sequence[SandboxFile] = (), entry: Entry | None = None) -> None:
+        if self.root is None:
+            self._make_root()
+            await self._entry.begin(self, files, entry)
+
+    async def wait_entry(self) -> ExecResult:
+        return await self._entry.wait()
+
+    def _make_root(self) -> None:
         log.warning(
             "LOCAL RUNTIME: sandbox %s is NOT isolated; commands run as %s with full access to this machine "
             "(development only; use the docker or kubernetes runtime for real runs)",
@@ -142,6 +150,7 @@ class LocalSandbox:
         if self._stopped:
             return
         self._stopped = True
+        self._entry.cancel()
         for proc in list(self._procs):
             _kill_group(proc)
         if self.root is not None:
