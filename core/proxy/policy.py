@@ -15,6 +15,7 @@ from core.backends.base import GenerationContext, PassthroughBackend, SamplingPa
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import ContextLengthError
 from core.proxy.sessions import Session
+from core.tokens.incremental import IncrementalDecoder
 from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class TokenPolicy:
             stop_token_ids=[self.eos_id] if self.eos_id is not None else [],
         )
         visible = VisibleTextStream(self.open_tag)
-        text = ""
+        decoder = IncrementalDecoder(self.tokenizer, skip_ids={self.eos_id} if self.eos_id is not None else None)
         context = GenerationContext(session=session.token, call_seq=session.calls, request=request)
         async for chunk in self.backend.generate(plan.prompt_ids, sampling, context):
             if trace.first_token_at is None and chunk.token_ids:
@@ -143,11 +144,10 @@ class TokenPolicy:
             trace.logprobs.extend(chunk.logprobs)
             if chunk.finish_reason:
                 trace.backend_finish = chunk.finish_reason
-            new_text = self._decode(trace.completion_ids)
-            if new_text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its next byte
+            delta = decoder.feed(chunk.token_ids)
+            if not delta:  # nothing new, or an incomplete UTF-8 sequence waiting for its next byte
                 continue
-            delta, text = new_text[len(text) :], new_text
-            trace.partial_text = text
+            trace.partial_text = decoder.text
             shown = visible.feed(delta)
             if shown:
                 yield TextDelta(shown)
