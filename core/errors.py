@@ -53,13 +53,12 @@ class ContextLengthError(ProtocolError):
     status = 400
     kind = "context_length"
 
-    def __init__(self, prompt_tokens: int, limit: int) -> None:
+    def __init__(self, prompt_tokens: int | None = None, limit: int | None = None, *, upstream: str | None = None) -> None:
+        """The proxy's own count against the limit, or an upstream provider's refusal (its message)."""
         self.prompt_tokens = prompt_tokens
         self.limit = limit
-        super().__init__(
-            f"prompt is too long: {prompt_tokens} tokens > {limit} maximum "
-            f"(this model's context length); shorten the conversation or use a model with a longer context"
-        )
+        what = f"{prompt_tokens} tokens > {limit} maximum (this model's context length)" if upstream is None else f"the upstream model refused it: {upstream}"
+        super().__init__(f"prompt is too long: {what}; shorten the conversation or use a model with a longer context")
 
 
 class BackendError(ForgetuiError):

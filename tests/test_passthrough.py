@@ -15,7 +15,7 @@ from core.backends.base import GenerationContext
 from core.backends.litellm_backend import LiteLLMBackend
 from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Finished, TextDelta
-from core.errors import BackendError
+from core.errors import BackendError, ContextLengthError
 from core.proxy.server import BackgroundServer
 
 CHAT = "/v1/chat/completions"
@@ -32,7 +32,7 @@ def _chunk(choice: dict[str, Any], **extra: Any) -> bytes:
 
 
 class FakeOpenAI:
-    """A raw ASGI OpenAI-compatible server; the last user message picks the behaviour (text, tools, ids, bad, die)."""
+    """A raw ASGI OpenAI-compatible server; the last user message picks the behaviour (text, tools, ids, bad, long, die)."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -56,6 +56,10 @@ class FakeOpenAI:
             return
         if mode == "bad":
             await self._send(send, 400, b'{"error": {"message": "temperature must be at most 2", "type": "BadRequestError"}}')
+            return
+        if mode == "long":  # vLLM's wording
+            message = b"This model's maximum context length is 2048 tokens. However, you requested 4100 tokens in the messages."
+            await self._send(send, 400, b'{"error": {"message": "' + message + b'", "type": "BadRequestError", "code": 400}}')
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         for frame in self._frames(mode, req):
@@ -194,6 +198,18 @@ def test_upstream_error_is_passed_on_with_its_message(live_proxy, fake, stream):
     assert row[0] == "error" and "temperature must be at most 2" in row[1]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_context_length_is_the_clients_400(live_proxy, fake, stream):
+    """A prompt the upstream cannot fit is the harness's to shorten, as on the token path: not a 502."""
+    proxy = live_proxy(f"litellm:openai/fake?api_base={fake.url}/v1")
+    resp = httpx.post(proxy.base + CHAT, json=ask("long", stream=stream), timeout=30)
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["code"] == "context_length_exceeded" and "maximum context length is 2048" in error["message"]
+    (row,) = proxy.rows("SELECT status, error FROM calls")
+    assert row[0] == "error" and "too long" in row[1]
+
+
 def test_upstream_dying_mid_stream_ends_with_error_event(live_proxy, fake):
     proxy = live_proxy(f"litellm:openai/fake?api_base={fake.url}/v1")
     resp = httpx.post(proxy.base + CHAT, json=ask("die", stream=True), timeout=30)
@@ -259,13 +275,20 @@ async def test_other_providers_go_through_litellm(monkeypatch):
 
     seen: list[dict[str, Any]] = []
 
+    class ContextWindowExceededError(Exception):
+        pass
+
     class FakeLiteLLM:
         provider_list = ["anthropic", "openai"]
 
         @staticmethod
         async def acompletion(**kwargs: Any) -> Any:
             seen.append(kwargs)
+            if kwargs["messages"][-1]["content"] == "long":
+                raise ContextWindowExceededError("prompt is 300000 tokens, over the 200000 window")
             raise RuntimeError("offline: no provider in tests")
+
+    FakeLiteLLM.ContextWindowExceededError = ContextWindowExceededError  # type: ignore[attr-defined]
 
     monkeypatch.setattr(lb, "_litellm", lambda: FakeLiteLLM)
     backend = LiteLLMBackend("anthropic/claude-sonnet-4-5", api_base="http://127.0.0.1:1", api_key="k", token_ids=True)
@@ -276,4 +299,7 @@ async def test_other_providers_go_through_litellm(monkeypatch):
     (kwargs,) = seen
     assert kwargs["model"] == "anthropic/claude-sonnet-4-5" and kwargs["api_base"] == "http://127.0.0.1:1"
     assert kwargs["max_tokens"] == 7 and kwargs["stream"] is True and kwargs["extra_body"] == {"return_token_ids": True}
+    long = ChatRequest(api="chat", model="m", messages=[{"role": "user", "content": "long"}])
+    with pytest.raises(ContextLengthError, match="over the 200000 window"):
+        [e async for e in backend.complete(long, GenerationContext(session="s", call_seq=1, request=long))]
     await backend.aclose()

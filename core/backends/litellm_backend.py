@@ -15,7 +15,7 @@ from typing import Any
 from core.backends.base import GenerationContext
 from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
-from core.errors import BackendError
+from core.errors import BackendError, ContextLengthError
 
 # LiteLLM providers whose wire format is already OpenAI chat, with the env var LiteLLM reads their key from
 OPENAI_COMPATIBLE = {
@@ -131,6 +131,8 @@ class LiteLLMBackend:
                         token_ids.extend(ids)
         except BackendError:
             raise
+        except litellm.ContextWindowExceededError as exc:  # the client's to fix, as from the token path
+            raise ContextLengthError(upstream=str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - every provider failure is a backend error
             raise BackendError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         tool_calls = [

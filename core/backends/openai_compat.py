@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ import orjson
 
 from core.backends.base import GenerationContext
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
-from core.errors import BackendError
+from core.errors import BackendError, ContextLengthError
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,22 @@ def error_message(raw: bytes) -> str:
     return str(payload)
 
 
+# How OpenAI (code), vLLM, SGLang, llama.cpp and LiteLLM's proxy word a prompt over the context
+_CONTEXT_LENGTH = re.compile(r"context[ _]length|context window|maximum context|too many tokens|prompt is too long|exceeds the (model's )?(maximum|context)", re.I)
+
+
+def is_context_length(raw: bytes) -> bool:
+    """Whether an upstream error body says the prompt does not fit the model's context."""
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        payload = None
+    err = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(err, dict) and err.get("code") == "context_length_exceeded":
+        return True
+    return bool(_CONTEXT_LENGTH.search(error_message(raw)))
+
+
 class OpenAICompatBackend:
     """A `PassthroughBackend` that streams ``POST {api_base}/chat/completions`` itself.
 
@@ -162,6 +179,8 @@ class OpenAICompatBackend:
             response = await self._http.post(self.url, self._payload(request), self.headers)
             if response.status != 200:
                 raw = await response.content.read(_ERROR_BODY_LIMIT)
+                if response.status in (400, 413) and is_context_length(raw):
+                    raise ContextLengthError(upstream=error_message(raw))  # the client's to fix, as from the token path
                 raise BackendError(f"{self.name}: {self.url} answered HTTP {response.status}: {error_message(raw)}")
             if response.content_type == "application/json":  # a server that does not stream
                 event = _as_chunk(self._event(await response.read()))
@@ -200,7 +219,7 @@ class OpenAICompatBackend:
                     yield TextDelta(text)
             got_done = got_done or data == [b"[DONE]"]
             ended = True
-        except BackendError:
+        except (BackendError, ContextLengthError):
             raise
         except aiohttp.ClientConnectorError as exc:
             raise BackendError(f"{self.name}: cannot reach {self.api_base}: {exc}; is the server running?") from exc
