@@ -39,9 +39,11 @@ class Task:
     meta: dict[str, Any] = field(default_factory=dict)  # domain, level, split, ...
     image: TaskImage | None = None  # the task's own image recipe; None = the run's base image
     workdir: str | None = None  # where the agent works, when the task fixes it (harbor: the image's WORKDIR)
+    solution: str | None = None  # host path of the reference solution script (the oracle harness); not task content
 
     @property
     def content_hash(self) -> str:
+        """What the agent and the verifier get, hashed: the same on every machine (no host paths)."""
         h = hashlib.sha256()
         h.update(orjson.dumps({"id": self.id, "instruction": self.instruction, "setup": self.setup, "meta": self.meta}, option=orjson.OPT_SORT_KEYS, default=str))
         if self.image is not None:

@@ -1,7 +1,7 @@
 """Two reference harnesses for checking environments: `oracle` runs a task's reference solution, `noop` does nothing.
 
 An env supports the oracle by putting the host path of its task's `solve.sh` in
-``Task.meta["solution"]`` (claw-bench and harbor do). The solution's whole folder is copied to
+``Task.solution`` (claw-bench and harbor do). The solution's whole folder is copied to
 /solution in the sandbox (harbor's convention) and run as ``bash /solution/solve.sh WORKDIR``
 from the workdir (claw-bench's solutions read the workspace from $1; harbor's ignore it).
 ``Task.meta["workdir"]``, when set, overrides the run's workdir (a harbor image's WORKDIR).
@@ -23,9 +23,9 @@ RUN_SOLUTION = 'R="${FORGETUI_SANDBOX_ROOT:-}"; exec bash "$R$1" "$R$2"'  # bash
 
 def solution_files(task: Task) -> dict[str, bytes]:
     """The files of the task's solution folder by their path under /solution; ConfigError when it has none."""
-    where = task.meta.get("solution")
+    where = task.solution
     if not where:
-        raise ConfigError(f"task {task.id!r} has no reference solution (Task.meta['solution'] is unset): the oracle harness needs one")
+        raise ConfigError(f"task {task.id!r} has no reference solution (Task.solution is unset): the oracle harness needs one")
     script = Path(str(where))
     if not script.is_file():
         raise ConfigError(f"task {task.id!r}: its solution {script} does not exist on this machine")
@@ -51,7 +51,7 @@ class OracleHarness(Harness):
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         files = solution_files(task)
-        script = Path(str(task.meta["solution"])).name
+        script = Path(str(task.solution)).name
         where = str(task.meta.get("workdir") or workdir)
         # $FORGETUI_SANDBOX_ROOT: the local runtime's root, under which it re-roots absolute paths
         command = ["bash", "-c", RUN_SOLUTION, "oracle", f"{SOLUTION_DIR}/{script}", where]

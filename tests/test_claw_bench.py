@@ -51,7 +51,7 @@ def test_all_222_tasks_in_14_domains_and_4_levels(env: ClawBenchEnv) -> None:
     ids = [t.id for t in tasks]
     assert len(set(ids)) == 222 and "cal-001" in ids
     assert all(t.instruction.strip() and t.setup and t.timeout_s and t.timeout_s > 0 for t in tasks)
-    assert all(Path(t.meta["solution"]).name == "solve.sh" and Path(t.meta["solution"]).is_file() for t in tasks)
+    assert all(Path(t.solution).name == "solve.sh" and Path(t.solution).is_file() and "solution" not in t.meta for t in tasks)
 
 
 def test_task_content(env: ClawBenchEnv) -> None:
@@ -109,7 +109,7 @@ def test_verifier_is_never_in_the_workspace_and_oracle_ships_the_solution(env: C
     assert b"meeting.json" in spec.files["/solution/solve.sh"]  # type: ignore[operator]
     assert set(solution_files(task)) == {"/solution/solve.sh"}
     assert NoopHarness().launch(task, endpoint=None, workdir="/workspace").command == ["true"]  # type: ignore[arg-type]
-    task.meta.pop("solution")
+    task.solution = None
     with pytest.raises(ConfigError, match="no reference solution"):
         OracleHarness().launch(task, endpoint=None, workdir="/workspace")  # type: ignore[arg-type]
 

@@ -53,7 +53,7 @@ def test_loader_edge_cases(tmp_path: Path) -> None:
     (tmp_path / "not-a-task").mkdir()
     a, b = HarborEnv(path=str(tmp_path)).tasks()
     assert (a.id, b.id) == ("a-task", "b-task")
-    assert a.meta["workdir"] == "/srv/app" and "solution" not in a.meta and a.timeout_s is None
+    assert a.meta["workdir"] == "/srv/app" and a.solution is None and a.timeout_s is None
     assert b.image is not None and b.image.dockerfile == "FROM ghcr.io/x/y:1\n" and b.image.context is None and "workdir" not in b.meta
     with pytest.raises(ConfigError, match="no tasks"):
         HarborEnv(path=str(tmp_path / "not-a-task"))
@@ -160,3 +160,14 @@ def test_examples_oracle_passes_noop_fails_in_docker(docker_client, base_image) 
     assert summary.infra_errors == 0
     assert all(row[:3] == ("done", 0.0, False) for row in got.values()), got
     assert "expected 4" in got["count-harbor"][3]
+
+
+def test_content_hash_is_the_same_wherever_the_suite_lives(tmp_path: Path) -> None:
+    """A task's identity is its content: a copy of the suite elsewhere (another machine) hashes the same."""
+    import shutil
+
+    here = HarborEnv(path=str(EXAMPLES / "region-totals")).tasks()[0]
+    copy = tmp_path / "elsewhere" / "region-totals"
+    shutil.copytree(EXAMPLES / "region-totals", copy)
+    there = HarborEnv(path=str(copy)).tasks()[0]
+    assert here.solution != there.solution and here.content_hash == there.content_hash

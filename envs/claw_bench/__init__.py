@@ -139,8 +139,6 @@ class ClawBenchEnv(Environment):
             "capabilities": ct.config.get("capabilities", []),
             "timeout": ct.config.get("timeout"),
         }
-        if solution.is_file():
-            meta["solution"] = str(solution)
         timeout = ct.config.get("timeout")
         return Task(
             id=ct.id,
@@ -149,6 +147,7 @@ class ClawBenchEnv(Environment):
             setup=setup_script(ct),
             timeout_s=float(timeout) if timeout else None,
             meta=meta,
+            solution=str(solution) if solution.is_file() else None,
         )
 
     def image_layer(self) -> ImageLayer:

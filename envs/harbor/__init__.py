@@ -135,8 +135,6 @@ class HarborEnv(Environment):
         if workdir:
             meta["workdir"] = workdir
         solution = ht.path / "solution" / "solve.sh"
-        if solution.is_file():
-            meta["solution"] = str(solution)
         timeout = agent.get("timeout_sec")
         return Task(
             id=ht.id,
@@ -145,6 +143,7 @@ class HarborEnv(Environment):
             meta=meta,
             image=image,
             workdir=workdir,
+            solution=str(solution) if solution.is_file() else None,
         )
 
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
