@@ -94,6 +94,8 @@ def _fake_frames(include_usage: bool) -> list[bytes]:
 def _fake_app() -> Any:
     import orjson
 
+    from core.proxy.asgi import read_body
+
     answer = orjson.dumps(
         {
             "id": "chatcmpl-fake",
@@ -118,12 +120,7 @@ def _fake_app() -> Any:
     async def app(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(scope, receive, 1 << 30)
         if scope["path"] not in ("/v1/chat/completions", "/chat/completions"):
             await send({"type": "http.response.start", "status": 404, "headers": []})
             await send({"type": "http.response.body", "body": b""})

@@ -16,6 +16,7 @@ from core.backends.litellm_backend import LiteLLMBackend
 from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Finished, TextDelta
 from core.errors import BackendError, ContextLengthError
+from core.proxy.asgi import read_body
 from core.proxy.server import BackgroundServer
 
 CHAT = "/v1/chat/completions"
@@ -41,12 +42,7 @@ class FakeOpenAI:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(scope, receive, 1 << 30)
         req = orjson.loads(body)
         self.requests.append(req)
         self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
