@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from core.errors import SandboxError
 from core.runtime import labels as L
-from core.runtime.base import SandboxSpec
+from core.runtime.base import Entry, SandboxFile, SandboxSpec
 from core.runtime.kubernetes_runtime import KubernetesRuntime
 from core.runtime.reaper import reap_orphans
 
@@ -318,3 +318,17 @@ async def test_exec_on_a_deleted_pod_raises_gone(kmock, runtime, local_exec, mon
     with pytest.raises(SandboxError, match="is gone"):
         await sb.exec(["true"], timeout_s=5)
     await sb.stop()  # the pod is already gone: stop still succeeds
+
+
+async def test_start_with_files_and_entry_puts_then_execs(kmock, runtime, local_exec, tmp_path):
+    """Pods have no pre-start copy: the files go in over exec once the pod runs, then the entry is an exec."""
+    sb = runtime.create(_spec(workdir=str(tmp_path)))
+    setter = asyncio.create_task(_set_phase_when_created(kmock, {"phase": "Running"}))
+    files = [SandboxFile("in.txt", b"data\n"), SandboxFile("bin/tool.sh", b"#!/bin/sh\necho tool\n", 0o755)]
+    await sb.start(files=files, entry=Entry(["sh", "-c", "cat in.txt; ./bin/tool.sh; echo $FOO; exit 2"], 10, {"FOO": "bar"}))
+    await setter
+    res = await sb.wait_entry()
+    assert (res.exit_code, res.stdout, res.timed_out) == (2, "data\ntool\nbar\n", False)
+    assert [("tar xf -" in " ".join(c["command"])) for c in local_exec] == [True, True, False]  # two copies, then the entry
+    assert local_exec[-1]["command"][-3:] == ["sh", "-c", "cat in.txt; ./bin/tool.sh; echo $FOO; exit 2"]
+    await sb.stop()
