@@ -164,12 +164,13 @@ def _wait_for_done(store: Path, n: int, timeout: float = 120) -> None:
     raise AssertionError(f"fewer than {n} rollouts finished in {timeout:g} s")
 
 
-def test_sigint_mid_run_leaves_no_containers_and_resume_finishes(tmp_path, docker_client, base_image):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_run_leaves_no_containers_and_resume_finishes(tmp_path, docker_client, base_image, sig):
     home = tmp_path / "home"
     proc = _cli_run(tmp_path, home=home)
     run_id = _wait_for_containers(docker_client, home, 2)
     _wait_for_done(home / "runs" / run_id / "store.duckdb", 2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     assert proc.wait(timeout=30) == 130
     assert containers_of(docker_client, run_id) == []
     store = str(home / "runs" / run_id / "store.duckdb")
