@@ -115,6 +115,7 @@ async def test_docker_reads_files_on_the_host_without_following_links(docker_run
             await sb.get_file("missing.txt")
         hostname = (await sb.exec(["hostname"], timeout_s=20)).stdout.strip()
         assert (await sb.get_file("/etc/hostname")).decode().strip() == hostname  # engine-mounted: the container's view
+        assert (await sb.get_file("/workspace/../etc/hostname")).decode().strip() == hostname
     finally:
         await sb.stop()
 

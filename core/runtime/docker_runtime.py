@@ -32,6 +32,7 @@ import asyncio
 import logging
 import math
 import os
+import posixpath
 import secrets
 import time
 from collections.abc import Sequence
@@ -363,6 +364,7 @@ class DockerSandbox:
     async def _read_on_host(self, target: str) -> bytes | None:
         """``target``'s bytes read through the host's mount of the container root, or None to ask the engine."""
         root = self._rootfs
+        target = posixpath.normpath(target)
         if root is None or any(target == m or target.startswith(m + "/") for m in ENGINE_MOUNTED):
             return None
         try:
