@@ -26,6 +26,14 @@ class TaskImage:
     dockerfile: str
     context: Path | None = None  # the build context folder (COPY sources), if any
 
+    def digest(self) -> str:
+        """sha256 of the Dockerfile and every file of its context (by relative path): what the image is built from."""
+        h = hashlib.sha256(self.dockerfile.encode())
+        if self.context is not None:
+            for path in sorted(p for p in Path(self.context).rglob("*") if p.is_file()):
+                h.update(str(path.relative_to(self.context)).encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()
+
 
 @dataclass
 class Task:
@@ -47,7 +55,7 @@ class Task:
         h = hashlib.sha256()
         h.update(orjson.dumps({"id": self.id, "instruction": self.instruction, "setup": self.setup, "meta": self.meta}, option=orjson.OPT_SORT_KEYS, default=str))
         if self.image is not None:
-            h.update(self.image.dockerfile.encode())
+            h.update(self.image.digest().encode())
         for path in sorted(self.files):
             data = self.files[path]
             h.update(path.encode() + b"\0" + (data.encode() if isinstance(data, str) else data))

@@ -171,3 +171,13 @@ def test_content_hash_is_the_same_wherever_the_suite_lives(tmp_path: Path) -> No
     shutil.copytree(EXAMPLES / "region-totals", copy)
     there = HarborEnv(path=str(copy)).tasks()[0]
     assert here.solution != there.solution and here.content_hash == there.content_hash
+
+
+def test_content_hash_follows_the_files_the_dockerfile_copies(tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "region-totals"
+    shutil.copytree(EXAMPLES / "region-totals", copy)
+    before = HarborEnv(path=str(copy)).tasks()[0].content_hash
+    (copy / "environment" / "extra.csv").write_text("region,total\n")
+    assert HarborEnv(path=str(copy)).tasks()[0].content_hash != before

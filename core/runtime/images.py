@@ -214,11 +214,9 @@ def _build(client: Any, context: IO[bytes], tag: str, labels: dict[str, str], ne
 
 def dockerfile_image_tag(name: str, dockerfile: str, context: Path | None) -> str:
     """Content-hash tag of a task's own Dockerfile and its build context folder."""
-    h = hashlib.sha256(dockerfile.encode())
-    if context is not None:
-        for path in sorted(p for p in Path(context).rglob("*") if p.is_file()):
-            h.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
-    return f"forgetui/task-{_repo_name([ImageLayer(name, '')])}:{h.hexdigest()[:12]}"
+    from core.env import TaskImage
+
+    return f"forgetui/task-{_repo_name([ImageLayer(name, '')])}:{TaskImage(dockerfile, context).digest()[:12]}"
 
 
 def ensure_dockerfile_image(client: Any, name: str, dockerfile: str, context: Path | None = None) -> str:
