@@ -93,14 +93,14 @@ async def test_docker_entry_in_a_killed_container_is_an_infrastructure_error(doc
 
 
 @pytest.mark.docker
-async def test_docker_reads_files_on_the_host_without_following_links(docker_runtime, base_image, run_id, tmp_path):
+async def test_docker_reads_files_on_the_host_without_following_links(docker_runtime, docker_client, base_image, run_id, tmp_path):
     secret = tmp_path / "host-secret.txt"
     secret.write_text("host only")
     sb = docker_runtime.create(_spec(base_image, run_id))
     try:
         await sb.start(entry=Entry(f"echo ok > a.txt; ln -s {secret} link.txt; mkdir d; ln -s /workspace d2; echo inner > d/b.txt; mkfifo pipe", 30))
         assert (await sb.wait_entry()).ok
-        if os.geteuid() == 0:  # root reads the container's overlay root directly
+        if os.geteuid() == 0 and docker_client.info()["Driver"].startswith("overlay"):  # root reads the overlay root directly
             assert isinstance(sb, DockerSandbox) and sb._rootfs is not None
         assert await sb.get_file("a.txt") == b"ok\n"
         assert await sb.get_file("/workspace/d/b.txt") == b"inner\n"
