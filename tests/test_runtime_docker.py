@@ -255,3 +255,24 @@ async def test_get_file_of_a_folder_is_not_a_file_inside_it(docker_runtime, base
         assert await sb.get_file("/workspace/d/inner.txt") == b"secret"
     finally:
         await sb.stop()
+
+
+async def test_reap_stopped_removes_exited_sandboxes_of_any_run_of_this_owner(docker_runtime, docker_client, base_image, run_id):
+    """What `forgetui gc` and every run's start-up remove whatever run (or FORGETUI_HOME) made them: no run can use an exited sandbox."""
+    running = docker_runtime.create(_spec(base_image, run_id, rollout="live"))
+    exited = docker_runtime.create(_spec(base_image, run_id + "-elsewhere", rollout="dead"))
+    someone_elses = docker_runtime.create(SandboxSpec(image=base_image, run_id=run_id + "-theirs", rollout_id="dead", owner="someone-else"))
+    await asyncio.gather(running.start(), exited.start(), someone_elses.start())
+    try:
+        for sb in (exited, someone_elses):
+            await asyncio.to_thread(docker_client.containers.get(sb.id).kill)
+        assert await docker_runtime.reap(owner="tester", stopped=True) == 1
+        import docker.errors
+
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(exited.id)
+        assert docker_client.containers.get(running.id).status == "running"
+        assert docker_client.containers.get(someone_elses.id).status == "exited"
+    finally:
+        await someone_elses.stop()
+        await docker_runtime.reap(run_id=run_id + "-elsewhere")

@@ -332,3 +332,14 @@ async def test_start_with_files_and_entry_puts_then_execs(kmock, runtime, local_
     assert [("tar xf -" in " ".join(c["command"])) for c in local_exec] == [True, True, False]  # two copies, then the entry
     assert local_exec[-1]["command"][-3:] == ["sh", "-c", "cat in.txt; ./bin/tool.sh; echo $FOO; exit 2"]
     await sb.stop()
+
+
+async def test_reap_stopped_deletes_only_finished_pods(kmock, runtime):
+    core = runtime.core
+    for name, phase in [("done", "Succeeded"), ("broken", "Failed"), ("live", "Running"), ("starting", "Pending")]:
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": L.sandbox_labels("run-x", name, "ann")}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        await asyncio.to_thread(core.create_namespaced_pod, "sandboxes", body)
+        kmock.objects[PODS, "sandboxes", name]["status"] = {"phase": phase}
+    assert await runtime.reap(owner="ann", stopped=True) == 2
+    left = {k[2] for k, obj in kmock.objects.items() if not obj.deleted}
+    assert left == {"live", "starting"}

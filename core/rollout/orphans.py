@@ -10,6 +10,7 @@ from pathlib import Path
 
 from core.paths import runs_dir
 from core.runtime.base import Runtime
+from core.runtime.labels import default_owner
 from core.store.query import pid_alive
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,15 @@ def dead_runs(root: Path | None = None) -> list[str]:
 
 
 async def reap_dead_runs(runtime: Runtime, root: Path | None = None, *, everything: bool = False) -> int:
-    """Remove the sandboxes of dead runs (or, with `everything`, every forgetui sandbox of this owner)."""
+    """Remove this owner's stopped sandboxes and the sandboxes of dead runs (or, with `everything`, every one of this owner's).
+
+    Stopped ones go whichever run (or FORGETUI_HOME) made them: no run can still be using one.
+    """
     root = root or runs_dir()
-    removed = 0
+    owner = default_owner()
+    removed = await runtime.reap(owner=owner, stopped=True)
     if everything:
-        removed += await runtime.reap()
+        removed += await runtime.reap(owner=owner)
     for run_id in dead_runs(root):
         count = await runtime.reap(run_id=run_id)
         if count:

@@ -118,8 +118,12 @@ class Runtime(Protocol):
 
     def create(self, spec: SandboxSpec) -> Sandbox: ...
 
-    async def reap(self, run_id: str | None = None, owner: str | None = None) -> int:
-        """Remove labelled leftovers (of one run/owner, or all of ours); returns how many."""
+    async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
+        """Remove labelled leftovers (of one run/owner, or all of ours); returns how many.
+
+        With ``stopped``, only sandboxes that are no longer running (a container that exited, a pod
+        that succeeded or failed): no run can still be using one, whatever its pid file says.
+        """
         ...
 
     def available(self) -> bool: ...

@@ -465,9 +465,11 @@ class DockerRuntime:
     def create(self, spec: SandboxSpec) -> DockerSandbox:
         return DockerSandbox(self.client, spec, pull=self.pull)
 
-    async def reap(self, run_id: str | None = None, owner: str | None = None) -> int:
+    async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
         sel = L.selector(run_id, owner)
-        filters = {"label": [f"{k}={v}" for k, v in sel.items()]}
+        filters: dict[str, Any] = {"label": [f"{k}={v}" for k, v in sel.items()]}
+        if stopped:  # not "created": a live run's container is briefly created-not-started
+            filters["status"] = ["exited", "dead"]
         docker = _docker()
         containers = await asyncio.to_thread(self.client.containers.list, all=True, filters=filters)
         removed = 0

@@ -208,7 +208,7 @@ class KubernetesRuntime:
     def create(self, spec: SandboxSpec) -> KubernetesSandbox:
         return KubernetesSandbox(self, spec)
 
-    async def reap(self, run_id: str | None = None, owner: str | None = None) -> int:
+    async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
         sel = {k: L.k8s_value(v) for k, v in L.selector(run_id, owner).items()}
         from kubernetes.client.exceptions import ApiException
 
@@ -223,6 +223,8 @@ class KubernetesRuntime:
         removed = 0
         for pod in pods.items:
             if not L.matches(pod.metadata.labels, sel):  # belt and braces: never touch what is not ours
+                continue
+            if stopped and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed")):
                 continue
             try:
                 await asyncio.to_thread(

@@ -178,9 +178,12 @@ class LocalRuntime:
     def create(self, spec: SandboxSpec) -> LocalSandbox:
         return LocalSandbox(spec, self.base_dir)
 
-    async def reap(self, run_id: str | None = None, owner: str | None = None) -> int:
-        """Remove leftover sandbox folders under ``base_dir`` whose labels match."""
-        if not self.base_dir.is_dir():
+    async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
+        """Remove leftover sandbox folders under ``base_dir`` whose labels match.
+
+        A folder has no running state of its own, so ``stopped`` selects nothing here.
+        """
+        if stopped or not self.base_dir.is_dir():
             return 0
         sel = L.selector(run_id, owner)
         removed = 0
