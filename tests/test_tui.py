@@ -252,3 +252,15 @@ async def test_live_store_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             assert stores.stores[0].n_calls == 3
     finally:
         store.close()
+
+
+async def test_a_worker_result_arriving_while_the_app_closes_is_dropped(home: Path) -> None:
+    """Workers post from threads: a result that lands after the widgets are gone must not crash the app's exit."""
+    from forgetui.tui.messages import StoresLoaded
+
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.query_one(StoreList).remove()  # as on shutdown, before the queue is drained
+        app.post_message(StoresLoaded([]))
+        await pilot.pause()
+        assert app.is_running  # and leaving the context re-raises any error the handler hit

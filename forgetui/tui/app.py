@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +15,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
@@ -48,6 +51,21 @@ log = logging.getLogger(__name__)
 
 ACTIVE_RUN_STATES = frozenset({"starting", "running"})
 TAB_FOCUS = {"tab-calls": "#calls", "tab-sql": "#sql-input", "tab-rollouts": "#rollouts", "tab-run": "#run-rollouts"}
+
+
+def _dropped_once_closed(handler: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """For the results of workers and of the run thread: one that arrives while the app closes, its
+    widgets already gone, is dropped. The widgets are composed once and never removed, so a missing
+    one means exactly that."""
+
+    @functools.wraps(handler)
+    def handle(app: Any, message: Any) -> None:
+        try:
+            handler(app, message)
+        except NoMatches:
+            log.debug("dropped %s: the app is closing", type(message).__name__)
+
+    return handle
 
 
 class ForgetuiApp(App[int]):
@@ -327,6 +345,7 @@ class ForgetuiApp(App[int]):
 
     # ------------------------------------------------------------------ message handlers (widgets change here)
     @on(StoresLoaded)
+    @_dropped_once_closed
     def _stores_loaded(self, message: StoresLoaded) -> None:
         self.query_one(StoreList).show_stores(message.stores)
         if self.store is None and message.stores:
@@ -349,6 +368,7 @@ class ForgetuiApp(App[int]):
         self.load_rollouts(message.path, force=True)
 
     @on(RolloutsLoaded)
+    @_dropped_once_closed
     def _rollouts_loaded(self, message: RolloutsLoaded) -> None:
         if message.path == self.store:
             self.query_one("#rollouts", RolloutsTable).show_rollouts(message.rollouts)
@@ -358,6 +378,7 @@ class ForgetuiApp(App[int]):
         self.query_one(RunDashboard).show_progress(self.progress, time.monotonic())
 
     @on(RunStarted)
+    @_dropped_once_closed
     def _run_started(self, message: RunStarted) -> None:
         self.progress.start(message.run_id, message.store, message.total, time.monotonic())
         if self.run_state == "starting":
@@ -368,11 +389,13 @@ class ForgetuiApp(App[int]):
         self.select_store(message.store)  # the browser follows the run's store (calls live)
 
     @on(RolloutFinished)
+    @_dropped_once_closed
     def _rollout_finished(self, message: RolloutFinished) -> None:
         self.progress.apply_event(message.row)
         self._show_run()
 
     @on(RunPolled)
+    @_dropped_once_closed
     def _run_polled(self, message: RunPolled) -> None:
         if message.run_id != self.progress.run_id:
             return
@@ -382,6 +405,7 @@ class ForgetuiApp(App[int]):
         self._show_run()
 
     @on(RunFinished)
+    @_dropped_once_closed
     def _run_finished(self, message: RunFinished) -> None:
         self.run_state, self.run_exit_code, self.run_summary = "done", 0, message.summary
         dashboard = self.query_one(RunDashboard)
@@ -392,6 +416,7 @@ class ForgetuiApp(App[int]):
             self.set_timer(self.exit_delay_s, lambda: self.exit(0))
 
     @on(RunInterrupted)
+    @_dropped_once_closed
     def _run_interrupted(self, message: RunInterrupted) -> None:
         self.run_state, self.run_exit_code = "interrupted", 130
         self.query_one(RunDashboard).show_state(
@@ -401,6 +426,7 @@ class ForgetuiApp(App[int]):
         self.set_timer(self.exit_delay_s, lambda: self.exit(130))
 
     @on(RunFailed)
+    @_dropped_once_closed
     def _run_failed(self, message: RunFailed) -> None:
         self.run_state, self.run_exit_code = "failed", message.code
         self.query_one(RunDashboard).show_state(
@@ -418,6 +444,7 @@ class ForgetuiApp(App[int]):
             await asyncio.to_thread(self._run_done.wait, 120)
 
     @on(CallsLoaded)
+    @_dropped_once_closed
     def _calls_loaded(self, message: CallsLoaded) -> None:
         if message.path == self.store:
             self.query_one(CallsTable).show_calls(message.path, message.calls)
@@ -431,6 +458,7 @@ class ForgetuiApp(App[int]):
         self.load_call(self.store, message.call_id)
 
     @on(CallLoaded)
+    @_dropped_once_closed
     def _call_loaded(self, message: CallLoaded) -> None:
         if message.detail.call_id == self.call_id:
             self.query_one(CallInspector).show_call(message.detail)
@@ -443,6 +471,7 @@ class ForgetuiApp(App[int]):
         self.run_sql(self.store, message.sql)
 
     @on(SqlFinished)
+    @_dropped_once_closed
     def _sql_finished(self, message: SqlFinished) -> None:
         console = self.query_one(SqlConsole)
         if message.result is not None:
@@ -451,6 +480,7 @@ class ForgetuiApp(App[int]):
             console.show_error(message.error or "query failed")
 
     @on(LoadFailed)
+    @_dropped_once_closed
     def _load_failed(self, message: LoadFailed) -> None:
         if message.what == "call":
             self.query_one(CallInspector).show_message(message.error, style="bold red")
