@@ -54,9 +54,9 @@ TAB_FOCUS = {"tab-calls": "#calls", "tab-sql": "#sql-input", "tab-rollouts": "#r
 
 
 def _dropped_once_closed(handler: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    """For the results of workers and of the run thread: one that arrives while the app closes, its
-    widgets already gone, is dropped. The widgets are composed once and never removed, so a missing
-    one means exactly that."""
+    """For the results of workers and of the run thread (and the store selection they trigger): one
+    that arrives while the app closes, its widgets already gone, is dropped. The widgets are composed
+    once and never removed, so a missing one means exactly that."""
 
     @functools.wraps(handler)
     def handle(app: Any, message: Any) -> None:
@@ -352,6 +352,7 @@ class ForgetuiApp(App[int]):
             self.select_store(message.stores[0].path)
 
     @on(StoreSelected)
+    @_dropped_once_closed
     def _store_selected(self, message: StoreSelected) -> None:
         if message.path == self.store:
             return
