@@ -312,3 +312,17 @@ def test_smollm2_converts_once_and_generates(forgetui_home: Path) -> None:
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     out = model.generate(**ids, max_new_tokens=8, do_sample=False)
     assert out.shape[1] > ids["input_ids"].shape[1]
+
+
+def test_losing_the_build_race_keeps_the_winners_folder_for_any_marker(tmp_path: Path) -> None:
+    """Every built-in model (not only tiny) keeps the folder another process finished first."""
+    final = tmp_path / "some-model"
+
+    def build(dest: Path) -> None:
+        (dest / "weights").write_text("mine")
+        final.mkdir()  # another process publishes first, complete
+        (final / "weights").write_text("theirs")
+        (final / "some-model.done").write_text("x")
+
+    assert tiny.build_once(final, "some-model.done", build, "cannot build") == final
+    assert (final / "weights").read_text() == "theirs" and sorted(p.name for p in tmp_path.iterdir()) == ["some-model"]

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 from core import paths
 from core.errors import ModelError
-from core.models.tiny import _publish
+from core.models.tiny import build_once
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +65,5 @@ def ensure_smollm2(root: Path | None = None) -> Path:
     final = base / SMOLLM2_NAME
     if (final / _DONE_MARKER).exists():
         return final
-    gguf = find_gguf()
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2_NAME}-", dir=base))
-    try:
-        convert_gguf(gguf, tmp)
-        _publish(tmp, final)
-    except Exception as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, ModelError):
-            raise
-        raise ModelError(f"cannot convert {gguf} into {final}: {exc}") from exc
-    return final
+    gguf = find_gguf()  # before any folder exists: a missing package leaves nothing behind
+    return build_once(final, _DONE_MARKER, lambda dest: convert_gguf(gguf, dest), f"cannot convert {gguf} into {final}")

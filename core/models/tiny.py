@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -238,31 +239,44 @@ def ensure_tiny_model(root: Path | None = None) -> Path:
     """The tiny model's folder under FORGETUI_HOME/models (or `root`), built on first use (atomic)."""
     base = Path(root) if root is not None else paths.models_dir()
     final = base / TINY_NAME
-    if (final / _DONE_MARKER).exists():
-        return final
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=base))
-    try:
+
+    def build(dest: Path) -> None:
         log.info("building the tiny model into %s", final)
-        build_tiny_model(tmp)
-        _publish(tmp, final)
+        build_tiny_model(dest)
+
+    return build_once(final, _DONE_MARKER, build, f"cannot build the tiny model in {base}")
+
+
+def build_once(final: Path, done_marker: str, build: Callable[[Path], None], failure: str) -> Path:
+    """`final`, built by ``build(folder)`` in a temporary sibling and moved into place when complete.
+
+    Concurrent first uses each build; the first to finish wins and the others keep its folder. A failed
+    build leaves nothing behind and raises ModelError starting with `failure`.
+    """
+    if (final / done_marker).exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        build(tmp)
+        _publish(tmp, final, done_marker)
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, ModelError):
             raise
-        raise ModelError(f"cannot build the tiny model in {base}: {exc}") from exc
+        raise ModelError(f"{failure}: {exc}") from exc
     return final
 
 
-def _publish(tmp: Path, final: Path) -> None:
+def _publish(tmp: Path, final: Path, done_marker: str) -> None:
     """Move a finished build into place; if another process won the race, keep theirs."""
-    if final.exists() and not (final / _DONE_MARKER).exists():
+    if final.exists() and not (final / done_marker).exists():
         # a leftover from a crashed non-atomic writer: replace it
         shutil.rmtree(final, ignore_errors=True)
     try:
         os.replace(tmp, final)
     except OSError:
-        if (final / _DONE_MARKER).exists():
+        if (final / done_marker).exists():
             shutil.rmtree(tmp, ignore_errors=True)
             return
         raise
