@@ -27,6 +27,28 @@ class HelloResult:
         """Whether the second call's prompt extended the first one token for token (a finding per harness)."""
         return self.calls[1]["extends_parent"] if len(self.calls) > 1 else None
 
+    @property
+    def first_request(self) -> dict[str, Any]:
+        """The harness's first request body, as recorded."""
+        first = self.calls[0]["request"]
+        return json.loads(first) if isinstance(first, str) else first
+
+    def assert_solved(self, api: str) -> None:
+        """The scripted run passed, over at least two recorded calls, each in `api` and token-exact."""
+        assert self.rollout["status"] == "done", (self.rollout["error"], self.rollout["meta"])
+        assert self.rollout["passed"] is True and self.rollout["reward"] == 1.0
+        assert len(self.calls) >= 2
+        for call in self.calls:
+            assert call["api"] == api and call["status"] == "ok", call["error"]
+            assert call["prompt_tokens"] > 0 and call["completion_tokens"] > 0
+
+    def assert_protocol_kept(self, api: str) -> None:
+        """A real (random) model's run: no infrastructure error, and every recorded call answered in `api`."""
+        assert self.rollout["status"] != "infra_error", (self.rollout["error"], self.rollout["meta"])
+        assert self.calls, self.rollout["meta"]
+        for call in self.calls:
+            assert call["api"] == api and call["status"] == "ok", call["error"]
+
 
 def run_hello(harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None) -> HelloResult:
     """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for HELLO_SCRIPT."""
