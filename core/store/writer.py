@@ -289,23 +289,12 @@ class Store:
                 stop = False
                 deadline = time.monotonic() + self._linger_s
                 while True:
-                    if item is _STOP:
-                        stop = True
-                    elif isinstance(item, tuple) and item and item[0] is _FLUSH:
-                        waiters.append(item[1])
-                    else:
-                        batch.append(item)
+                    stop = _sort(item, batch, waiters) or stop
                     if stop or waiters or len(batch) >= self._max_batch:
                         # a flush or stop commits now; drain what is already queued first
                         try:
                             while len(batch) < self._max_batch:
-                                nxt = self._queue.get_nowait()
-                                if nxt is _STOP:
-                                    stop = True
-                                elif isinstance(nxt, tuple) and nxt and nxt[0] is _FLUSH:
-                                    waiters.append(nxt[1])
-                                else:
-                                    batch.append(nxt)
+                                stop = _sort(self._queue.get_nowait(), batch, waiters) or stop
                         except queue.Empty:
                             pass
                         break
@@ -400,6 +389,18 @@ class Store:
         for table, rows in inserts.items():
             _bulk_insert(cur, table, [_normalize(table, r) for r in rows])
         inserts.clear()
+
+
+def _sort(item: Any, batch: list[_Op], waiters: list[threading.Event]) -> bool:
+    """Put one queued item where the writer loop wants it: a write in `batch`, a flush's event in
+    `waiters`; True for the stop sentinel."""
+    if item is _STOP:
+        return True
+    if isinstance(item, tuple) and item and item[0] is _FLUSH:
+        waiters.append(item[1])
+    else:
+        batch.append(item)
+    return False
 
 
 def _upsert(cur: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
