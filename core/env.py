@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
+from core.runtime.base import as_bytes
+
 if TYPE_CHECKING:
     from core.runtime.base import Sandbox
     from core.runtime.images import ImageLayer
@@ -58,7 +60,7 @@ class Task:
             h.update(self.image.digest().encode())
         for path in sorted(self.files):
             data = self.files[path]
-            h.update(path.encode() + b"\0" + (data.encode() if isinstance(data, str) else data))
+            h.update(path.encode() + b"\0" + as_bytes(data))
         return h.hexdigest()[:16]
 
 

@@ -15,7 +15,7 @@ from core.errors import SandboxError
 from core.harness import Endpoint, Harness
 from core.proxy.sessions import SessionRegistry
 from core.rollout.status import Status, can_move
-from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec
+from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec, as_bytes
 from core.store.writer import utcnow
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,6 @@ class Stopwatch:
         now = time.perf_counter()
         self.laps[name] = round(now - self._last, 4)
         self._last = now
-
-
-def _bytes(data: str | bytes) -> bytes:
-    return data.encode() if isinstance(data, str) else data
 
 
 class InfraError(Exception):
@@ -142,8 +138,8 @@ class Attempt:
         clock = Stopwatch()
         endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
         launch = ctx.harness.launch(task, endpoint, workdir)
-        files = [SandboxFile(str(PurePosixPath(workdir) / rel), _bytes(data)) for rel, data in task.files.items()]
-        files += [SandboxFile(path, _bytes(data), 0o755) for path, data in launch.files.items()]
+        files = [SandboxFile(str(PurePosixPath(workdir) / rel), as_bytes(data)) for rel, data in task.files.items()]
+        files += [SandboxFile(path, as_bytes(data), 0o755) for path, data in launch.files.items()]
         harness_workdir = launch.workdir or workdir
         # Without a setup step the harness starts with the sandbox (Docker runs it as the container's
         # own process: no exec). A setup step must finish first, so then the harness is an exec.

@@ -47,6 +47,11 @@ class SandboxSpec:
         return L.sandbox_labels(self.run_id, self.rollout_id, self.owner, self.labels)
 
 
+def as_bytes(data: bytes | str) -> bytes:
+    """File content as bytes (text is UTF-8)."""
+    return data.encode() if isinstance(data, str) else data
+
+
 @dataclass(frozen=True)
 class SandboxFile:
     """A file to place in a sandbox (``path`` relative to its workdir, or absolute)."""

@@ -23,6 +23,7 @@ from typing import IO, Any, NamedTuple
 
 from core.errors import ConfigError, SandboxError
 from core.runtime import labels as L
+from core.runtime.base import as_bytes
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,6 @@ class ImageLayer(NamedTuple):
     dirs: Mapping[str, HostDir] = {}
 
 
-def _bytes(data: bytes | str) -> bytes:
-    return data.encode() if isinstance(data, str) else data
-
-
 def _repo_name(layers: list[ImageLayer]) -> str:
     joined = "-".join(layer.name for layer in layers) or "image"
     name = re.sub(r"[^a-z0-9]+", "-", joined.lower()).strip("-")
@@ -81,7 +78,7 @@ def image_tag(base: str, layers: list[ImageLayer], ca_bundle: bytes | None = Non
         feed(layer.dockerfile.encode())
         for path in sorted(layer.files):
             feed(path.encode())
-            feed(_bytes(layer.files[path]))
+            feed(as_bytes(layer.files[path]))
         for path in sorted(layer.dirs):
             feed(b"dir:" + path.encode())
             feed(layer.dirs[path].key.encode())
@@ -110,7 +107,7 @@ def _context_tar(dockerfile: str, layers: list[ImageLayer], ca: bytes | None) ->
     for layer in layers:
         for path, data in layer.files.items():
             rel = path.lstrip("/")
-            content = _bytes(data)
+            content = as_bytes(data)
             if rel in files and files[rel] != content:
                 raise ConfigError(
                     f"image layers disagree about build-context file {rel!r} (layer {layer.name!r}); "
