@@ -36,7 +36,7 @@ from core.proxy.asgi import (
     send_bytes,
     send_json,
 )
-from core.proxy.policy import Policy, ready_policy
+from core.proxy.policy import DeferredPolicy, Policy, ready_policy
 from core.proxy.recorder import CallInFlight, CallSink
 from core.proxy.sessions import SessionRegistry
 from core.tokens.continuation import tools_key
@@ -80,7 +80,7 @@ class ProxyApp:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Policy | DeferredPolicy,
         sessions: SessionRegistry,
         store: CallSink | None,
         *,
@@ -257,7 +257,7 @@ class ProxyApp:
             if api == "messages" and isinstance(data, dict):
                 data = {"max_tokens": 1, **data}
             request = proto.parse_request(data, model=model, stream=False)
-            count = await self.policy.count_tokens(request)
+            count = await (await ready_policy(self.policy)).count_tokens(request)
         except ProtocolError as exc:
             await self._error(send, proto, exc.status, exc.kind, str(exc))
             return

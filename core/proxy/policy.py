@@ -48,7 +48,7 @@ class Policy(Protocol):
 
 
 class DeferredPolicy:
-    """A policy built on a background thread; calls that arrive before it is ready wait for it.
+    """A policy built on a background thread; calls that arrive before it is ready wait for it (`ready_policy`).
 
     A run starts its sandboxes while its policy loads (a tokenizer import, model weights), so the
     load overlaps the slowest part of a run's start instead of preceding it.
@@ -70,18 +70,6 @@ class DeferredPolicy:
         """The built policy; raises what building it raised."""
         return await asyncio.wrap_future(self._future)
 
-    @property
-    def name(self) -> str:
-        return self._future.result().name if self._future.done() and not self._future.exception() else "loading"
-
-    async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
-        policy = await self.ready()
-        async for event in policy.stream(request, session, call_id, trace):
-            yield event
-
-    async def count_tokens(self, request: ChatRequest) -> int:
-        return await (await self.ready()).count_tokens(request)
-
     async def aclose(self) -> None:
         if not self._future.done():
             log.debug("the policy was still loading at shutdown; nothing to close")
@@ -90,7 +78,7 @@ class DeferredPolicy:
             await self._future.result().aclose()
 
 
-async def ready_policy(policy: Policy) -> Policy:
+async def ready_policy(policy: Policy | DeferredPolicy) -> Policy:
     """``policy`` itself, or the built one behind a `DeferredPolicy`."""
     return await policy.ready() if isinstance(policy, DeferredPolicy) else policy
 
