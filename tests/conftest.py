@@ -12,12 +12,10 @@ import pytest
 pytest_plugins = ["tests.docker_fixtures"]  # docker_client, base_image, docker_runtime, run_id
 
 REPO = Path(__file__).resolve().parents[1]
-# shared/ lies beside the checkout (in CI too); FORGETUI_SHARED_DIR points elsewhere
-SHARED = Path(os.environ.get("FORGETUI_SHARED_DIR") or REPO.parent / "shared")
-FIXTURES = SHARED / "fixtures"
-HARNESS_REQUESTS = FIXTURES / "harness-requests"
+# the first requests real harness binaries sent (see its README): part of the repository, nothing outside it
+HARNESS_REQUESTS = Path(__file__).resolve().parent / "fixtures" / "harness-requests"
 if not sorted(HARNESS_REQUESTS.glob("*.jsonl")):
-    raise RuntimeError(f"no harness request fixtures in {HARNESS_REQUESTS}: put shared/ beside the checkout or set FORGETUI_SHARED_DIR")
+    raise RuntimeError(f"no harness request fixtures in {HARNESS_REQUESTS}: the checkout is incomplete")
 # one home for the whole test session: the tiny model and converted SmolLM2 are built once and reused
 os.environ.setdefault("FORGETUI_HOME", str(REPO / ".test-home"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
