@@ -29,7 +29,7 @@ from core.store import (
     store_for_run,
 )
 from core.store.query import sidecar_path
-from core.store.schema import COLUMNS
+from core.store.schema import COLUMNS, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"meta", "runs", "rollouts", "calls", "samples", "train_steps", "store_errors"}
@@ -80,6 +80,24 @@ def store(tmp_path: Path):
     s.close()
 
 
+def test_an_older_store_gains_the_new_columns_and_keeps_its_rows(tmp_path: Path) -> None:
+    import duckdb
+
+    path = tmp_path / "v1.duckdb"
+    con = duckdb.connect(str(path))  # a version-1 store: no rollouts.step, no calls.weights_version
+    con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    con.execute("CREATE TABLE rollouts (rollout_id VARCHAR PRIMARY KEY, run_id VARCHAR, status VARCHAR)")
+    con.execute("INSERT INTO rollouts VALUES ('r1', 'run1', 'done')")
+    con.close()
+    with Store.open(path) as s:
+        s.upsert_rollout({"rollout_id": "r2", "run_id": "run1", "status": "pending", "step": 3})
+        s.flush()
+        cur = s.cursor()
+        assert cur.execute("SELECT rollout_id, step FROM rollouts ORDER BY 1").fetchall() == [("r1", None), ("r2", 3)]
+        assert cur.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
+
+
 def test_schema_created_and_reopen_is_idempotent(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "dir" / "store.duckdb"
     with Store.open(path) as s:
@@ -90,7 +108,7 @@ def test_schema_created_and_reopen_is_idempotent(tmp_path: Path) -> None:
         cur = s.cursor()
         tables = {r[0] for r in cur.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         assert TABLES <= tables
-        assert cur.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall() == [("1",)]
+        assert cur.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall() == [(str(SCHEMA_VERSION),)]
         assert cur.execute("SELECT run_id, status, CAST(config->>'lr' AS DOUBLE) FROM runs").fetchall() == [("run1", "running", 1e-6)]
         calls_cols = cur.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'calls' ORDER BY ordinal_position"

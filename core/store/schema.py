@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rollouts.step, calls.weights_version, samples for training (added in place by migrate)
 
 # (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
 TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
@@ -36,6 +36,7 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("task_id", "VARCHAR", "Task id inside the environment."),
             ("harness", "VARCHAR", "Harness name (e.g. `codex`, `react`)."),
             ("sample_index", "INTEGER", "Index of this rollout inside its task's group (0..n-1)."),
+            ("step", "INTEGER", "Training step whose batch this rollout belongs to (0 for an eval run)."),
             (
                 "status",
                 "VARCHAR",
@@ -84,23 +85,30 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("tool_parse_error", "VARCHAR", "Why tool calls could not be parsed from the sampled text, if so."),
             ("backend", "VARCHAR", "Backend that served it (`builtin:tiny`, `scripted:…`, `vllm:…`, `litellm:…`)."),
             ("stream", "BOOLEAN", "Whether the harness asked for a stream."),
+            ("weights_version", "INTEGER", "Version of the policy's weights that sampled it (0 = as loaded; +1 per update)."),
         ],
         "call_id",
     ),
     (
         "samples",
-        "Training samples built from calls (one per rollout branch).",
+        "Training samples built from calls: one per rollout branch (calls whose prompt extends the previous call's prompt + completion merge).",
         [
-            ("sample_id", "VARCHAR", "Sample id."),
+            ("sample_id", "VARCHAR", "Sample id (`{rollout_id}#{branch}`)."),
             ("run_id", "VARCHAR", "Run id."),
             ("rollout_id", "VARCHAR", "Rollout id."),
+            ("task_id", "VARCHAR", "Task id (with `step`, the GRPO group)."),
             ("branch", "INTEGER", "Branch of the rollout this sample covers."),
-            ("step", "INTEGER", "Training step that used it."),
-            ("token_ids", "INTEGER[]", "The merged token sequence."),
-            ("loss_mask", "TINYINT[]", "1 for tokens the model sampled, 0 for inserted ones."),
+            ("step", "INTEGER", "Training step whose rollouts produced it."),
+            ("token_ids", "INTEGER[]", "The merged token sequence: first prompt, then each call's completion and the next call's new prompt tokens."),
+            ("loss_mask", "TINYINT[]", "1 for tokens the model sampled, 0 for tokens the harness, tools or template inserted."),
             ("logprobs", "DOUBLE[]", "Sampling log-probabilities (0 where the mask is 0)."),
-            ("reward", "DOUBLE", "The rollout's reward."),
-            ("advantage", "DOUBLE", "Advantage used in training (e.g. GRPO group-normalised)."),
+            ("prompt_tokens", "INTEGER", "Tokens before the first sampled token (the first call's prompt)."),
+            ("call_ids", "VARCHAR[]", "The merged calls, in order."),
+            ("completion_starts", "INTEGER[]", "Offset in `token_ids` where each merged call's completion starts (its prompt is everything before)."),
+            ("completion_ends", "INTEGER[]", "Offset in `token_ids` just past each merged call's completion."),
+            ("weights_version", "INTEGER", "Policy weights version that sampled the calls (the first call's, when they differ)."),
+            ("reward", "DOUBLE", "The rollout's reward (shared by every branch)."),
+            ("advantage", "DOUBLE", "Advantage used in training (0 for a group whose rewards are all equal)."),
             ("n_calls", "INTEGER", "How many calls were merged into this sample."),
             ("created_at", "TIMESTAMP", "When it was built (UTC)."),
         ],

@@ -461,8 +461,20 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
                 f"this store has schema version {found[0]}, newer than this forgetui ({SCHEMA_VERSION}); "
                 f"upgrade forgetui to open it"
             )
+        elif int(found[0]) < SCHEMA_VERSION:
+            migrate(con)
+            con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     except duckdb.Error as exc:
         raise StoreError(f"cannot create the store schema: {exc}") from exc
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring an older store up to this schema: every version so far only added columns."""
+    for table, columns in COLUMNS.items():
+        have = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+        for column, sql_type in columns.items():
+            if column not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {q(column)} {sql_type}")
 
 
 def install_signal_flush(store: Store, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
