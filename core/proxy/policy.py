@@ -35,6 +35,7 @@ class CallTrace:
     first_token_at: float | None = None
     partial_text: str = ""
     backend_finish: str | None = None
+    weights_version: int | None = None
 
 
 class Policy(Protocol):
@@ -103,6 +104,7 @@ class TokenPolicy:
         return len(encode(self.tokenizer, text))
 
     async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
+        trace.weights_version = getattr(self.backend, "weights_version", None)
         cont = session.continuation_for(self.tokenizer)
         plan = await asyncio.to_thread(cont.plan, request.messages, request.tools)
         trace.prompt_ids = plan.prompt_ids

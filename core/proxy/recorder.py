@@ -60,4 +60,5 @@ class CallInFlight:
             "tool_parse_error": c.tool_parse_error if c else None,
             "backend": self.backend,
             "stream": self.request.stream,
+            "weights_version": t.weights_version,
         }
