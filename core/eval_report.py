@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.metrics import pass_at_k, pass_hat_k
-from core.rollout.status import TERMINAL, Status
+from core.rollout.status import Outcome, Status, outcome_of
 
 BREAKDOWN_KEYS = ("level", "domain", "family", "split")
 
@@ -34,23 +34,23 @@ def build_report(rows: list[dict[str, Any]], ks: list[int], model: str) -> dict[
         groups[(row["env"], row["harness"])].append(row)
     report: dict[str, Any] = {"ks": ks, "groups": []}
     for (env, harness), members in sorted(groups.items()):
-        counted = [r for r in members if r["status"] in {str(s) for s in TERMINAL} and r["status"] != Status.INFRA_ERROR]
+        counted = [r for r in members if outcome_of(r["status"], r["passed"]) not in (None, Outcome.INFRA_ERROR)]
         per_task: dict[str, list[bool]] = defaultdict(list)
         scores: list[float] = []
         by: dict[str, dict[str, tuple[dict[str, list[bool]], list[float]]]] = defaultdict(dict)
         for r in counted:
-            per_task[r["task_id"]].append(bool(r["passed"]))
+            per_task[r["task_id"]].append(outcome_of(r["status"], r["passed"]) == Outcome.PASSED)
             scores.append(float(r["reward"] or 0.0))
             task_meta = ((r.get("meta") or {}).get("task_meta") or {}) if isinstance(r.get("meta"), dict) else {}
             for key in BREAKDOWN_KEYS:
                 if key in task_meta:
                     tasks, vals = by[key].setdefault(str(task_meta[key]), (defaultdict(list), []))
-                    tasks[r["task_id"]].append(bool(r["passed"]))
+                    tasks[r["task_id"]].append(outcome_of(r["status"], r["passed"]) == Outcome.PASSED)
                     vals.append(float(r["reward"] or 0.0))
         group = {"env": env, "harness": harness, "model": model, **pass_metrics(per_task, scores, ks)}
         group["timeouts"] = sum(1 for r in members if r["status"] == Status.TIMEOUT)
         group["infra_errors"] = sum(1 for r in members if r["status"] == Status.INFRA_ERROR)
-        group["unfinished"] = sum(1 for r in members if r["status"] not in {str(s) for s in TERMINAL})
+        group["unfinished"] = sum(1 for r in members if outcome_of(r["status"], r["passed"]) is None)
         group["breakdown"] = {key: {value: pass_metrics(t, v, ks) for value, (t, v) in sorted(values.items())} for key, values in by.items()}
         report["groups"].append(group)
     return report

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from core.config import RunConfig
 from core.rollout.engine import RolloutEvent
+from core.rollout.status import Tally
 from core.run import RunSummary, execute_run
 
 _STYLE = {"done": "green", "failed": "red", "timeout": "yellow", "infra_error": "magenta"}
@@ -33,7 +34,7 @@ async def _run_with_signals(coro: Any) -> Any:
 async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None, ks: list[int] | None = None) -> RunSummary:
     """Run with a rich progress display on `console`; returns the summary."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tally]}"), TimeElapsedColumn(), console=console, transient=False)
-    tally = {"passed": 0, "failed": 0, "timeout": 0, "infra_error": 0}
+    tally = Tally()
     bar: dict[str, Any] = {}
 
     def on_start(run_id: str, total: int) -> None:
@@ -42,12 +43,11 @@ async def run_headless_summary(config: RunConfig, *, console: Console, resume: s
 
     def on_event(event: RolloutEvent) -> None:
         r = event.result
-        key = "passed" if r.status == "done" and r.passed else ("failed" if r.status in ("done", "failed") else str(r.status))
-        tally[key] += 1
+        tally.add(r.status, r.passed)
         style = _STYLE.get(str(r.status), "white")
         progress.console.print(f"  [{style}]{r.status:<11}[/] {event.rollout_id}  reward={r.reward if r.reward is not None else '-'}" + (f"  [dim]{r.error[:120]}[/]" if r.error else ""))
         if "id" in bar:
-            progress.update(bar["id"], advance=1, tally=" ".join(f"{k}={v}" for k, v in tally.items() if v))
+            progress.update(bar["id"], advance=1, tally=" ".join(f"{k}={v}" for k, v in tally.nonzero().items()))
 
     with progress:
         return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start, ks=ks))

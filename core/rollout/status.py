@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -17,6 +18,7 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.DONE, Status.FAILED, Status.TIMEOUT, Status.INFRA_ERROR})
+TERMINAL_VALUES = frozenset(str(s) for s in TERMINAL)  # as the store holds them
 
 _NEXT: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.STARTING, Status.INFRA_ERROR}),
@@ -29,3 +31,56 @@ _NEXT: dict[Status, frozenset[Status]] = {
 def can_move(current: Status, new: Status) -> bool:
     """Whether `current → new` is a legal step (PENDING again means: retry or interrupted)."""
     return new in _NEXT.get(current, frozenset())
+
+
+class Outcome(StrEnum):
+    """What a finished rollout counts as, everywhere: run summary, eval report, progress, TUI."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INFRA_ERROR = "infra_error"
+
+
+def outcome_of(status: str | Status | None, passed: bool | None) -> Outcome | None:
+    """The outcome of a rollout row; None while it is not finished.
+
+    The verifier decides: a `failed` rollout (the harness exited non-zero) whose workspace the
+    verifier passed counts as passed, as it does in pass@k. A timeout is never passed; an
+    infrastructure error is not a score at all.
+    """
+    if status == Status.INFRA_ERROR:
+        return Outcome.INFRA_ERROR
+    if status == Status.TIMEOUT:
+        return Outcome.TIMEOUT
+    if status in (Status.DONE, Status.FAILED):
+        return Outcome.PASSED if passed else Outcome.FAILED
+    return None
+
+
+@dataclass
+class Tally:
+    """Finished rollouts counted by outcome."""
+
+    passed: int = 0
+    failed: int = 0
+    timeout: int = 0
+    infra_error: int = 0
+
+    def add(self, status: str | Status | None, passed: bool | None) -> Outcome | None:
+        outcome = outcome_of(status, passed)
+        if outcome is not None:
+            setattr(self, str(outcome), getattr(self, str(outcome)) + 1)
+        return outcome
+
+    @property
+    def finished(self) -> int:
+        return self.passed + self.failed + self.timeout + self.infra_error
+
+    @property
+    def scored(self) -> int:
+        """Finished rollouts that count in scores (all but infrastructure errors)."""
+        return self.passed + self.failed + self.timeout
+
+    def nonzero(self) -> dict[str, int]:
+        return {k: v for k, v in self.__dict__.items() if v}

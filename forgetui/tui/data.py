@@ -12,6 +12,7 @@ from typing import Any
 
 from core import paths
 from core.errors import StoreError
+from core.rollout.status import TERMINAL_VALUES, Tally
 from core.store.query import QueryResult, last_written, read_sidecar, run_query
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ def is_live(path: Path) -> bool:
 ROLLOUT_COLUMNS = ("task", "sample", "status", "reward", "attempt", "error")
 STORE_ROLLOUT_COLUMNS = ("run", "task", "sample", "status", "reward", "passed", "attempt", "error")
 ROLLOUTS_LIMIT = 5000
-TERMINAL_STATUSES = frozenset({"done", "failed", "timeout", "infra_error"})
+TERMINAL_STATUSES = TERMINAL_VALUES
 ERROR_CHARS = 160
 
 
@@ -365,16 +366,11 @@ class RunProgress:
         self.n_calls = n_calls
 
     def counts(self) -> RunCounts:
-        c = {"passed": 0, "failed": 0, "timeout": 0, "infra_error": 0}
+        tally = Tally()
         for row in self.rows.values():
-            if row.status == "done" and row.passed:
-                c["passed"] += 1
-            elif row.status in ("done", "failed"):
-                c["failed"] += 1
-            elif row.status in c:
-                c[row.status] += 1
-        done = sum(c.values())
-        return RunCounts(done, max(self.total, done), c["passed"], c["failed"], c["timeout"], c["infra_error"])
+            tally.add(row.status, row.passed)
+        done = tally.finished
+        return RunCounts(done, max(self.total, done), tally.passed, tally.failed, tally.timeout, tally.infra_error)
 
     def reward_curve(self) -> list[float]:
         """Mean reward of the finished rollouts after each one finished."""
