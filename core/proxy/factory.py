@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
+from core.backends.base import TokenBackend
 from core.errors import ConfigError
 from core.proxy.policy import PassthroughPolicy, Policy, TokenPolicy
 
@@ -30,31 +31,42 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
 def make_policy(spec: str, *, parser: str = "hermes", tokenizer: str | None = None, default_max_tokens: int | None = None) -> Policy:
     """The policy behind a proxy. `tokenizer` names the policy's model for vllm (it templates locally)."""
     kind, target, opts = parse_spec(spec)
-    max_tokens = int(opts.get("max_tokens", default_max_tokens or 0)) or None
     if kind == "litellm":
         from core.backends.litellm_backend import LiteLLMBackend
 
         return PassthroughPolicy(
             LiteLLMBackend(target, api_base=opts.get("api_base"), api_key=opts.get("api_key"), token_ids=opts.get("token_ids") in ("1", "true"))
         )
+    backend = make_token_backend(spec, tokenizer=tokenizer)
+    return token_policy(backend, spec, parser=parser, default_max_tokens=default_max_tokens)
+
+
+def make_token_backend(spec: str, *, tokenizer: str | None = None) -> TokenBackend:
+    """The token backend of a spec (builtin, scripted, vllm): what a trainer holds to swap its weights."""
+    kind, target, opts = parse_spec(spec)
+    if kind == "litellm":
+        raise ConfigError(f"{spec!r} is a passthrough backend: it returns text, not the token ids and logprobs training needs; use builtin:MODEL or vllm:URL")
     if kind == "builtin":
         from core.backends.builtin import BuiltinBackend
 
-        backend = BuiltinBackend(target, device=opts.get("device", "auto"))
-        default = max_tokens or (64 if target == "tiny" else 1024)
-    elif kind == "scripted":
+        return BuiltinBackend(target, device=opts.get("device", "auto"))
+    if kind == "scripted":
         from core.backends.scripted import ScriptedBackend
 
         path = Path(target).expanduser()
         if not path.is_file():
             raise ConfigError(f"scripted backend: no script file at {path}")
-        backend = ScriptedBackend(path, tokenizer_model=opts.get("tokenizer", tokenizer or "tiny"))
-        default = max_tokens or 4096
-    else:
-        from core.backends.vllm import VllmBackend
+        return ScriptedBackend(path, tokenizer_model=opts.get("tokenizer", tokenizer or "tiny"))
+    from core.backends.vllm import VllmBackend
 
-        if not (tokenizer or opts.get("tokenizer")):
-            raise ConfigError("vllm:URL needs the policy's tokenizer: pass --tokenizer MODEL (a local folder, 'tiny', or a hub id)")
-        backend = VllmBackend(target, tokenizer_model=tokenizer or opts["tokenizer"], model_name=opts.get("model"))
-        default = max_tokens or 2048
+    if not (tokenizer or opts.get("tokenizer")):
+        raise ConfigError("vllm:URL needs the policy's tokenizer: pass --tokenizer MODEL (a local folder, 'tiny', or a hub id)")
+    return VllmBackend(target, tokenizer_model=tokenizer or opts["tokenizer"], model_name=opts.get("model"))
+
+
+def token_policy(backend: TokenBackend, spec: str, *, parser: str = "hermes", default_max_tokens: int | None = None) -> TokenPolicy:
+    """The token policy over a backend built from `spec` (its options pick the parser and the default cap)."""
+    kind, target, opts = parse_spec(spec)
+    max_tokens = int(opts.get("max_tokens", default_max_tokens or 0)) or None
+    default = max_tokens or {"builtin": 64 if target == "tiny" else 1024, "scripted": 4096}.get(kind, 2048)
     return TokenPolicy(backend, parser=opts.get("parser", parser), default_max_tokens=default)

@@ -40,6 +40,7 @@ class CallInFlight:
             "call_id": self.call_id,
             "rollout_id": self.session.rollout_id,
             "seq": self.seq,
+            "attempt": self.session.attempt,
             "api": self.api,
             "model": self.request.model,
             "request": self.body,

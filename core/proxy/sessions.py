@@ -20,6 +20,7 @@ class Session:
     token: str
     rollout_id: str
     run_id: str
+    attempt: int = 0  # the rollout's attempt this session serves (a retry gets a new session)
     calls: int = 0
     tools_hash: str | None = None  # of the tools the harness offered on its first call
     _continuations: dict[int, Continuation] = field(default_factory=dict)
@@ -49,8 +50,8 @@ class SessionRegistry:
         self.on_new_adhoc = on_new_adhoc
         self._by_token: dict[str, Session] = {}
 
-    def register(self, rollout_id: str, token: str | None = None) -> Session:
-        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id)
+    def register(self, rollout_id: str, token: str | None = None, attempt: int = 0) -> Session:
+        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id, attempt=attempt)
         self._by_token[session.token] = session
         return session
 

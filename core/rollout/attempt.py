@@ -46,6 +46,7 @@ class RolloutItem:
     rollout_id: str
     task: Task
     sample_index: int
+    step: int = 0  # the training step whose batch it belongs to
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Attempt:
 
     async def run(self) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
-        session = ctx.sessions.register(self.item.rollout_id)
+        session = ctx.sessions.register(self.item.rollout_id, attempt=self.attempt_no)
         timeout = task.timeout_s or ctx.timeout_s
         self._move(Status.STARTING, started_at=utcnow(), attempt=self.attempt_no, token=session.token, error=None)
         try:
@@ -195,6 +196,7 @@ class Attempt:
             text = await asyncio.wait_for(sandbox.logs(), 30)
         except Exception:  # noqa: BLE001 - a gone sandbox has no logs; that is already an error elsewhere
             return
-        path = self.ctx.logs_dir / f"{self.item.task.id}.{self.item.sample_index}.attempt{self.attempt_no}.log"
+        step = f".s{self.item.step}" if self.item.step else ""
+        path = self.ctx.logs_dir / f"{self.item.task.id}.{self.item.sample_index}{step}.attempt{self.attempt_no}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

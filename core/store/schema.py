@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2  # 2: rollouts.step, calls.weights_version, samples for training (added in place by migrate)
+SCHEMA_VERSION = 2  # 2: rollouts.step, calls.attempt and weights_version, samples for training (added in place by migrate)
 
 # (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
 TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
@@ -64,7 +64,8 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
         [
             ("call_id", "VARCHAR", "Call id."),
             ("rollout_id", "VARCHAR", "The rollout that made it (`rollouts.rollout_id`)."),
-            ("seq", "INTEGER", "Order of the call inside its rollout (0, 1, ...)."),
+            ("seq", "INTEGER", "Order of the call inside its rollout attempt (0, 1, ...)."),
+            ("attempt", "INTEGER", "The rollout's attempt that made it (an infrastructure retry starts again at seq 0)."),
             ("api", "VARCHAR", "Wire protocol: `chat`, `responses`, `messages` or `gemini`."),
             ("model", "VARCHAR", "Model name the harness asked for."),
             ("request", "JSON", "The request body as the harness sent it."),

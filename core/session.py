@@ -1,0 +1,256 @@
+"""A run session: the store, policy, proxy, runtime and images of one run, and `run_rollouts(tasks, step)`.
+
+An eval opens a session and runs one batch (step 0); a trainer opens one and runs a batch per
+step, swapping the policy's weights in between. Everything the session started is stopped on
+any exit (error, Ctrl-C, SIGTERM): the proxy, the policy's connections, every sandbox of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from core.config import RunConfig, dump_toml
+from core.env import Environment, Task
+from core.harness import Harness
+from core.paths import runs_dir
+from core.proxy.app import ProxyApp
+from core.proxy.factory import make_policy
+from core.proxy.policy import DeferredPolicy, Policy
+from core.proxy.server import BackgroundServer
+from core.proxy.sessions import SessionRegistry
+from core.registry import load_env, load_harness
+from core.rollout.attempt import RolloutItem, RolloutResult, RunContext
+from core.rollout.engine import RolloutEngine, RolloutEvent
+from core.rollout.orphans import reap_dead_runs, remove_pid_file, write_pid_file
+from core.rollout.status import TERMINAL_VALUES, Status
+from core.run_setup import (
+    RunImages,
+    image_identity,
+    new_run_id,
+    pick_runtime,
+    proxy_url_for_sandboxes,
+    select_tasks,
+)
+from core.runtime.base import Runtime
+from core.store.writer import Store
+
+log = logging.getLogger(__name__)
+
+
+def rollout_id_for(run_id: str, step: int, task_id: str, sample_index: int) -> str:
+    """Unique across steps: `run/task/i` for step 0 (an eval), `run/task/i/sN` for training step N."""
+    return f"{run_id}/{task_id}/{sample_index}" + (f"/s{step}" if step else "")
+
+
+class RunSession:
+    """One run's resources, opened with `async with RunSession(config) as session:`.
+
+    `policy` is an already-built policy (a trainer builds the backend itself to swap its weights);
+    without one, the config's backend loads on a thread while the first sandboxes start.
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        run_id: str | None = None,
+        resume: bool = False,
+        policy: Policy | None = None,
+        on_event: Callable[[RolloutEvent], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.run_id = run_id or new_run_id()
+        self.resuming = resume
+        self.run_dir: Path = runs_dir() / self.run_id
+        self.store_path = self.run_dir / "store.duckdb"
+        self.on_event = on_event
+        self.policy: Policy | DeferredPolicy | None = policy
+        self.store: Store | None = None
+        self.runtime: Runtime | None = None
+        self.server: BackgroundServer | None = None
+        self.env: Environment | None = None
+        self.harness: Harness | None = None
+        self.images: RunImages | None = None
+        self.image = ""
+        self.ctx: RunContext | None = None
+        self.max_concurrent_sandboxes = 0
+        self.status = "failed"  # what the run row says if the session ends before `finish`
+
+    async def __aenter__(self) -> RunSession:
+        try:
+            await self.open()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.status = "interrupted" if issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt) else "failed"
+        await self.close()
+
+    async def open(self) -> None:
+        config = self.config
+        # sandbox calls (docker SDK, kubernetes client) block a thread each, and a harness exec holds one for
+        # the whole rollout: the default pool (cores + 4) would cap concurrency far below run.concurrency
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=max(32, 4 * config.run.concurrency + 8), thread_name_prefix="forgetui-io")
+        )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.toml").write_text(dump_toml(config))
+        self.store = Store.open(self.store_path)
+        write_pid_file(self.run_dir)
+        self.store.insert_run(self.run_id, config.model_dump(), status="running")
+        self.store.serve_queries()
+        if self.policy is None:
+            self.policy = DeferredPolicy(  # loads while the sandboxes start; the first model call waits for it
+                lambda: make_policy(config.policy.backend, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
+            )
+        self.runtime = pick_runtime(config)
+        await reap_dead_runs(self.runtime)
+        self.env = load_env(config.env.name, **({"path": config.env.path} if config.env.path else {}), **config.env.options)
+        self.harness = load_harness(config.harness.name, **({"binary": config.harness.binary} if config.harness.binary else {}), **config.harness.options)
+        self.images = RunImages(self.runtime, config, self.env, self.harness)
+        self.image = await self.images.for_task(Task(id="", instruction=""))  # the shared image, built before any sandbox starts
+        sessions = SessionRegistry(run_id=self.run_id, adhoc=False)
+        app = ProxyApp(self.policy, sessions, self.store, max_body_bytes=config.proxy.max_body_bytes, call_timeout_s=config.run.call_timeout_s, served_model=config.policy.model_name)
+        self.server = BackgroundServer(app, host=config.proxy.host, port=config.proxy.port)
+        await asyncio.to_thread(self.server.start)
+        self.ctx = RunContext(
+            run_id=self.run_id,
+            env=self.env,
+            harness=self.harness,
+            runtime=self.runtime,
+            image_for=self.images.for_task,
+            proxy_url=proxy_url_for_sandboxes(config, self.runtime, self.server.url),
+            sessions=sessions,
+            update=self.store.upsert_rollout,
+            model_name=config.policy.model_name,
+            workdir=config.runtime.workdir,
+            timeout_s=config.run.timeout_s,
+            sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network},
+            logs_dir=self.run_dir / "logs",
+        )
+
+    def tasks(self) -> list[Task]:
+        """The config's tasks (env.tasks filter and env.limit applied)."""
+        assert self.env is not None, "open the session first"
+        return select_tasks(self.env, self.config.env.tasks, self.config.env.limit)
+
+    def plan(self, tasks: list[Task], step: int = 0, n_samples: int | None = None) -> tuple[list[RolloutItem], int]:
+        """The rollouts of `tasks` × n for `step` still to run (on resume: those not finished) and how many are done."""
+        assert self.store is not None
+        n = n_samples or self.config.run.n_samples
+        items = [
+            RolloutItem(rollout_id=rollout_id_for(self.run_id, step, task.id, i), task=task, sample_index=i, step=step)
+            for task in tasks
+            for i in range(n)
+        ]
+        if not self.resuming:
+            return items, 0
+        finished = self.finished_rollouts()
+        todo = [item for item in items if item.rollout_id not in finished]
+        return todo, len(items) - len(todo)
+
+    def finished_rollouts(self) -> set[str]:
+        assert self.store is not None
+        self.store.flush()
+        rows = self.store.cursor().execute("SELECT rollout_id, status FROM rollouts WHERE run_id = ?", [self.run_id]).fetchall()
+        return {rid for rid, status in rows if status in TERMINAL_VALUES}
+
+    def add_pending(self, items: list[RolloutItem]) -> None:
+        """Write the planned rollouts as `pending` rows (what the TUI and `--resume` see first)."""
+        assert self.store is not None and self.env is not None and self.harness is not None and self.runtime is not None
+        image = image_identity(self.runtime, self.image)
+        for item in items:
+            self.store.upsert_rollout(
+                {
+                    "rollout_id": item.rollout_id,
+                    "run_id": self.run_id,
+                    "env": self.env.name,
+                    "task_id": item.task.id,
+                    "harness": self.harness.name,
+                    "sample_index": item.sample_index,
+                    "step": item.step,
+                    "status": str(Status.PENDING),
+                    "attempt": 0,
+                    "harness_version": self.harness.version,
+                    "image_digest": image,
+                    "env_version": self.env.version,
+                    "task_hash": item.task.content_hash,
+                    "meta": {"task_meta": item.task.meta},
+                }
+            )
+
+    async def run_rollouts(self, items: list[RolloutItem]) -> dict[str, RolloutResult]:
+        """Run planned rollouts to a terminal status; a policy that fails to load stops them with its error."""
+        assert self.ctx is not None and self.policy is not None
+        self.add_pending(items)
+        engine = RolloutEngine(self.ctx, concurrency=self.config.run.concurrency, max_retries=self.config.run.max_retries, on_event=self.on_event)
+        try:
+            return await _run_engine(engine, items, self.policy)
+        finally:
+            self.max_concurrent_sandboxes = max(self.max_concurrent_sandboxes, engine.max_active)
+
+    def finish(self, status: str = "done") -> None:
+        """Mark the run's outcome (written on close)."""
+        self.status = status
+
+    async def close(self) -> None:
+        """Stop the proxy and the policy, remove every sandbox of the run, record the run's status."""
+        policy, server, runtime, store = self.policy, self.server, self.runtime, self.store
+        self.server = None
+        if server is not None:
+            if policy is not None and server.loop is not None and server.loop.is_running():
+                # the policy's HTTP sessions live on the proxy's loop: close them there, before it stops
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(policy.aclose(), server.loop)), 30)
+                except Exception:  # noqa: BLE001
+                    log.warning("could not close the policy backend cleanly", exc_info=True)
+                policy = None
+            await asyncio.to_thread(server.stop)
+        if runtime is not None:
+            try:
+                await asyncio.shield(runtime.reap(run_id=self.run_id))  # nothing of this run outlives it
+            except Exception:  # noqa: BLE001
+                log.warning("could not reap the sandboxes of run %s; `forgetui gc` will", self.run_id, exc_info=True)
+        if store is not None:
+            store.update_run_status(self.run_id, self.status)
+            store.close()
+            self.store = None
+        remove_pid_file(self.run_dir)
+        if policy is not None:
+            await policy.aclose()
+        self.policy = None
+
+
+async def _run_engine(engine: RolloutEngine, items: list[RolloutItem], policy: Policy | DeferredPolicy) -> dict[str, RolloutResult]:
+    """Run the rollouts; a policy that fails to load stops the run with its own error."""
+    if not isinstance(policy, DeferredPolicy):
+        return await engine.run(items)
+    rollouts = asyncio.ensure_future(engine.run(items))
+    loading = asyncio.ensure_future(policy.ready())
+    try:
+        await asyncio.wait({rollouts, loading}, return_when=asyncio.FIRST_EXCEPTION)
+        if loading.done() and loading.exception() is not None:
+            rollouts.cancel()
+            await asyncio.gather(rollouts, return_exceptions=True)
+            raise loading.exception()  # type: ignore[misc]
+        return await rollouts
+    finally:
+        for task in (rollouts, loading):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(rollouts, loading, return_exceptions=True)
+
+
+def store_rows(store: Store, sql: str, params: list[Any] | None = None) -> list[tuple]:
+    """Rows of a query on the session's store (after flushing what is queued)."""
+    store.flush()
+    return store.cursor().execute(sql, params or []).fetchall()
