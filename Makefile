@@ -32,7 +32,7 @@ test: install ## run the whole test suite (PYTEST_ARGS='-m "not slow"' for the q
 demo: install ## a real recorded session: the built-in model behind the proxy, then its rows in DuckDB
 	$(VENV)/bin/forgetui demo
 
-bench: install ## run the benchmarks (ratios against baselines measured in the same run)
+bench: install ## run the benchmarks (ratios against baselines measured in the same run; LiteLLM's proxy gets its own benchmarks/.venv-baselines)
 	@$(PY) benchmarks/proxy_overhead.py; a=$$?; $(PY) benchmarks/rollout_throughput.py; b=$$?; exit $$((a | b))
 
 lint: install ## ruff and the import contract (core never imports the app, textual, harnesses or envs)

@@ -10,7 +10,9 @@ Paths measured, each with the same small OpenAI Chat Completions request (stream
 * ``forgetui+httpx``   → forgetui proxy (PassthroughPolicy, minimal httpx backend written here) → fake server
 * ``forgetui+litellm`` → forgetui proxy, the same spec forced through ``litellm.acompletion`` (the
                          path every non-OpenAI-compatible provider takes) → fake server
-* ``litellm-proxy``    → LiteLLM's own proxy server (``litellm --config ...``, one worker) → fake server
+* ``litellm-proxy``    → LiteLLM's own proxy server (``litellm --config ...``, one worker) → fake server,
+                         run from its own virtual environment (``benchmarks/.venv-baselines``), which the
+                         script creates and fills on first use so the project's ``.venv`` is not touched
 
 The floors (PASS/FAIL, exit code) apply to ``forgetui``, the shipped path; the other forgetui rows
 are for reference. Every forgetui proxy records every call into a real DuckDB store; after the run the store files
@@ -26,6 +28,7 @@ import json
 import multiprocessing as mp
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -341,10 +344,91 @@ class LiteLLMProxy:
     error: str | None = None
 
 
-def litellm_proxy_problem() -> str | None:
+# ---------------------------------------------------------------------------------------------
+# the baselines' own virtual environment (LiteLLM's proxy and what it imports)
+# ---------------------------------------------------------------------------------------------
+
+BASELINES_VENV = REPO / "benchmarks" / ".venv-baselines"
+# `litellm[proxy]` pins `litellm-proxy`, which is not on PyPI; the proxy's modules ship inside the
+# `litellm` wheel and run once these imports are present
+LITELLM_PROXY_EXTRAS = (
+    "uvicorn>=0.33",
+    "uvloop>=0.22.1",
+    "gunicorn>=23",
+    "fastapi>=0.136.3",
+    "starlette>=1.0.1",
+    "backoff>=2.2.1",
+    "rq>=2.7",
+    "websockets>=15.0.1,<16",
+    "apscheduler>=3.11.2,<4",
+    "pyjwt>=2.13",
+    "cryptography>=49,<51",
+    "python-multipart",
+    "pynacl",
+    "semver",
+    "expression",
+    "fastapi-sso",
+    "mcp",
+    "soundfile",
+    "orjson",
+)
+
+
+def baseline_requirements() -> list[str]:
+    """LiteLLM at the version forgetui's own venv runs, plus its proxy's imports."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        litellm = f"litellm=={version('litellm')}"
+    except PackageNotFoundError:
+        litellm = "litellm"
+    return [litellm, *LITELLM_PROXY_EXTRAS]
+
+
+def venv_python(venv: Path) -> Path:
+    """The interpreter of a virtual environment."""
+    return venv / "bin" / "python"
+
+
+def install_command(venv: Path) -> str:
+    """The one shell command that creates the baselines' venv by hand."""
+    pip = shlex.join([str(venv_python(venv)), "-m", "pip", "install", *baseline_requirements()])
+    return f"python3 -m venv {shlex.quote(str(venv))} && {pip}"
+
+
+def ensure_baselines(venv: Path) -> str | None:
+    """Creates or updates the baselines' venv when its requirements changed; returns why it failed, or None."""
+    reqs = baseline_requirements()
+    stamp = venv / ".installed"
+    if stamp.exists() and stamp.read_text() == "\n".join(reqs):
+        return None
+    print(
+        f"Installing the LiteLLM proxy baseline into {venv} (once; about a minute with pip's cache) ...",
+        flush=True,
+    )
+    fd, name = tempfile.mkstemp(prefix="forgetui-baselines-install-", suffix=".log")
+    log = Path(name)
+    steps = [[sys.executable, "-m", "venv", str(venv)]] if not venv_python(venv).exists() else []
+    steps.append([str(venv_python(venv)), "-m", "pip", "install", "-q", "--disable-pip-version-check", *reqs])
+    with os.fdopen(fd, "w") as out:
+        for cmd in steps:
+            if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
+                out.flush()
+                tail = [ln for ln in log.read_text(errors="replace").splitlines() if "WARNING" not in ln][-2:]
+                return (
+                    f"installing it failed ({' / '.join(tail)}; log: {log}); by hand: {install_command(venv)}"
+                )
+    stamp.write_text("\n".join(reqs))
+    log.unlink(missing_ok=True)
+    return None
+
+
+def litellm_proxy_problem(python: Path) -> str | None:
     """Why LiteLLM's proxy cannot run in this interpreter, or None."""
+    if not python.exists():
+        return f"{python} does not exist"
     check = subprocess.run(
-        [sys.executable, "-c", "import litellm.proxy.proxy_server, litellm_cli.main"],
+        [str(python), "-c", "import litellm.proxy.proxy_server, litellm_cli.main"],
         capture_output=True,
         text=True,
         env={**os.environ, **OFFLINE_ENV},
@@ -353,13 +437,13 @@ def litellm_proxy_problem() -> str | None:
     if check.returncode == 0:
         return None
     last = (check.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return f"`import litellm.proxy.proxy_server` fails in {sys.executable}: {last} (install LiteLLM's proxy dependencies, see benchmarks/README.md)"
+    return f"`import litellm.proxy.proxy_server` fails in {python}: {last}; reinstall: {install_command(python.parents[1])}"
 
 
-def start_litellm_proxy(fake_url: str, workdir: Path) -> LiteLLMProxy:
+def start_litellm_proxy(fake_url: str, workdir: Path, python: Path) -> LiteLLMProxy:
     key = "sk-bench-" + secrets.token_hex(16)
     log = workdir / "litellm-proxy.log"
-    problem = litellm_proxy_problem()
+    problem = litellm_proxy_problem(python)
     if problem:
         return LiteLLMProxy(None, "", key, log, problem)
     config = workdir / "litellm-config.json"  # JSON is valid YAML
@@ -384,7 +468,7 @@ def start_litellm_proxy(fake_url: str, workdir: Path) -> LiteLLMProxy:
     log_config.write_text(json.dumps(_QUIET_LOGS))
     port = free_port()
     cmd = [
-        sys.executable,
+        str(python),
         "-c",
         _LITELLM_LAUNCH,
         "--config",
@@ -889,6 +973,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     parser.add_argument("--skip-litellm-proxy", action="store_true", help="do not start LiteLLM's proxy")
     parser.add_argument(
+        "--baselines-venv",
+        type=Path,
+        default=BASELINES_VENV,
+        help="the virtual environment LiteLLM's proxy runs from (created and filled when missing)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the work folder (stores, logs) after the run"
     )
     parser.add_argument(
@@ -909,6 +999,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")  # building the tiny model draws progress bars
     os.environ.update(OFFLINE_ENV)
     limit_s = 420 if args.quick else 900
+    install_error = None if args.skip_litellm_proxy else ensure_baselines(args.baselines_venv)
 
     def on_alarm(signum: int, frame: Any) -> None:
         raise TimeoutError(f"benchmark ran past its own limit of {limit_s} s")
@@ -944,7 +1035,9 @@ def main(argv: list[str] | None = None) -> int:
             children.append(proc)
             proxies[path] = (proc, parent, {}, store_path)
         if not args.skip_litellm_proxy:
-            litellm = start_litellm_proxy(fake_url, workdir)
+            litellm = start_litellm_proxy(fake_url, workdir, venv_python(args.baselines_venv))
+            if install_error and litellm.error:
+                litellm.error = install_error
         for _name, (proc, parent, info, _) in proxies.items():
             if not parent.poll(120):
                 raise RuntimeError(f"{proc.name} did not start within 120 s")
