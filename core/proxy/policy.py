@@ -20,6 +20,8 @@ from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
 
 log = logging.getLogger(__name__)
 
+LOAD_WAIT_ON_CLOSE_S = 120.0
+
 
 @dataclass
 class CallTrace:
@@ -73,8 +75,13 @@ class DeferredPolicy:
 
     async def aclose(self) -> None:
         if not self._future.done():
-            log.debug("the policy was still loading at shutdown; nothing to close")
-            return
+            # a load left running past interpreter exit dies inside native code (tokenizers' rayon
+            # threads abort the process): let it finish, then close what it built
+            log.info("waiting for the policy to finish loading before closing it")
+            await asyncio.wait([asyncio.wrap_future(self._future)], timeout=LOAD_WAIT_ON_CLOSE_S)
+            if not self._future.done():
+                log.warning("the policy still loads after %g s; leaving it", LOAD_WAIT_ON_CLOSE_S)
+                return
         if self._future.exception() is None:
             await self._future.result().aclose()
 
