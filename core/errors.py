@@ -70,3 +70,7 @@ class BackendError(ForgetuiError):
 
 class SandboxError(ForgetuiError):
     """A sandbox could not be created, reached or cleaned up (an infrastructure error)."""
+
+
+class TrainingDataError(ForgetuiError):
+    """Recorded calls cannot become training samples (no token ids or no logprobs for what was sampled)."""

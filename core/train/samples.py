@@ -1,0 +1,361 @@
+"""Recorded calls → training samples: one sample per rollout branch, merged on token ids.
+
+A call extends an open sample when its prompt starts, token for token, with that sample's
+sequence so far (the last merged call's prompt + completion); its new prompt tokens join with
+loss mask 0 and its completion with mask 1 and its logprobs. Among the open samples the longest
+match wins (harnesses interleave subagent, title and compaction branches); otherwise the call
+starts a new sample. The proxy's `branch` / `extends_parent` columns are only a cross-check.
+
+Sequences are compared as whole slices (lists, or numpy arrays as `samples_for_run` reads them),
+never token by token in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from core.errors import StoreError, TrainingDataError
+from core.train.types import Sample
+
+log = logging.getLogger(__name__)
+
+Ids = Sequence[int] | np.ndarray
+NO_SAMPLES = frozenset({"infra_error"})  # not a score: nothing to learn from
+UNFINISHED = frozenset({"pending", "starting", "running", "verifying"})  # reward not final yet
+TRAINABLE_STATUSES = ("done", "failed", "timeout")
+
+
+@dataclass
+class _Call:
+    """One ok call's tokens, checked."""
+
+    call_id: str
+    prompt: Ids
+    completion: Ids
+    logprobs: Ids
+    weights_version: int | None
+    extends_parent: bool | None
+
+
+@dataclass
+class _Branch:
+    """An open sample while calls merge into it."""
+
+    branch: int
+    prompt: Ids  # the last merged call's prompt
+    completion: Ids  # the last merged call's completion
+    touched: int  # when it last took a call (ties go to the most recent)
+    calls: list[_Call] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        """Tokens so far: the last merged call's prompt + completion."""
+        return len(self.prompt) + len(self.completion)
+
+    def take(self, call: _Call, touched: int) -> None:
+        """Merge `call` (its prompt already checked to start with this branch's sequence)."""
+        self.calls.append(call)
+        self.starts.append(len(call.prompt))
+        self.ends.append(len(call.prompt) + len(call.completion))
+        self.prompt, self.completion, self.touched = call.prompt, call.completion, touched
+
+
+@dataclass(frozen=True)
+class SampleDiagnostics:
+    """How well a set of samples merged: the share of calls that joined an existing sample, branches per rollout."""
+
+    rollouts: int
+    samples: int
+    calls: int
+    merged_calls: int
+    merge_rate: float  # merged_calls / calls (0.0 with no calls)
+    branches_per_rollout: float
+    max_branches: int
+    tokens: int
+    trainable_tokens: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+# ----------------------------------------------------------------------------- token checks
+def _same(a: Ids, b: Ids) -> bool:
+    """Whether two token sequences are equal (one C-level comparison, lists or arrays)."""
+    if len(a) != len(b):
+        return False
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return a == b
+
+
+def _last(branch: _Branch) -> int:
+    """The branch sequence's last token."""
+    return branch.completion[-1] if len(branch.completion) else branch.prompt[-1]
+
+
+def _extends(prompt: Ids, branch: _Branch) -> bool:
+    """Whether `prompt` starts with the branch's whole sequence (cheap boundary checks first)."""
+    n_prompt, total = len(branch.prompt), branch.length
+    if total == 0:
+        return True
+    if len(prompt) < total or prompt[total - 1] != _last(branch):
+        return False
+    if n_prompt and prompt[n_prompt - 1] != branch.prompt[-1]:
+        return False
+    return _same(prompt[:n_prompt], branch.prompt) and _same(prompt[n_prompt:total], branch.completion)
+
+
+def _ids(value: Any) -> Ids | None:
+    """Token ids as given (list or array); None stays None."""
+    if value is None or isinstance(value, np.ndarray | list):
+        return value
+    return list(value)
+
+
+def _check_call(row: Mapping[str, Any], rollout_id: str) -> _Call:
+    """A `calls` row as a `_Call`, or TrainingDataError when its tokens cannot be trained on."""
+    call_id = str(row.get("call_id"))
+    prompt, completion = _ids(row.get("prompt_token_ids")), _ids(row.get("completion_token_ids"))
+    logprobs = row.get("completion_logprobs")
+    if prompt is None or completion is None:
+        missing = "prompt" if prompt is None else "completion"
+        raise TrainingDataError(
+            f"call {call_id} of rollout {rollout_id} has no {missing} token ids: training needs the exact token ids "
+            "and one logprob per sampled token; a passthrough backend that returns no token ids cannot be trained on "
+            "(use a token backend: builtin, vllm or scripted, or a litellm backend that returns token ids and logprobs)"
+        )
+    if len(completion) and (logprobs is None or len(logprobs) != len(completion)):
+        got = "no logprobs" if logprobs is None else f"{len(logprobs)} logprobs"
+        raise TrainingDataError(
+            f"call {call_id} of rollout {rollout_id} has {len(completion)} completion tokens but {got}: training needs "
+            "one logprob per sampled token; a passthrough backend without token ids/logprobs cannot be trained on "
+            "(use a token backend: builtin, vllm or scripted, or a litellm backend that returns logprobs)"
+        )
+    return _Call(
+        call_id=call_id,
+        prompt=prompt,
+        completion=completion,
+        logprobs=logprobs if logprobs is not None else [],
+        weights_version=row.get("weights_version"),
+        extends_parent=row.get("extends_parent"),
+    )
+
+
+# ----------------------------------------------------------------------------- merging
+def _best_branch(prompt: Ids, branches: list[_Branch]) -> _Branch | None:
+    """The open branch with the longest sequence that `prompt` starts with (latest on a tie)."""
+    for branch in sorted(branches, key=lambda b: (b.length, b.touched), reverse=True):
+        if _extends(prompt, branch):
+            return branch
+    return None
+
+
+def _cross_check(call: _Call, merged: bool, rollout_id: str) -> None:
+    """Log where the proxy's own prefix flag disagrees with the token ids (diagnostic only)."""
+    if call.extends_parent is None or bool(call.extends_parent) == merged:
+        return
+    if call.extends_parent:
+        log.warning(
+            "rollout %s call %s: the proxy says it extends its parent, the token ids say not; a new sample starts",
+            rollout_id,
+            call.call_id,
+        )
+    else:
+        log.debug(
+            "rollout %s call %s: merged on token ids although the proxy started a new branch",
+            rollout_id,
+            call.call_id,
+        )
+
+
+def _merge(calls: Iterable[_Call], rollout_id: str) -> list[_Branch]:
+    """Merge checked calls, in order, into branches (in order of creation)."""
+    branches: list[_Branch] = []
+    for i, call in enumerate(calls):
+        branch = _best_branch(call.prompt, branches)
+        _cross_check(call, branch is not None, rollout_id)
+        if branch is None:
+            branch = _Branch(branch=len(branches), prompt=call.prompt, completion=call.completion, touched=i)
+            branches.append(branch)
+        branch.take(call, i)
+    return branches
+
+
+# ----------------------------------------------------------------------------- samples
+def _as_list(a: Ids, b: Ids) -> list[int]:
+    """`a + b` as a list of Python ints."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.concatenate((np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))).tolist()
+    return [*a, *b]
+
+
+def _floats(values: Ids) -> list[float]:
+    """Logprobs as a list of Python floats."""
+    return (
+        np.asarray(values, dtype=np.float64).tolist()
+        if isinstance(values, np.ndarray)
+        else list(map(float, values))
+    )
+
+
+def _sample(branch: _Branch, rollout: Mapping[str, Any]) -> Sample:
+    """The `Sample` of one finished branch."""
+    token_ids = _as_list(branch.prompt, branch.completion)
+    mask, logprobs = [0] * len(token_ids), [0.0] * len(token_ids)
+    for call, start, end in zip(branch.calls, branch.starts, branch.ends, strict=True):
+        mask[start:end] = [1] * (end - start)
+        logprobs[start:end] = _floats(call.logprobs)
+    versions = {c.weights_version for c in branch.calls}
+    if len(versions) > 1:
+        log.debug(
+            "rollout %s branch %d mixes weights versions %s",
+            rollout["rollout_id"],
+            branch.branch,
+            sorted(versions, key=str),
+        )
+    rollout_id = str(rollout["rollout_id"])
+    return Sample(
+        sample_id=f"{rollout_id}#{branch.branch}",
+        run_id=str(rollout["run_id"]),
+        rollout_id=rollout_id,
+        task_id=str(rollout["task_id"]),
+        branch=branch.branch,
+        step=int(rollout.get("step") or 0),
+        token_ids=token_ids,
+        loss_mask=mask,
+        logprobs=logprobs,
+        prompt_tokens=branch.starts[0],
+        call_ids=[c.call_id for c in branch.calls],
+        completion_starts=list(branch.starts),
+        completion_ends=list(branch.ends),
+        weights_version=branch.calls[0].weights_version,
+        reward=float(rollout.get("reward") or 0.0),
+        advantage=0.0,
+    )
+
+
+def build_samples(rollout: Mapping[str, Any], calls: Iterable[Mapping[str, Any]]) -> list[Sample]:
+    """Samples of one finished rollout from its `calls` rows in seq order (non-ok calls are skipped)."""
+    rollout_id, status = str(rollout["rollout_id"]), rollout.get("status")
+    if status in NO_SAMPLES:
+        return []
+    if status in UNFINISHED:
+        log.warning("rollout %s is still %s: its reward is not final, no samples", rollout_id, status)
+        return []
+    checked = [_check_call(row, rollout_id) for row in calls if row.get("status", "ok") == "ok"]
+    return [_sample(b, rollout) for b in _merge(checked, rollout_id)]
+
+
+# ----------------------------------------------------------------------------- the store
+ROLLOUT_COLS = ("rollout_id", "run_id", "task_id", "step", "reward", "status")
+CALL_COLS = (
+    "call_id",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "completion_logprobs",
+    "weights_version",
+    "extends_parent",
+)
+
+
+def _cursor(store_or_cursor: Any) -> Any:
+    """A DuckDB cursor from a `Store` (flushed first, so queued calls are read) or a connection/cursor."""
+    if hasattr(store_or_cursor, "flush") and hasattr(store_or_cursor, "cursor"):
+        store_or_cursor.flush()
+        return store_or_cursor.cursor()
+    return store_or_cursor
+
+
+def _run_sql(run_id: str, step: int | None, rollout_ids: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """The one query for a run's trainable rollouts and the ok calls of their last attempt."""
+    # no ORDER BY: sorting the token columns in DuckDB costs as much as reading them; seq orders them in Python
+    cols = [f"r.{c}" for c in ROLLOUT_COLS] + [f"c.{c}" for c in ("seq", *CALL_COLS)]
+    where, params = ["r.run_id = ?", "list_contains(?, r.status)"], [run_id, list(TRAINABLE_STATUSES)]
+    if step is not None:
+        where.append("coalesce(r.step, 0) = ?")
+        params.append(step)
+    if rollout_ids is not None:
+        where.append("list_contains(?, r.rollout_id)")
+        params.append(list(rollout_ids))
+    sql = (
+        f"SELECT {', '.join(cols)} FROM rollouts r LEFT JOIN calls c "
+        "ON c.rollout_id = r.rollout_id AND c.status = 'ok' AND coalesce(c.attempt, 0) = coalesce(r.attempt, 0) "
+        f"WHERE {' AND '.join(where)}"
+    )
+    return sql, params
+
+
+def _column(values: Any) -> list[Any]:
+    """One fetched column as a list, None where NULL."""
+    if not isinstance(values, np.ma.MaskedArray):
+        return list(values.tolist() if values.dtype != object else values)
+    mask = np.ma.getmaskarray(values)
+    data = values.data.tolist() if values.data.dtype != object else list(values.data)
+    return [None if m else v for v, m in zip(data, mask.tolist(), strict=True)]
+
+
+def _rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """fetchnumpy's columns as row dicts (list columns stay numpy arrays)."""
+    names = list(columns)
+    lists = [_column(columns[n]) for n in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)]
+
+
+def samples_for_run(
+    store_or_cursor: Any, run_id: str, *, step: int | None = None, rollout_ids: Sequence[str] | None = None
+) -> list[Sample]:
+    """Samples of a run's finished rollouts (optionally one step's, or the given rollouts), read in one query."""
+    cur = _cursor(store_or_cursor)
+    sql, params = _run_sql(run_id, step, rollout_ids)
+    try:
+        rows = _rows(cur.execute(sql, params).fetchnumpy())
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot read the calls of run {run_id}: {exc}") from exc
+    by_rollout: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_rollout.setdefault(row["rollout_id"], []).append(row)
+    samples: list[Sample] = []
+    for rollout_id in sorted(by_rollout):
+        group = sorted(by_rollout[rollout_id], key=lambda r: -1 if r["seq"] is None else r["seq"])
+        rollout = {c: group[0][c] for c in ROLLOUT_COLS}
+        calls = [{c: r[c] for c in CALL_COLS} for r in group if r["call_id"] is not None]  # all ok (the query says so)
+        samples += build_samples(rollout, calls)
+    log.info("run %s: %s", run_id, diagnostics(samples).as_dict())
+    return samples
+
+
+def write_samples(store: Any, samples: Iterable[Sample]) -> int:
+    """Queue the samples' rows on a `Store` (durable after its next commit); returns how many."""
+    rows = [s.row() for s in samples]
+    store.insert_samples(rows)
+    return len(rows)
+
+
+# ----------------------------------------------------------------------------- diagnostics
+def diagnostics(samples: Sequence[Sample]) -> SampleDiagnostics:
+    """Merge rate (calls merged into an existing sample / calls) and branches per rollout."""
+    per_rollout: dict[str, int] = {}
+    for s in samples:
+        per_rollout[s.rollout_id] = per_rollout.get(s.rollout_id, 0) + 1
+    calls = sum(s.n_calls for s in samples)
+    merged = calls - len(samples)
+    return SampleDiagnostics(
+        rollouts=len(per_rollout),
+        samples=len(samples),
+        calls=calls,
+        merged_calls=merged,
+        merge_rate=merged / calls if calls else 0.0,
+        branches_per_rollout=len(samples) / len(per_rollout) if per_rollout else 0.0,
+        max_branches=max(per_rollout.values(), default=0),
+        tokens=sum(len(s.token_ids) for s in samples),
+        trainable_tokens=sum(s.trainable_tokens for s in samples),
+    )
