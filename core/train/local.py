@@ -1,0 +1,421 @@
+"""The local trainer: one policy-gradient update per `step(samples)` on a transformers causal LM.
+
+The math is veRL's (policy loss, loss aggregation, KL penalty, entropy), called, not copied;
+this module does the batching, gradient accumulation, optimizer, LoRA and checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import ConfigError
+from core.train import weights as W
+from core.train.logprobs import Batch, collate, token_logprobs
+from core.train.types import Sample
+
+log = logging.getLogger(__name__)
+
+TRAINER_STATE = "trainer_state.pt"
+STATE_VERSION = 1
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+OLD_LOGPROBS = ("recorded", "recomputed")
+
+
+@dataclass
+class LocalTrainerConfig:
+    """Hyperparameters of `LocalTrainer`; the defaults are chosen for on-policy RL on agent trajectories.
+
+    loss_agg_mode="token-mean": every trainable token in the step weighs the same. A rollout may
+    arrive as several branch samples (the harness compacted or rewrote its history) and a sample
+    merges several calls; under token-mean a rollout's weight is its number of sampled tokens
+    however it was split into samples, so splitting a rollout into three branches does not triple
+    its say, and a short branch (a title call) does not outweigh a long one token for token, as it
+    would under "seq-mean-token-mean" (each sample weighs the same, each of its tokens 1/len).
+    Token-mean is also what DAPO and Dr.GRPO recommend against the length bias of per-sequence
+    means. The denominator is the trainable tokens of the samples trained in the step (samples
+    with advantage 0 are skipped and not counted, as DAPO's dynamic sampling drops flat groups).
+
+    old_logprobs="recorded": the PPO ratio is taken against the logprobs the sampler recorded
+    (the behaviour policy), so the clip bounds the update relative to the weights that actually
+    sampled the tokens, also when a sample is a step or more stale. "recomputed" uses the current
+    weights before the update (ratio 1, clipping never fires: plain on-policy policy gradient).
+    Either way `logprob_diff_*` reports how far the recorded logprobs are from the recomputed.
+
+    lr=1e-6 and max_grad_norm=1.0 are veRL's actor defaults for full fine-tuning; LoRA usually
+    wants 1e-5 to 1e-4. weight_decay=0: decoupled decay pulls weights toward zero, not toward the
+    pretrained weights, which rewards nothing. fp32 by default (exact logprob agreement on CPU).
+    The model is kept in eval mode (no dropout), so recomputed logprobs match the sampler's.
+    """
+
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0  # linear warm-up of the lr over this many optimizer steps
+    micro_batch_size: int = 4  # samples per forward/backward (gradient accumulation over the step)
+    temperature: float = 1.0  # the sampler's temperature: logprobs are log_softmax(logits / temperature)
+    policy_loss: str = "vanilla"  # veRL's policy-loss registry
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
+    loss_agg_mode: str = "token-mean"
+    old_logprobs: str = "recorded"
+    kl_coef: float = 0.0  # > 0: KL to a frozen reference (the starting weights)
+    kl_type: str = (
+        "low_var_kl"  # veRL's kl_penalty name: kl/k1, abs, mse/k2, low_var_kl/k3, with "+" variants
+    )
+    entropy_coef: float = 0.0  # > 0: entropy bonus
+    lora_rank: int = 0  # 0: full fine-tuning
+    lora_alpha: float = 32.0
+    lora_target_modules: str | list[str] = "all-linear"
+    lora_dropout: float = 0.0
+    device: str = "auto"
+    dtype: str = "float32"
+    seed: int | None = None  # seeds torch before LoRA init
+
+    def validate(self) -> None:
+        """Raise ConfigError on values no step could use."""
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ConfigError(f"loss_agg_mode {self.loss_agg_mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ConfigError(f"old_logprobs {self.old_logprobs!r}: use one of {', '.join(OLD_LOGPROBS)}")
+        if self.lr <= 0 or self.micro_batch_size < 1 or self.max_grad_norm <= 0:
+            raise ConfigError("lr and max_grad_norm must be > 0 and micro_batch_size >= 1")
+        if self.temperature <= 0:
+            raise ConfigError("temperature must be > 0 (use 1.0 for samples drawn greedily)")
+        if self.kl_coef < 0 or self.entropy_coef < 0 or self.lora_rank < 0:
+            raise ConfigError("kl_coef, entropy_coef and lora_rank must be >= 0")
+
+
+class LocalTrainer:
+    """A causal LM trained in-process on recorded samples (full fine-tuning or LoRA)."""
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        *,
+        tokenizer: Any = None,
+        config: LocalTrainerConfig | None = None,
+        **overrides: Any,
+    ) -> None:
+        """`model`: a built-in name ("tiny"), a local HF folder, or an already-loaded transformers model."""
+        import torch
+
+        try:
+            self.config = dataclasses.replace(config or LocalTrainerConfig(), **overrides)
+        except TypeError as exc:
+            raise ConfigError(f"LocalTrainer: {exc}") from None
+        cfg = self.config
+        cfg.validate()
+        self._torch = torch
+        self.device = W.pick_device(cfg.device)
+        if isinstance(model, str | Path):
+            model, loaded_tokenizer = W.load_model(model, cfg.dtype)
+            tokenizer = tokenizer or loaded_tokenizer
+        self.tokenizer = tokenizer
+        model.to(self.device)
+        self._ref = None
+        if cfg.kl_coef > 0 and not cfg.lora_rank:
+            self._ref = copy.deepcopy(model).eval().requires_grad_(False)
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)
+        if cfg.lora_rank:
+            model = W.add_lora(
+                model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout
+            )
+        model.eval()  # no dropout: recomputed logprobs must match the sampler's
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+        warmup = cfg.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda u: min(1.0, (u + 1) / warmup) if warmup > 0 else 1.0
+        )
+        self.updates = 0  # optimizer steps taken
+        self.pad_id = self._pad_id()
+        self._policy_loss, self._actor = self._veRL_policy_loss()
+
+    # ------------------------------------------------------------------ setup
+
+    def _pad_id(self) -> int:
+        for source in (self.tokenizer, getattr(W.base_model(self.model), "config", None)):
+            for attr in ("pad_token_id", "eos_token_id"):
+                value = getattr(source, attr, None) if source is not None else None
+                if isinstance(value, int):
+                    return value
+        return 0
+
+    def _veRL_policy_loss(self) -> tuple[Any, Any]:
+        """veRL's policy-loss function and the actor config it reads (clip ratios, global batch info)."""
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+        from verl.workers.config.actor import FSDPActorConfig
+
+        cfg = self.config
+        try:
+            fn = get_policy_loss_fn(cfg.policy_loss)
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"policy_loss {cfg.policy_loss!r}: {exc}") from None
+        actor = FSDPActorConfig(
+            strategy="fsdp",
+            rollout_n=1,
+            ppo_mini_batch_size=1,
+            ppo_micro_batch_size_per_gpu=1,
+            clip_ratio=cfg.clip_ratio,
+            clip_ratio_low=cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low,
+            clip_ratio_high=cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c,
+            loss_agg_mode=cfg.loss_agg_mode,
+        )
+        return fn, actor
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # ------------------------------------------------------------------ logprobs
+
+    def _micro_batches(self, samples: Sequence[Sample]) -> Iterator[tuple[list[Sample], Batch]]:
+        """Samples sorted by length (less padding), `micro_batch_size` at a time, collated."""
+        ordered = sorted(samples, key=lambda s: len(s.token_ids))
+        size = self.config.micro_batch_size
+        for i in range(0, len(ordered), size):
+            chunk = ordered[i : i + size]
+            yield chunk, collate(chunk, self.pad_id, self.device)
+
+    def logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """Each sample's logprobs under the current weights, aligned with its tokens (0.0 where loss_mask is 0)."""
+        torch = self._torch
+        out: dict[int, list[float]] = {}
+        with torch.no_grad():
+            for chunk, batch in self._micro_batches(samples):
+                logp, _ = token_logprobs(self.model, batch, self.config.temperature)
+                nxt = (batch.positions + 1).tolist()
+                values = logp.cpu().tolist()
+                mask = batch.mask.cpu().tolist()
+                for row, s in enumerate(chunk):
+                    lps = [0.0] * len(s.token_ids)
+                    for k, pos in enumerate(nxt):
+                        if mask[row][k]:
+                            lps[pos] = values[row][k]
+                    out[id(s)] = lps
+        return [out[id(s)] for s in samples]
+
+    def logprob_agreement(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """max and mean |recorded − recomputed| logprob over every loss-mask-1 token (no update)."""
+        torch = self._torch
+        worst, total, count = 0.0, 0.0, 0
+        with torch.no_grad():
+            for _, batch in self._micro_batches(samples):
+                logp, _ = token_logprobs(self.model, batch, self.config.temperature)
+                diff = (logp - batch.recorded).abs() * batch.mask
+                worst = max(worst, float(diff.max())) if diff.numel() else worst
+                total += float(diff.sum())
+                count += batch.tokens
+        return {
+            "logprob_diff_max": worst,
+            "logprob_diff_mean": total / count if count else 0.0,
+            "tokens": float(count),
+        }
+
+    def _ref_logprobs(self, batch: Batch) -> Any:
+        """The batch's logprobs under the frozen reference (the starting weights)."""
+        torch = self._torch
+        with torch.no_grad():
+            if self._ref is not None:
+                return token_logprobs(self._ref, batch, self.config.temperature)[0]
+            with self.model.disable_adapter():  # LoRA: the base weights are the reference
+                return token_logprobs(self.model, batch, self.config.temperature)[0]
+
+    # ------------------------------------------------------------------ the update
+
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One optimizer step over all `samples` (gradients accumulated over micro-batches); its metrics.
+
+        Samples with advantage 0 (or no sampled token) are skipped: they would add no policy
+        gradient; they are counted in `samples` and `samples_skipped`. The `logprob_diff_*`
+        metrics compare recorded logprobs with those of the current weights before the update,
+        over the trained samples' tokens (see `logprob_agreement` for any samples).
+        """
+        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+        torch = self._torch
+        cfg = self.config
+        samples = list(samples)
+        active = [s for s in samples if s.advantage != 0.0 and _trainable(s) > 0]
+        tokens = sum(_trainable(s) for s in active)
+        metrics: dict[str, float] = {
+            "loss": 0.0,
+            "pg_loss": 0.0,
+            "pg_clipfrac": 0.0,
+            "ppo_kl": 0.0,
+            "kl": 0.0,
+            "entropy": 0.0,
+            "grad_norm": 0.0,
+            "lr": self.lr,
+            "samples": float(len(samples)),
+            "samples_trained": float(len(active)),
+            "samples_skipped": float(len(samples) - len(active)),
+            "tokens": float(tokens),
+            "logprob_diff_max": 0.0,
+            "logprob_diff_mean": 0.0,
+            "optimizer_step": 0.0,
+        }
+        if not active:
+            log.info("step: no sample with a non-zero advantage among %d; no update", len(samples))
+            return metrics
+        batch_info = {
+            "dp_size": 1,
+            "batch_num_tokens": tokens,
+            "global_batch_size": len(active),
+            "loss_scale_factor": max(len(s.token_ids) for s in active),
+        }
+        self._actor.global_batch_info.clear()
+        self._actor.global_batch_info.update(batch_info)
+        self.optimizer.zero_grad(set_to_none=True)
+        diff_sum = 0.0
+        for _, batch in self._micro_batches(active):
+            n = batch.tokens
+            logp, entropy = token_logprobs(
+                self.model, batch, cfg.temperature, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
+            )
+            with torch.no_grad():
+                diff = (logp.detach() - batch.recorded).abs() * batch.mask
+                metrics["logprob_diff_max"] = max(metrics["logprob_diff_max"], float(diff.max()))
+                diff_sum += float(diff.sum())
+            old = batch.recorded if cfg.old_logprobs == "recorded" else logp.detach()
+            pg_loss, pg_metrics = self._policy_loss(
+                old_log_prob=old,
+                log_prob=logp,
+                advantages=batch.advantages,
+                response_mask=batch.mask,
+                loss_agg_mode=cfg.loss_agg_mode,
+                config=self._actor,
+            )
+            loss = pg_loss
+            if cfg.kl_coef > 0:
+                kl_mat = kl_penalty(logp, self._ref_logprobs(batch), cfg.kl_type)
+                kl = agg_loss(kl_mat, batch.mask, cfg.loss_agg_mode, **batch_info)
+                loss = loss + cfg.kl_coef * kl
+                metrics["kl"] += float(kl.detach())
+            if cfg.entropy_coef > 0:
+                loss = loss - cfg.entropy_coef * agg_loss(
+                    entropy, batch.mask, cfg.loss_agg_mode, **batch_info
+                )
+            loss.backward()
+            metrics["loss"] += float(loss.detach())
+            metrics["pg_loss"] += float(pg_loss.detach())
+            metrics["pg_clipfrac"] += _metric(pg_metrics, "pg_clipfrac") * n / tokens
+            metrics["ppo_kl"] += _metric(pg_metrics, "ppo_kl") * n / tokens
+            metrics["entropy"] += float(entropy.sum()) / tokens
+        metrics["logprob_diff_mean"] = diff_sum / tokens
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        metrics["grad_norm"] = grad_norm
+        if not math.isfinite(grad_norm):
+            log.warning("step: gradient norm is %s; update skipped", grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+            return metrics
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        metrics["optimizer_step"] = 1.0
+        return metrics
+
+    # ------------------------------------------------------------------ weights out
+
+    def state_dict_for_backend(self) -> dict[str, Any]:
+        """The full weights (LoRA merged in) on the CPU, under plain-model names: for `BuiltinBackend.reload_weights`."""
+        return W.merged_state_dict(self.model)
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write a transformers folder (merged weights + tokenizer; `builtin:PATH` loads it) and the trainer state."""
+        torch = self._torch
+        path = Path(path).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        W.save_hf_folder(self.model, self.tokenizer, path, self.state_dict_for_backend())
+        lora = None
+        if W.is_peft(self.model):
+            from peft import get_peft_model_state_dict
+
+            lora = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.model).items()}
+        state = {
+            "version": STATE_VERSION,
+            "updates": self.updates,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "config": dataclasses.asdict(self.config),
+            "lora": lora,
+        }
+        tmp = path / (TRAINER_STATE + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path / TRAINER_STATE)  # written last: its presence marks a complete checkpoint
+        log.info("checkpoint after %d updates written to %s", self.updates, path)
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore weights, optimizer and schedule from `save_checkpoint`'s folder.
+
+        Build the trainer the way the checkpointed one was built (same starting model, same LoRA
+        settings): a LoRA checkpoint restores the adapter onto this trainer's base weights, and
+        the KL reference stays this trainer's starting weights.
+        """
+        torch = self._torch
+        path = Path(path).expanduser()
+        state_file = path / TRAINER_STATE
+        if not state_file.exists():
+            raise ConfigError(
+                f"{path} is not a trainer checkpoint (no {TRAINER_STATE}); save one with save_checkpoint"
+            )
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+        if state.get("version") != STATE_VERSION:
+            raise ConfigError(
+                f"{state_file}: trainer state version {state.get('version')}, this trainer reads {STATE_VERSION}"
+            )
+        saved_lora = state.get("lora") is not None
+        if saved_lora != W.is_peft(self.model):
+            kind = "LoRA" if saved_lora else "full fine-tuning"
+            raise ConfigError(
+                f"{path} is a {kind} checkpoint; build the trainer the same way (lora_rank) to resume it"
+            )
+        if saved_lora:
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(self.model, state["lora"])
+            unexpected = getattr(result, "unexpected_keys", [])
+            if unexpected:
+                raise ConfigError(f"{path}: LoRA weights do not fit this trainer's adapter: {unexpected[:5]}")
+        else:
+            W.load_full_weights(self.model, W.read_weights(path))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.updates = int(state["updates"])
+        log.info("resumed from %s after %d updates", path, self.updates)
+
+
+def _trainable(sample: Sample) -> int:
+    """Loss-mask-1 tokens that have a prediction (every one after the first token)."""
+    return sum(sample.loss_mask[1:])
+
+
+def _metric(metrics: dict[str, Any], name: str) -> float:
+    """A veRL metric by its short name ("actor/pg_clipfrac" or "pg_clipfrac"); 0 when absent."""
+    value = metrics.get(f"actor/{name}", metrics.get(name, 0.0))
+    return float(value.item() if hasattr(value, "item") else value)
