@@ -1,0 +1,388 @@
+"""The local trainer's math on the tiny model: logprob agreement, learning sign, advantages, checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.backends.base import GenerationContext, SamplingParams
+from core.chat import ChatRequest
+from core.errors import ConfigError, ForgetuiError
+from core.train.advantages import compute_advantages
+from core.train.types import Sample
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPT = "Say hello"
+
+
+def _ctx() -> GenerationContext:
+    return GenerationContext(
+        session="s", call_seq=0, request=ChatRequest(api="chat", model="m", messages=[], tools=[])
+    )
+
+
+def _prompt(backend) -> list[int]:
+    rendered = backend.tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True
+    )
+    return backend.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def generate(
+    backend, prompt: list[int], seed: int, temperature: float = 1.0, max_tokens: int = 16
+) -> tuple[list[int], list[float]]:
+    """One sampled completion (ids, recorded logprobs) from a BuiltinBackend."""
+
+    async def run() -> tuple[list[int], list[float]]:
+        ids: list[int] = []
+        lps: list[float] = []
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+        async for chunk in backend.generate(prompt, params, _ctx()):
+            ids += chunk.token_ids
+            lps += chunk.logprobs
+        return ids, lps
+
+    return asyncio.run(run())
+
+
+def sample(
+    prompt: list[int],
+    completion: tuple[list[int], list[float]],
+    *,
+    rollout: str,
+    reward: float = 0.0,
+    task: str = "t",
+    step: int = 0,
+    branch: int = 0,
+) -> Sample:
+    """A Sample built by hand from a prompt and a recorded completion."""
+    ids, lps = completion
+    return Sample(
+        sample_id=f"{rollout}-{branch}",
+        run_id="run",
+        rollout_id=rollout,
+        task_id=task,
+        branch=branch,
+        step=step,
+        token_ids=list(prompt) + list(ids),
+        loss_mask=[0] * len(prompt) + [1] * len(ids),
+        logprobs=[0.0] * len(prompt) + list(lps),
+        prompt_tokens=len(prompt),
+        reward=reward,
+    )
+
+
+def bare(reward: float, rollout: str, *, task: str = "t", step: int = 0, branch: int = 0) -> Sample:
+    """A sample whose tokens do not matter (advantage tests)."""
+    return Sample(
+        sample_id=f"{rollout}-{branch}",
+        run_id="run",
+        rollout_id=rollout,
+        task_id=task,
+        branch=branch,
+        step=step,
+        token_ids=[1, 2],
+        loss_mask=[0, 1],
+        logprobs=[0.0, -1.0],
+        prompt_tokens=1,
+        reward=reward,
+    )
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from core.backends.builtin import BuiltinBackend
+
+    b = BuiltinBackend("tiny", device="cpu")
+    yield b
+    asyncio.run(b.aclose())
+
+
+@pytest.fixture(scope="module")
+def prompt(backend) -> list[int]:
+    return _prompt(backend)
+
+
+@pytest.fixture(scope="module")
+def completions(backend, prompt) -> list[tuple[list[int], list[float]]]:
+    """Two different completions of the prompt at temperature 1 (seeds 1 and 2)."""
+    out = [generate(backend, prompt, seed) for seed in (1, 2)]
+    assert out[0][0] != out[1][0] and all(len(ids) >= 4 for ids, _ in out)
+    return out
+
+
+def trainer(**kw):
+    from core.train.local import LocalTrainer
+
+    return LocalTrainer("tiny", device="cpu", **kw)
+
+
+def pair(prompt, completions, rewards=(1.0, 0.0)) -> list[Sample]:
+    """Both completions as two rollouts of one group, with advantages set (grpo)."""
+    samples = [
+        sample(prompt, c, rollout=f"r{i}", reward=r)
+        for i, (c, r) in enumerate(zip(completions, rewards, strict=True))
+    ]
+    compute_advantages(samples)
+    return samples
+
+
+def weights(t) -> dict:
+    return {k: v.detach().clone() for k, v in t.model.state_dict().items()}
+
+
+# ------------------------------------------------------------------ (a) logprob agreement
+
+
+def test_recorded_logprobs_agree_with_the_trainer(prompt, completions) -> None:
+    samples = pair(prompt, completions)
+    for micro in (1, 2):  # alone, and right-padded next to the other sample
+        t = trainer(micro_batch_size=micro, lr=1e-3)
+        agreement = t.logprob_agreement(samples)
+        assert agreement["tokens"] == sum(len(ids) for ids, _ in completions)
+        assert agreement["logprob_diff_max"] <= 1e-3
+        metrics = t.step(samples)  # measured under the weights before the update
+        assert metrics["logprob_diff_max"] <= 1e-3 and metrics["logprob_diff_mean"] <= 1e-4
+        assert metrics["tokens"] == agreement["tokens"] and metrics["optimizer_step"] == 1.0
+        after = t.logprob_agreement(samples)
+        assert after["logprob_diff_max"] > 1e-2  # the update moved the policy: the check can see a difference
+
+
+def test_a_merged_two_call_sample_agrees_on_its_sampled_tokens_only(backend, prompt) -> None:
+    """prompt + call 1 + tool output (mask 0) + call 2, as the proxy merges a rollout's calls."""
+    first = generate(backend, prompt, seed=3, max_tokens=8)
+    tool = backend.tokenizer("<tool_response>\nhello.txt\n</tool_response>", add_special_tokens=False)[
+        "input_ids"
+    ]
+    second_prompt = prompt + first[0] + tool
+    second = generate(backend, second_prompt, seed=4, max_tokens=8)
+    merged = Sample(
+        sample_id="m",
+        run_id="run",
+        rollout_id="m",
+        task_id="t",
+        branch=0,
+        step=0,
+        token_ids=second_prompt + second[0],
+        loss_mask=[0] * len(prompt) + [1] * len(first[0]) + [0] * len(tool) + [1] * len(second[0]),
+        logprobs=[0.0] * len(prompt) + first[1] + [0.0] * len(tool) + second[1],
+        prompt_tokens=len(prompt),
+        reward=1.0,
+        advantage=1.0,
+    )
+    agreement = trainer().logprob_agreement([merged])
+    assert agreement["tokens"] == len(first[0]) + len(second[0])
+    assert agreement["logprob_diff_max"] <= 1e-3
+
+
+def test_logprobs_are_recomputed_at_the_sampler_temperature(backend, prompt) -> None:
+    hot = sample(prompt, generate(backend, prompt, seed=5, temperature=0.7), rollout="hot", reward=1.0)
+    assert trainer(temperature=0.7).logprob_agreement([hot])["logprob_diff_max"] <= 1e-3
+    assert trainer(temperature=1.0).logprob_agreement([hot])["logprob_diff_max"] > 1e-2
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_gradient_accumulation_matches_one_batch(prompt, completions, mode) -> None:
+    samples = pair(prompt, completions)
+    one, two = (
+        trainer(micro_batch_size=1, loss_agg_mode=mode),
+        trainer(micro_batch_size=2, loss_agg_mode=mode),
+    )
+    m1, m2 = one.step(samples), two.step(samples)
+    for key in ("loss", "pg_loss", "grad_norm", "entropy", "tokens"):
+        assert m1[key] == pytest.approx(m2[key], rel=1e-5, abs=1e-7), key
+
+
+# ------------------------------------------------------------------ (b) learning signal
+
+
+@pytest.mark.parametrize("kw", [{}, {"lora_rank": 4, "seed": 0}], ids=["full", "lora"])
+def test_one_step_raises_the_rewarded_completion_and_lowers_the_other(prompt, completions, kw) -> None:
+    samples = pair(prompt, completions)
+    assert samples[0].advantage > 0 > samples[1].advantage
+    t = trainer(lr=1e-3, **kw)
+    before = [sum(lps) for lps in t.logprobs(samples)]
+    metrics = t.step(samples)
+    after = [sum(lps) for lps in t.logprobs(samples)]
+    assert after[0] > before[0] + 0.1, (before, after)
+    assert after[1] < before[1] - 0.1, (before, after)
+    assert metrics["grad_norm"] > 0 and metrics["samples_trained"] == 2 and 7.0 < metrics["entropy"] < 9.0
+
+
+def test_kl_to_the_reference_is_zero_at_the_start_and_grows(prompt, completions) -> None:
+    samples = pair(prompt, completions)
+    for kw in ({}, {"lora_rank": 4, "seed": 0}):
+        t = trainer(lr=1e-3, kl_coef=0.1, **kw)
+        first = t.step(samples)
+        assert abs(first["kl"]) < 1e-6
+        second = t.step(samples)
+        assert second["kl"] > 1e-4
+
+
+# ------------------------------------------------------------------ (c) zero-variance groups
+
+
+def test_a_zero_variance_group_gets_no_gradient(prompt, completions) -> None:
+    flat = pair(prompt, completions, rewards=(1.0, 1.0))
+    assert [s.advantage for s in flat] == [0.0, 0.0]
+    t = trainer(lr=1e-2, weight_decay=0.1)
+    start = weights(t)
+    metrics = t.step(flat)
+    assert metrics["samples"] == 2 and metrics["samples_skipped"] == 2 and metrics["optimizer_step"] == 0.0
+    assert metrics["grad_norm"] == 0.0 and t.updates == 0
+    assert all(bool((start[k] == v).all()) for k, v in weights(t).items())
+
+
+def test_flat_groups_are_skipped_beside_a_group_with_signal(prompt, completions) -> None:
+    signal = pair(prompt, completions)
+    flat = [sample(prompt, c, rollout=f"f{i}", task="other", reward=0.5) for i, c in enumerate(completions)]
+    stats = compute_advantages(signal + flat)
+    assert stats.groups == 2 and stats.zero_variance_groups == 1 and stats.rollouts == 4
+    metrics = trainer(lr=1e-3).step(signal + flat)
+    assert metrics["samples"] == 4 and metrics["samples_trained"] == 2 and metrics["samples_skipped"] == 2
+    assert metrics["tokens"] == sum(len(ids) for ids, _ in completions)
+
+
+# ------------------------------------------------------------------ (d) advantages
+
+
+def test_a_rollout_with_two_branches_counts_once_in_its_group() -> None:
+    samples = [bare(1.0, "a", branch=0), bare(1.0, "a", branch=1), bare(0.0, "b")]
+    stats = compute_advantages(samples)
+    # per rollout: rewards [1, 0] → mean 0.5, std 0.7071 → ±0.7071 (per sample it would be mean 2/3)
+    assert [s.advantage for s in samples] == pytest.approx([0.70710, 0.70710, -0.70710], abs=1e-4)
+    assert (stats.rollouts, stats.samples, stats.groups, stats.mean_reward) == (2, 3, 1, 0.5)
+    compute_advantages(samples, "dr_grpo")
+    assert [s.advantage for s in samples] == pytest.approx([0.5, 0.5, -0.5])
+
+
+def test_hand_computed_rloo_dr_grpo_and_grpo() -> None:
+    def group() -> list[Sample]:
+        return [bare(1.0, "a"), bare(0.0, "b"), bare(0.0, "c")]
+
+    expected = {
+        ("rloo", True): [1.0, -0.5, -0.5],  # r_i − mean of the others
+        ("grpo", False): [2 / 3, -1 / 3, -1 / 3],  # Dr.GRPO: r_i − group mean, no std
+        ("dr_grpo", True): [2 / 3, -1 / 3, -1 / 3],
+        ("grpo", True): [1.154700, -0.577350, -0.577350],  # (r_i − 1/3) / sqrt(1/3) (unbiased std)
+    }
+    for (name, norm), values in expected.items():
+        samples = group()
+        compute_advantages(samples, name, norm_by_std=norm)
+        assert [s.advantage for s in samples] == pytest.approx(values, abs=1e-5), name
+
+
+def test_groups_are_step_and_task() -> None:
+    samples = [
+        bare(1.0, "a", step=0),
+        bare(0.0, "b", step=0),
+        bare(0.0, "c", step=1),
+        bare(1.0, "d", step=1, task="u"),
+    ]
+    stats = compute_advantages(samples, "rloo")
+    assert stats.groups == 3 and stats.singleton_groups == 2 and stats.zero_variance_groups == 0
+    assert [s.advantage for s in samples[:2]] == pytest.approx([1.0, -1.0])
+
+
+def test_reinforce_plus_plus_and_equal_groups_are_exactly_zero() -> None:
+    samples = [
+        bare(0.1, "a"),
+        bare(0.1, "b"),
+        bare(0.1, "c"),
+        bare(1.0, "d", task="u"),
+        bare(0.0, "e", task="u"),
+    ]
+    stats = compute_advantages(samples, "reinforce_plus_plus")
+    assert [s.advantage for s in samples[:3]] == [0.0, 0.0, 0.0] and stats.zero_variance_groups == 1
+    assert samples[3].advantage > 0 > samples[4].advantage
+    compute_advantages(samples, "grpo")
+    assert [s.advantage for s in samples[:3]] == [0.0, 0.0, 0.0]
+
+
+def test_advantage_errors() -> None:
+    with pytest.raises(ConfigError):
+        compute_advantages([bare(1.0, "a")], "gae")
+    with pytest.raises(ConfigError):
+        compute_advantages([bare(1.0, "a")], "rloo", norm_by_std=False)
+    with pytest.raises(ForgetuiError, match="reward"):
+        compute_advantages([bare(1.0, "a", branch=0), bare(0.0, "a", branch=1)])
+
+
+# ------------------------------------------------------------------ (e) weights out
+
+
+def _agree(t, backend, prompt, seed: int = 11) -> float:
+    """Sample from `backend`, recompute under trainer `t`: the max logprob difference."""
+    s = sample(prompt, generate(backend, prompt, seed=seed), rollout="check", reward=1.0)
+    return t.logprob_agreement([s])["logprob_diff_max"]
+
+
+@pytest.mark.parametrize("kw", [{}, {"lora_rank": 4, "seed": 0}], ids=["full", "lora"])
+def test_checkpoint_and_reload_weights_give_the_trainers_logprobs(
+    tmp_path, backend, prompt, completions, kw
+) -> None:
+    from core.backends.builtin import BuiltinBackend
+    from core.proxy.factory import make_token_backend
+
+    t = trainer(lr=3e-3, **kw)
+    t.step(pair(prompt, completions))
+    assert _agree(t, backend, prompt) > 1e-2  # the trainer moved away from the tiny model's weights
+    path = t.save_checkpoint(tmp_path / "ckpt")
+    loaded = make_token_backend(f"builtin:{path}?device=cpu")
+    try:
+        assert _agree(t, loaded, prompt) <= 1e-4
+        assert len(loaded.tokenizer) == len(backend.tokenizer) and loaded.tokenizer.chat_template
+    finally:
+        asyncio.run(loaded.aclose())
+    fresh = BuiltinBackend("tiny", device="cpu")
+    try:
+        fresh.reload_weights(t.state_dict_for_backend())
+        assert fresh.weights_version == 1
+        assert _agree(t, fresh, prompt) <= 1e-4
+    finally:
+        asyncio.run(fresh.aclose())
+
+
+@pytest.mark.parametrize("kw", [{}, {"lora_rank": 4, "seed": 0}], ids=["full", "lora"])
+def test_resume_continues_exactly(tmp_path, prompt, completions, kw) -> None:
+    first, second = pair(prompt, completions), pair(prompt, completions, rewards=(0.0, 1.0))
+    a = trainer(lr=1e-3, warmup_steps=3, **kw)
+    a.step(first)
+    a.save_checkpoint(tmp_path / "ckpt")
+    a.step(second)
+    b = trainer(lr=1e-3, warmup_steps=3, **kw)
+    b.load_checkpoint(tmp_path / "ckpt")
+    assert b.updates == 1 and b.lr == pytest.approx(a.optimizer.param_groups[0]["initial_lr"] * 2 / 3)
+    b.step(second)
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert (wa[k] - wb[k]).abs().max() <= 1e-6, k
+
+
+def test_resume_refuses_a_checkpoint_of_another_kind(tmp_path) -> None:
+    trainer().save_checkpoint(tmp_path / "full")
+    with pytest.raises(ConfigError, match="LoRA|full"):
+        trainer(lora_rank=4).load_checkpoint(tmp_path / "full")
+    with pytest.raises(ConfigError, match="not a trainer checkpoint"):
+        trainer().load_checkpoint(tmp_path)
+
+
+def test_bad_trainer_settings_are_config_errors() -> None:
+    for kw in ({"loss_agg_mode": "mean"}, {"old_logprobs": "old"}, {"policy_loss": "nope"}, {"no_such": 1}):
+        with pytest.raises(ConfigError):
+            trainer(**kw)
+
+
+def test_importing_the_trainer_is_cheap() -> None:
+    code = (
+        "import sys, core.train.local, core.train.advantages, core.train.logprobs, core.train.weights\n"
+        "print(sorted(m for m in ('torch', 'verl', 'peft', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
