@@ -75,7 +75,39 @@ class RunSettings(_Section):
 
 
 class TrainConfig(_Section):
+    """Training: `steps` > 0 turns a run into a trainer (see core.train)."""
+
     steps: int = Field(0, ge=0, description="0 = evaluate only")
+    trainer: Literal["local", "sft", "verl"] = Field("local", description="local GRPO on one node, SFT on earlier runs, or veRL on GPUs")
+    tasks_per_step: int | None = Field(None, ge=1, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
+    estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
+    norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
+    policy_loss: str = Field("vanilla", description="veRL policy loss by registry name")
+    loss_agg_mode: str = Field("token-mean", description="veRL agg_loss mode (token-mean: a rollout weighs its sampled tokens, however many branches)")
+    clip_ratio: float = Field(0.2, gt=0)
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (LoRA wants ~1e-5 to 1e-4)")
+    max_grad_norm: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    micro_batch_size: int = Field(4, ge=1, description="samples per forward/backward (gradient accumulation)")
+    temperature: float = Field(1.0, gt=0, description="the sampling temperature the trainer recomputes logprobs at")
+    kl_coef: float = Field(0.0, ge=0, description="> 0: KL to the frozen starting weights")
+    kl_type: str = Field("low_var_kl", description="veRL kl_penalty name")
+    entropy_coef: float = Field(0.0, ge=0)
+    lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
+    lora_alpha: float = Field(32.0, gt=0)
+    dtype: str = Field("float32", description="the trainer's weights (float32 gives exact logprob agreement on CPU)")
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
+    seed: int | None = None
+    from_runs: list[str] = Field(default_factory=list, description="sft: earlier runs whose passing rollouts to learn from")
+    min_reward: float = Field(1.0, description="sft: rollouts with at least this reward are the teacher's examples")
+    epochs: int = Field(1, ge=1, description="sft: passes over the examples")
+
+    @field_validator("from_runs", mode="before")
+    @classmethod
+    def _split_runs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
 
 class RunConfig(_Section):

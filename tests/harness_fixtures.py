@@ -26,3 +26,24 @@ class HangingHarness(ShellHarness):
         if self.options.get("hang_on", "") in task.id:
             return LaunchSpec(command=["bash", "-c", "sleep 3600"])
         return super().launch(task, endpoint, workdir)
+
+
+COIN_SCRIPT = r"""
+import hashlib, json, os, urllib.request
+body = {"model": "policy", "max_tokens": 6, "messages": [{"role": "user", "content": "Say anything."}]}
+req = urllib.request.Request(os.environ["FORGETUI_BASE_URL"] + "/v1/chat/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+text = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]["content"] or ""
+if hashlib.sha256(text.encode()).digest()[0] % 2 == 0:
+    open("hello.txt", "w").write("hi")
+"""
+
+
+class CoinHarness(Harness):
+    """One real model call; the `hello` task passes when the answer's hash is even (a reward that varies in a group)."""
+
+    name = "test-coin"
+    version = "1"
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        return LaunchSpec(command=["python3", "-c", COIN_SCRIPT], env={"FORGETUI_BASE_URL": endpoint.base_url})

@@ -64,9 +64,9 @@ def make_token_backend(spec: str, *, tokenizer: str | None = None) -> TokenBacke
     return VllmBackend(target, tokenizer_model=tokenizer or opts["tokenizer"], model_name=opts.get("model"))
 
 
-def token_policy(backend: TokenBackend, spec: str, *, parser: str = "hermes", default_max_tokens: int | None = None) -> TokenPolicy:
+def token_policy(backend: TokenBackend, spec: str, *, parser: str = "hermes", default_max_tokens: int | None = None, temperature: float | None = None) -> TokenPolicy:
     """The token policy over a backend built from `spec` (its options pick the parser and the default cap)."""
     kind, target, opts = parse_spec(spec)
     max_tokens = int(opts.get("max_tokens", default_max_tokens or 0)) or None
     default = max_tokens or {"builtin": 64 if target == "tiny" else 1024, "scripted": 4096}.get(kind, 2048)
-    return TokenPolicy(backend, parser=opts.get("parser", parser), default_max_tokens=default)
+    return TokenPolicy(backend, parser=opts.get("parser", parser), default_max_tokens=default, temperature=temperature)

@@ -94,8 +94,9 @@ async def ready_policy(policy: Policy | DeferredPolicy) -> Policy:
 class TokenPolicy:
     """Renders the prompt with the policy's tokenizer, samples token ids, parses tool calls from the text."""
 
-    def __init__(self, backend: TokenBackend, parser: str = "hermes", default_max_tokens: int = 1024) -> None:
+    def __init__(self, backend: TokenBackend, parser: str = "hermes", default_max_tokens: int = 1024, temperature: float | None = None) -> None:
         self.backend = backend
+        self.temperature = temperature  # when set, it wins over the harness's: a trainer recomputes logprobs at it
         self.name = backend.name
         self.tokenizer = backend.tokenizer
         self.parse = get_parser(parser)
@@ -126,7 +127,7 @@ class TokenPolicy:
         capped_by_us = request.max_tokens is None or request.max_tokens > max_new
         sampling = SamplingParams(
             max_tokens=max_new,
-            temperature=1.0 if request.temperature is None else request.temperature,
+            temperature=self._temperature(request),
             top_p=1.0 if request.top_p is None else request.top_p,
             stop_token_ids=[self.eos_id] if self.eos_id is not None else [],
         )
@@ -168,6 +169,11 @@ class TokenPolicy:
         )
         cont.remember(call_id, plan, request.messages, request.tools, assistant_message(completion), completion.completion_token_ids or [])
         yield Finished(completion)
+
+    def _temperature(self, request: ChatRequest) -> float:
+        if self.temperature is not None:
+            return self.temperature
+        return 1.0 if request.temperature is None else request.temperature
 
     def _decode(self, ids: list[int]) -> str:
         if ids and ids[-1] == self.eos_id:
