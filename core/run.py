@@ -48,13 +48,17 @@ async def execute_run(
     resume: str | None = None,
     on_event: Callable[[RolloutEvent], None] | None = None,
     on_start: Callable[[str, int], None] | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
     ks: list[int] | None = None,
 ) -> RunSummary:
-    """Run (or resume) a config: every rollout of an eval, or `train.steps` training steps; summarized from the store."""
+    """Run (or resume) a config: every rollout of an eval, or `train.steps` training steps; summarized from the store.
+
+    `on_step` gets each training step's metrics (the `train_steps` row) as it is written.
+    """
     if config.train.steps:
         from core.train.loop import train_run
 
-        return await train_run(config, resume=resume, on_event=on_event, on_start=on_start, ks=ks)
+        return await train_run(config, resume=resume, on_event=on_event, on_start=on_start, on_step=on_step, ks=ks)
     async with RunSession(config, run_id=resume, resume=resume is not None, on_event=on_event) as session:
         items, done = session.plan(session.tasks(), step=0)
         if on_start is not None:

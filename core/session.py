@@ -154,15 +154,19 @@ class RunSession:
         ]
         if not self.resuming:
             return items, 0
-        finished = self.finished_rollouts()
-        todo = [item for item in items if item.rollout_id not in finished]
+        known = self.known_rollouts()
+        todo = [item for item in items if known.get(item.rollout_id, ("", 0, False))[0] not in TERMINAL_VALUES]
+        for item in todo:
+            _, attempt, started = known.get(item.rollout_id, ("", 0, False))
+            # an attempt an earlier process started (crash, Ctrl-C) keeps its calls: the rerun is a new attempt
+            item.first_attempt = (attempt or 0) + (1 if started else 0)
         return todo, len(items) - len(todo)
 
-    def finished_rollouts(self) -> set[str]:
+    def known_rollouts(self) -> dict[str, tuple[str, int | None, bool]]:
+        """rollout id → (status, attempt, whether it ever started) as the store has them."""
         assert self.store is not None
-        self.store.flush()
-        rows = self.store.cursor().execute("SELECT rollout_id, status FROM rollouts WHERE run_id = ?", [self.run_id]).fetchall()
-        return {rid for rid, status in rows if status in TERMINAL_VALUES}
+        rows = store_rows(self.store, "SELECT rollout_id, status, attempt, started_at IS NOT NULL FROM rollouts WHERE run_id = ?", [self.run_id])
+        return {rid: (status, attempt, started) for rid, status, attempt, started in rows}
 
     def add_pending(self, items: list[RolloutItem]) -> None:
         """Write the planned rollouts as `pending` rows (what the TUI and `--resume` see first)."""
@@ -179,7 +183,7 @@ class RunSession:
                     "sample_index": item.sample_index,
                     "step": item.step,
                     "status": str(Status.PENDING),
-                    "attempt": 0,
+                    "attempt": item.first_attempt,
                     "harness_version": self.harness.version,
                     "image_digest": image,
                     "env_version": self.env.version,

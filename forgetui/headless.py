@@ -49,8 +49,21 @@ async def run_headless_summary(config: RunConfig, *, console: Console, resume: s
         if "id" in bar:
             progress.update(bar["id"], advance=1, tally=" ".join(f"{k}={v}" for k, v in tally.nonzero().items()))
 
+    def on_step(m: dict[str, Any]) -> None:
+        progress.console.print(step_line(m))
+
     with progress:
-        return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start, ks=ks))
+        return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start, on_step=on_step, ks=ks))
+
+
+def step_line(m: dict[str, Any]) -> str:
+    """One training step as a line: reward, pass rate, loss, KL, clip fraction, logprob agreement, time split."""
+    return (
+        f"[bold]step {m['step']}[/]  reward {m['reward_mean']:.3f}±{m['reward_std']:.3f}  pass {m['pass_rate']:.2f}  "
+        f"loss {m['loss']:+.4f}  kl {m.get('kl', 0.0):.4f}  clip {m.get('pg_clipfrac', 0.0):.3f}  "
+        f"trained {m['samples_trained']}/{m['samples']} samples ({m['zero_variance_groups']} flat groups)  "
+        f"logprob Δmax {m.get('logprob_diff_max', 0.0):.1e}  rollouts {m['rollout_s']:.0f}s · update {m['update_s']:.0f}s"
+    )
 
 
 def run_headless(config: RunConfig, *, resume: str | None, json_out: bool, ks: list[int] | None = None) -> int:

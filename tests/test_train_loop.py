@@ -48,21 +48,22 @@ def test_grpo_steps_through_the_proxy_raise_rewarded_completions(docker_client, 
 
     # every call records the weights that sampled it: step 0 the loaded ones, step 1 those after one update
     versions = dict(rows(store, "SELECT r.step, list(DISTINCT c.weights_version) FROM calls c JOIN rollouts r USING (rollout_id) GROUP BY 1"))
-    assert versions == {0: [0], 1: [1]}
+    assert versions == {0: [0], 1: [1]}  # step 0's 12 coin flips are never all equal here, so it updated
     (n_ids,) = rows(store, "SELECT count(DISTINCT rollout_id) FROM rollouts")[0]
     assert n_ids == 24  # ids unique across steps
 
     steps = rows(store, "SELECT step, loss, reward_mean, metrics->>'logprob_diff_max', CAST(metrics->>'samples_trained' AS INT), "
                         "CAST(metrics->>'zero_variance_groups' AS INT) FROM train_steps ORDER BY step")
     assert [s[0] for s in steps] == [0, 1]
-    for step, _loss, reward_mean, diff_max, trained, flat in steps:
+    for step, _loss, _reward_mean, diff_max, _trained, _flat in steps:
         assert float(diff_max) <= 1e-3, f"step {step}: recorded and recomputed logprobs disagree by {diff_max}"
-        assert 0.0 < reward_mean < 1.0 and trained == 12 and flat == 0  # 12 coin flips are never all equal here
+    _, _, reward_mean, _, trained, flat = steps[0]
+    assert 0.0 < reward_mean < 1.0 and trained == 12 and flat == 0
 
     # the samples table holds what the trainer used: advantages of both signs, one sample per rollout
     stored = rows(store, "SELECT step, count(*), sum(CASE WHEN advantage > 0 THEN 1 ELSE 0 END), sum(CASE WHEN advantage < 0 THEN 1 ELSE 0 END) "
                          "FROM samples GROUP BY step ORDER BY step")
-    assert [(s, n) for s, n, _, _ in stored] == [(0, 12), (1, 12)] and all(pos and neg for _, _, pos, neg in stored)
+    assert [(s, n) for s, n, _, _ in stored] == [(0, 12), (1, 12)] and stored[0][2] and stored[0][3]
 
     # the learning signal's sign: after step 0's update, its rewarded answers are likelier and the others less likely
     con = duckdb.connect(store, read_only=True)
@@ -99,3 +100,43 @@ def test_resume_of_a_missing_run_is_refused(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
     with pytest.raises(ConfigError, match="no run"):
         asyncio.run(execute_run(coin_config(), resume="20990101-000000-dead"))
+
+
+def test_a_crash_mid_training_resumes_after_the_last_checkpoint(tmp_path, docker_client, base_image) -> None:
+    """kill -9 during step 1; `--resume` finishes steps 1 and 2 and writes each row once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    home = tmp_path / "home"
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(
+        '[env]\nname = "toy"\ntasks = ["hello"]\n[harness]\nname = "tests.harness_fixtures:CoinHarness"\n'
+        '[policy]\nbackend = "builtin:tiny"\n[runtime]\nkind = "docker"\n[run]\nn_samples = 6\nconcurrency = 3\ntimeout_s = 120\n'
+        "[train]\nsteps = 3\nlr = 1e-3\nsave_every = 1\n"
+    )
+    env = {**os.environ, "FORGETUI_HOME": str(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "forgetui.cli", "run", str(cfg), "--no-ui"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 240
+    while not list(home.glob("runs/*/checkpoints/step-00000/trainer_state.pt")):
+        assert proc.poll() is None and time.monotonic() < deadline, "step 0 never finished"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    (run_dir,) = home.glob("runs/*")
+    resumed = subprocess.run([sys.executable, "-m", "forgetui.cli", "run", "--resume", run_dir.name, "--no-ui"], capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    store = str(run_dir / "store.duckdb")
+    assert rows(store, "SELECT step, count(*) FROM train_steps GROUP BY step ORDER BY step") == [(0, 1), (1, 1), (2, 1)]
+    assert rows(store, "SELECT step, count(*) FROM samples GROUP BY step ORDER BY step") == [(0, 6), (1, 6), (2, 6)]
+    assert rows(store, "SELECT count(*) FROM store_errors") == [(0,)]
+    # every sample merges the calls of one attempt only: one call per rollout here
+    assert rows(store, "SELECT max(n_calls) FROM samples") == [(1,)]
+    versions = dict(rows(store, "SELECT r.step, list(DISTINCT c.weights_version ORDER BY c.weights_version) FROM calls c "
+                                "JOIN rollouts r ON c.rollout_id = r.rollout_id AND c.attempt = r.attempt GROUP BY 1"))
+    # each step samples with the weights after every earlier update (a step whose group was flat makes none)
+    updated = [int(n) > 0 for (n,) in rows(store, "SELECT metrics->>'samples_trained' FROM train_steps ORDER BY step")]
+    assert versions == {s: [sum(updated[:s])] for s in range(3)}
+    assert (run_dir / "checkpoints" / "step-00002" / "trainer_state.pt").exists()

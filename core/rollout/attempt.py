@@ -47,6 +47,7 @@ class RolloutItem:
     task: Task
     sample_index: int
     step: int = 0  # the training step whose batch it belongs to
+    first_attempt: int = 0  # > 0 when resuming a rollout an earlier process had started (its calls keep their attempt)
 
 
 @dataclass

@@ -71,7 +71,8 @@ class RolloutEngine:
 
     async def _with_retries(self, item: RolloutItem) -> RolloutResult:
         error = ""
-        for attempt_no in range(self.max_retries + 1):
+        first = item.first_attempt
+        for attempt_no in range(first, first + self.max_retries + 1):
             try:
                 return await Attempt(self.ctx, item, attempt_no).run()
             except asyncio.CancelledError:
@@ -83,7 +84,7 @@ class RolloutEngine:
             except Exception as exc:  # noqa: BLE001 - a bug in one rollout must not stop the others
                 error = f"{type(exc).__name__}: {exc}"
                 log.exception("rollout %s attempt %d failed unexpectedly", item.rollout_id, attempt_no)
-            if attempt_no < self.max_retries:
+            if attempt_no < first + self.max_retries:
                 self.ctx.update({"rollout_id": item.rollout_id, "status": str(Status.PENDING), "error": f"retrying after: {error}", "attempt": attempt_no + 1})
         self.ctx.update(
             {"rollout_id": item.rollout_id, "status": str(Status.INFRA_ERROR), "ended_at": utcnow(), "reward": None, "passed": None, "error": error}

@@ -27,6 +27,7 @@ from core.errors import ConfigError
 from core.proxy.factory import make_token_backend, parse_spec, token_policy
 from core.rollout.engine import RolloutEvent
 from core.session import RunSession, store_rows
+from core.train import lora_push
 from core.train.advantages import compute_advantages
 from core.train.samples import diagnostics, samples_for_run, write_samples
 from core.train.tracking import MetricsMirror, train_step_rows
@@ -43,14 +44,16 @@ def check_trainable(config: RunConfig) -> None:
     if train.trainer == "verl":
         raise ConfigError("train.trainer = verl runs on GPU clusters through veRL's own entry point; the local trainer is train.trainer = local")
     if train.trainer == "sft":
-        raise ConfigError("train.trainer = sft is not in this version yet; train.trainer = local trains with GRPO")
+        from core.train.sft import check_sft
+
+        return check_sft(config)
     kind, _, _ = parse_spec(config.policy.backend)
     if kind == "litellm":
         raise ConfigError(f"policy.backend {config.policy.backend!r} is a passthrough: it has no token ids or logprobs to train on; use builtin:MODEL")
     if kind == "scripted":
         raise ConfigError("policy.backend scripted:… replays fixed turns: it has no weights to train; use builtin:MODEL (a scripted policy is a teacher for SFT)")
-    if kind == "vllm":
-        raise ConfigError("training a vllm:URL policy (LoRA adapters hot-loaded into the server) is not in this version yet; use builtin:MODEL")
+    if kind == "vllm" and train.lora_rank <= 0:
+        raise ConfigError("a vLLM policy trains LoRA adapters: set train.lora_rank (8 or 16, at most the server's --max-lora-rank)")
 
 
 def check_train_tasks(tasks: list[Task]) -> None:
@@ -133,13 +136,16 @@ class LocalTraining:
         started = time.perf_counter()
         metrics = await asyncio.to_thread(self.trainer.step, samples) if samples else {}
         update_s = time.perf_counter() - started
-        await asyncio.to_thread(self._push_weights)
+        await asyncio.to_thread(self._push_weights, step)
         metrics = self._step_metrics(step, samples, stats.as_dict(), metrics, rollout_s, update_s)
         self._record(step, samples, metrics)
         return metrics
 
-    def _push_weights(self) -> None:
+    def _push_weights(self, step: int) -> None:
         """The trainer's weights into the sampling backend (between steps: nothing is generating)."""
+        if lora_push.takes_adapters(self.backend):
+            lora_push.push_adapter(self.trainer, self.backend, self.session.run_dir, step)
+            return
         reload = getattr(self.backend, "reload_weights", None)
         if reload is None:
             raise ConfigError(f"backend {self.backend.name} cannot take new weights")
@@ -195,16 +201,20 @@ async def load_for_training(config: RunConfig, run_dir: Path | None) -> tuple[To
     from core.train.local import LocalTrainer
 
     spec = config.policy.backend
-    _, target, _ = parse_spec(spec)
+    kind, target, opts = parse_spec(spec)
     backend = await asyncio.to_thread(make_token_backend, spec, tokenizer=config.policy.tokenizer)
-    trainer = await asyncio.to_thread(lambda: LocalTrainer(target, tokenizer=backend.tokenizer, **trainer_settings(config.train)))
+    source = (config.policy.tokenizer or opts.get("tokenizer")) if kind == "vllm" else target  # vllm: the served model's local copy
+    trainer = await asyncio.to_thread(lambda: LocalTrainer(source, tokenizer=backend.tokenizer, **trainer_settings(config.train)))
     found = last_checkpoint(run_dir) if run_dir is not None else None
     if found is None:
         return backend, trainer, 0
     step, folder = found
     await asyncio.to_thread(trainer.load_checkpoint, folder)
-    await asyncio.to_thread(lambda: backend.reload_weights(trainer.state_dict_for_backend()))  # type: ignore[attr-defined]
-    backend.weights_version = trainer.updates  # type: ignore[attr-defined]
+    if lora_push.takes_adapters(backend):
+        await asyncio.to_thread(lora_push.push_adapter, trainer, backend, folder.parents[1], step)
+    else:
+        await asyncio.to_thread(lambda: backend.reload_weights(trainer.state_dict_for_backend()))  # type: ignore[attr-defined]
+        backend.weights_version = trainer.updates  # type: ignore[attr-defined]
     log.info("resuming training after step %d from %s", step, folder)
     return backend, trainer, step + 1
 
@@ -215,12 +225,17 @@ async def train_run(
     resume: str | None = None,
     on_event: Callable[[RolloutEvent], None] | None = None,
     on_start: Callable[[str, int], None] | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
     ks: list[int] | None = None,
 ) -> Any:
     """Train for `train.steps` steps (or resume a run); the summary covers every rollout, plus the training."""
     from core.paths import runs_dir
     from core.run import summarize
 
+    if config.train.trainer == "sft":
+        from core.train.sft import sft_run
+
+        return await sft_run(config, resume=resume, on_event=on_event, on_start=on_start, ks=ks)
     check_trainable(config)
     if resume is not None and not (runs_dir() / resume).is_dir():
         raise ConfigError(f"no run {resume!r} to resume")
@@ -238,6 +253,11 @@ async def train_run(
         try:
             for step in range(first, config.train.steps):
                 last = await loop.run_step(tasks, step)
+                if on_step is not None:
+                    try:
+                        on_step(last)
+                    except Exception:  # noqa: BLE001 - a progress display must not stop training
+                        log.exception("step callback failed")
                 log.info("step %d: %s", step, {k: round(v, 4) if isinstance(v, float) else v for k, v in last.items()})
                 if config.train.save_every and (step + 1) % config.train.save_every == 0 and step + 1 < config.train.steps:
                     await asyncio.to_thread(loop.checkpoint, step)
