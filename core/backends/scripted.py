@@ -15,6 +15,12 @@ Script (JSON or TOML)::
 
 or a plain list of turns. Turn i answers a session's i-th call; past the end the last
 text-only turn is repeated (or "done"), unless ``loop`` is true.
+
+A teacher for many tasks gives each task its own turns, picked by a text its user message contains
+(the first match wins; sessions matching none play the top-level ``turns``)::
+
+    {"tasks": [{"match": "hello.txt", "turns": [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "done"}]}],
+     "turns": [{"text": "I cannot help with that."}]}
 """
 
 from __future__ import annotations
@@ -80,16 +86,35 @@ def load_script(path: Path) -> tuple[list[dict[str, Any]], bool]:
         ) from exc
     if isinstance(data, list):
         turns, loop = data, False
-    elif isinstance(data, dict) and isinstance(data.get("turns"), list):
-        turns, loop = data["turns"], bool(data.get("loop", False))
+    elif isinstance(data, dict) and isinstance(data.get("turns", []), list) and ("turns" in data or "tasks" in data):
+        turns, loop = data.get("turns", []), bool(data.get("loop", False))
     else:
         raise ConfigError(f"script {path} must be a list of turns or an object with a `turns` list")
+    _check_turns(path, turns)
+    return turns, loop
+
+
+def _check_turns(path: Path, turns: list[Any], where: str = "") -> None:
     for i, turn in enumerate(turns):
         if not isinstance(turn, dict) or not ({"text", "tool", "tool_call", "tool_calls"} & turn.keys()):
             raise ConfigError(
-                f"script {path}, turn {i}: expected an object with text, tool or tool_call, got {turn!r}"
+                f"script {path}{where}, turn {i}: expected an object with text, tool or tool_call, got {turn!r}"
             )
-    return turns, loop
+
+
+def load_task_scripts(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A script's per-task turns: (text the user message contains, turns), in order."""
+    path = Path(path)
+    raw = path.read_text(encoding="utf-8")
+    data: Any = tomllib.loads(raw) if path.suffix.lower() == ".toml" else json.loads(raw)
+    tasks = data.get("tasks", []) if isinstance(data, dict) else []
+    out = []
+    for j, entry in enumerate(tasks):
+        if not isinstance(entry, dict) or not isinstance(entry.get("match"), str) or not isinstance(entry.get("turns"), list):
+            raise ConfigError(f"script {path}, tasks[{j}]: expected {{\"match\": TEXT, \"turns\": [...]}}")
+        _check_turns(path, entry["turns"], f", tasks[{j}]")
+        out.append((entry["match"], entry["turns"]))
+    return out
 
 
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -242,6 +267,7 @@ class ScriptedBackend:
     def __init__(self, script_path: Path, tokenizer_model: str = "tiny") -> None:
         self.script_path = Path(script_path)
         self.turns, self.loop = load_script(self.script_path)
+        self.task_scripts = load_task_scripts(self.script_path)
         self.name = f"scripted:{self.script_path.name}"
         source = resolve_model(tokenizer_model)
         try:
@@ -257,15 +283,26 @@ class ScriptedBackend:
         )
         self._calls: dict[str, int] = defaultdict(int)
 
-    def next_turn(self, session: str) -> dict[str, Any]:
+    def turns_for(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The task script whose match the first user message contains, else the top-level turns."""
+        if self.task_scripts:
+            first_user = next((m for m in messages if m.get("role") == "user"), None)
+            text = _text_of(first_user.get("content")) if first_user else ""
+            for match, turns in self.task_scripts:
+                if match in text:
+                    return turns
+        return self.turns
+
+    def next_turn(self, session: str, turns: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The turn for this session's next call (advances its counter)."""
+        turns = self.turns if turns is None else turns
         i = self._calls[session]
         self._calls[session] += 1
-        if i < len(self.turns):
-            return self.turns[i]
-        if self.loop and self.turns:
-            return self.turns[i % len(self.turns)]
-        text_turns = [t for t in self.turns if set(t) == {"text"}]
+        if i < len(turns):
+            return turns[i]
+        if self.loop and turns:
+            return turns[i % len(turns)]
+        text_turns = [t for t in turns if set(t) == {"text"}]
         return text_turns[-1] if text_turns else {"text": "done"}
 
     def completion_ids(self, turn: dict[str, Any], tools: list[dict[str, Any]]) -> list[int]:
@@ -276,7 +313,7 @@ class ScriptedBackend:
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, context: GenerationContext
     ) -> AsyncIterator[TokenChunk]:
-        turn = self.next_turn(context.session)
+        turn = self.next_turn(context.session, self.turns_for(list(context.request.messages or [])))
         ids = self.completion_ids(turn, list(context.request.tools or []))
         finish = "stop"
         if sampling.max_tokens and len(ids) > sampling.max_tokens:
@@ -291,3 +328,12 @@ class ScriptedBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+def _text_of(content: Any) -> str:
+    """A message's text, whether a string or a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
