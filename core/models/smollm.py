@@ -8,6 +8,7 @@ from pathlib import Path
 
 from core import paths
 from core.errors import ModelError
+from core.models.quiet import quiet_third_party
 from core.models.tiny import build_once
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,12 @@ def convert_gguf(gguf: Path, dest: Path) -> None:
         if importlib.util.find_spec(package) is None:
             raise ModelError(f"loading GGUF weights needs the `{package}` package: `pip install {package}`")
     log.info("converting %s (takes ~30 s once)", gguf)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
-    _drop_gguf_quantizer(model)
-    tokenizer.save_pretrained(dest)
-    model.save_pretrained(dest, safe_serialization=True)
+    with quiet_third_party():  # transformers' own bars (de-quantizing, loading, writing): the caller shows progress
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        _drop_gguf_quantizer(model)
+        tokenizer.save_pretrained(dest)
+        model.save_pretrained(dest, safe_serialization=True)
     (dest / _DONE_MARKER).write_text(SMOLLM2_NAME + "\n")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from core import paths
 from core.errors import ModelError
+from core.models.quiet import quiet_third_party
 
 log = logging.getLogger(__name__)
 
@@ -228,10 +229,11 @@ def _build_model(tokenizer):
 def build_tiny_model(dest: Path) -> None:
     """Build the tokenizer and the model into `dest` (an empty or missing folder)."""
     dest.mkdir(parents=True, exist_ok=True)
-    tokenizer = _build_tokenizer(random.Random(SEED))
-    model = _build_model(tokenizer)
-    tokenizer.save_pretrained(dest)
-    model.save_pretrained(dest, safe_serialization=True)
+    with quiet_third_party():  # "Writing model shards" and friends: the caller shows its own progress
+        tokenizer = _build_tokenizer(random.Random(SEED))
+        model = _build_model(tokenizer)
+        tokenizer.save_pretrained(dest)
+        model.save_pretrained(dest, safe_serialization=True)
     (dest / _DONE_MARKER).write_text(TINY_NAME + "\n")
 
 
