@@ -339,6 +339,39 @@ class LocalTrainer:
         metrics["optimizer_step"] = 1.0
         return metrics
 
+    def sft_step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One supervised optimizer step: token-mean NLL of the loss-mask-1 tokens of all `samples` (at temperature 1).
+
+        Every trainable token of the step weighs the same (the sum over micro-batches is divided
+        by the step's trainable tokens); advantages and recorded logprobs are not used.
+        """
+        torch = self._torch
+        cfg = self.config
+        active = [s for s in samples if _trainable(s) > 0]
+        tokens = sum(_trainable(s) for s in active)
+        metrics: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "tokens": float(tokens), "samples": float(len(samples)), "optimizer_step": 0.0}
+        if not active:
+            log.info("sft_step: no trainable token among %d samples; no update", len(samples))
+            return metrics
+        self.optimizer.zero_grad(set_to_none=True)
+        for _, batch in self._micro_batches(active):
+            logp, _ = token_logprobs(self.model, batch, 1.0)
+            loss = -(logp * batch.mask).sum() / tokens
+            loss.backward()
+            metrics["loss"] += float(loss.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        metrics["grad_norm"] = grad_norm
+        if not math.isfinite(grad_norm):
+            log.warning("sft_step: gradient norm is %s; update skipped", grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+            return metrics
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        metrics["optimizer_step"] = 1.0
+        return metrics
+
     # ------------------------------------------------------------------ weights out
 
     def state_dict_for_backend(self) -> dict[str, Any]:

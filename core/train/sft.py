@@ -1,0 +1,602 @@
+"""SFT on a teacher's trajectories: the passing rollouts of earlier runs → masked-NLL fine-tuning of the policy.
+
+The teacher is whatever backend recorded `train.from_runs` (a scripted policy, a big model through
+`litellm:`, an earlier student). Each teacher run's passing rollouts (reward ≥ `train.min_reward`)
+become examples in one of two ways, chosen per run (`example_path` says which):
+
+* **token-exact** — the run's calls carry prompt/completion token ids and logprobs (a token
+  backend: builtin, scripted, vllm) *and* the teacher's tokenizer is the student's (same model
+  folder, or the same vocabulary, special tokens and chat template). The samples are exactly
+  `samples_for_run`'s: the recorded ids, loss mask 1 on the tokens the teacher sampled.
+* **re-tokenized** — otherwise (text-only passthrough calls, or a different tokenizer): every ok
+  call's recorded request is parsed by its wire protocol (chat, responses, messages, gemini) into
+  canonical messages + tools, the response into the assistant message it carried, and both are
+  rendered with the STUDENT's chat template; loss mask 1 on the assistant turn's tokens (through
+  its end-of-turn token). Calls whose re-rendered prompt extends an earlier one merge into one
+  sample, as recorded calls do.
+
+Training: `train.epochs` passes over the examples, shuffled per epoch (seeded), one optimizer step
+per `train.micro_batch_size` examples (`LocalTrainer.sft_step`: token-mean NLL over loss-mask-1
+tokens). No rollout runs. The run's store gets the examples (`samples`, advantage 1 = weight),
+one `train_steps` row per optimizer step, and checkpoints go to `checkpoints/step-NNNNN` like the
+GRPO loop's (`builtin:PATH` loads them; `--resume` continues after the last one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from core.config import RunConfig, dump_toml
+from core.errors import ConfigError, ModelError, ProtocolError, TrainingDataError
+from core.train.samples import TRAINABLE_STATUSES, build_samples, samples_for_run
+from core.train.types import Sample
+
+log = logging.getLogger(__name__)
+
+TOKEN_EXACT = "token-exact"
+RETOKENIZED = "re-tokenized"
+
+
+# ----------------------------------------------------------------------------- teacher runs
+@dataclass
+class TeacherRun:
+    """One earlier run: its id, its store file and its recorded config."""
+
+    run_id: str
+    store: Path
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def connect(store: Path) -> duckdb.DuckDBPyConnection:
+    """The store opened read-only; ConfigError when a live run or proxy still holds it."""
+    try:
+        return duckdb.connect(str(store), read_only=True)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            raise ConfigError(
+                f"store {store} is still being written by another process (a run or proxy): let it finish first"
+            ) from None
+        raise ConfigError(f"cannot read store {store}: {exc}") from None
+
+
+def teacher_runs(names: Sequence[str]) -> list[TeacherRun]:
+    """Each name: a run id under FORGETUI_HOME/runs, or the path of a store.duckdb (every run it holds)."""
+    from core.paths import runs_dir
+
+    if not names:
+        raise ConfigError(
+            "train.trainer = sft needs train.from_runs: the run ids (or store.duckdb paths) whose passing rollouts to learn from"
+        )
+    out: list[TeacherRun] = []
+    for name in names:
+        path = Path(name).expanduser()
+        if path.is_file():
+            store, wanted = path, None
+        elif (runs_dir() / name / "store.duckdb").is_file():
+            store, wanted = runs_dir() / name / "store.duckdb", name
+        elif path.is_dir() and (path / "store.duckdb").is_file():
+            store, wanted = path / "store.duckdb", None
+        else:
+            raise ConfigError(
+                f"train.from_runs: no run {name!r} (no {runs_dir() / name / 'store.duckdb'}) and no store file at that path"
+            )
+        con = connect(store)
+        try:
+            rows = con.execute("SELECT run_id, config FROM runs ORDER BY created_at").fetchall()
+        except duckdb.Error as exc:
+            raise ConfigError(f"{store} is not a forgetui store: {exc}") from None
+        finally:
+            con.close()
+        found = [TeacherRun(r, store.resolve(), _json(c)) for r, c in rows if wanted is None or r == wanted]
+        if not found:
+            raise ConfigError(f"train.from_runs: store {store} holds no run {wanted or ''}".rstrip())
+        out += found
+    return out
+
+
+def _json(value: Any) -> Any:
+    """A JSON column's value, parsed."""
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
+def passing_rollouts(con: duckdb.DuckDBPyConnection, run_id: str, min_reward: float) -> list[str]:
+    """Finished rollouts of the run whose reward reached `min_reward`."""
+    rows = con.execute(
+        "SELECT rollout_id FROM rollouts WHERE run_id = ? AND list_contains(?, status) AND reward >= ? ORDER BY rollout_id",
+        [run_id, list(TRAINABLE_STATUSES), min_reward],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+# ----------------------------------------------------------------------------- tokenizers
+def teacher_tokenizer_name(config: dict[str, Any]) -> str | None:
+    """The model whose tokenizer made a run's token ids (from runs.config: policy.backend, policy.tokenizer); None if unknown."""
+    from core.proxy.factory import parse_spec
+
+    policy = config.get("policy") or {}
+    spec, named = policy.get("backend"), policy.get("tokenizer")
+    if not isinstance(spec, str):
+        return named
+    try:
+        kind, target, opts = parse_spec(spec)
+    except ConfigError:
+        return named
+    if kind == "builtin":
+        return target
+    if kind == "scripted":
+        return opts.get("tokenizer", named or "tiny")
+    return opts.get("tokenizer") or named  # vllm: its --tokenizer; litellm: only when the config names one
+
+
+def _fingerprint(tokenizer: Any) -> tuple[Any, ...]:
+    """What must agree for token ids to mean the same: vocabulary, special tokens, chat template."""
+    return (
+        tokenizer.get_vocab(),
+        tokenizer.eos_token,
+        tokenizer.bos_token,
+        tokenizer.chat_template,
+        tuple(tokenizer.all_special_tokens),
+    )
+
+
+def same_tokenizer(teacher: str | None, student: Any, student_name: str) -> bool:
+    """Whether ids recorded with the teacher's tokenizer are the student's ids for the same text."""
+    from core.models.resolve import load_tokenizer, resolve_model
+
+    if teacher is None:
+        return False
+    try:
+        if str(resolve_model(teacher)) == str(resolve_model(student_name)):
+            return True
+        return _fingerprint(load_tokenizer(resolve_model(teacher))) == _fingerprint(student)
+    except (ModelError, OSError, ValueError) as exc:
+        log.info("cannot load the teacher's tokenizer %r (%s): re-tokenizing its calls", teacher, exc)
+        return False
+
+
+# ----------------------------------------------------------------------------- recorded calls as chat
+def request_chat(
+    api: str, request: Any, model: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(canonical messages, tools) of a recorded request body, parsed by its wire protocol."""
+    from core.protocols.registry import get_protocol
+
+    parsed = get_protocol(api).parse_request(_json(request), model=model or "recorded")
+    return parsed.messages, parsed.tools
+
+
+def answer_message(api: str, response: Any) -> dict[str, Any]:
+    """The assistant message (content, tool_calls) a recorded response body carried, in canonical form.
+
+    The response's assistant turn is put back into a request of the same protocol, as a harness
+    would send it in its history, and parsed like one.
+    """
+    from core.protocols.registry import get_protocol
+
+    body = _json(response)
+    if api == "chat":
+        request = {
+            "model": "recorded",
+            "messages": [{**(body.get("choices") or [{}])[0].get("message", {}), "role": "assistant"}],
+        }
+    elif api == "responses":
+        request = {
+            "model": "recorded",
+            "input": [
+                i
+                for i in body.get("output") or []
+                if i.get("type") in ("message", "function_call", "custom_tool_call")
+            ],
+        }
+    elif api == "messages":
+        request = {
+            "model": "recorded",
+            "max_tokens": 1,
+            "messages": [{"role": "assistant", "content": body.get("content") or ""}],
+        }
+    elif api == "gemini":
+        content = ((body.get("candidates") or [{}])[0]).get("content") or {
+            "role": "model",
+            "parts": [{"text": ""}],
+        }
+        request = {"contents": [{**content, "role": "model"}]}
+    else:
+        raise TrainingDataError(f"calls recorded on the {api!r} protocol cannot be read back as chat")
+    try:
+        messages = get_protocol(api).parse_request(request, model="recorded").messages
+    except ProtocolError:  # no output items at all: an empty answer
+        messages = []
+    texts = [m.get("content") or "" for m in messages if m.get("role") == "assistant"]
+    calls = [c for m in messages for c in m.get("tool_calls") or ()]
+    answer: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        answer["tool_calls"] = calls
+    return answer
+
+
+def _completion_text(tokenizer: Any, prompt: str, full: str) -> str | None:
+    """The assistant turn's text as the model samples it (through its end-of-turn token), or None if `full` does not extend `prompt`."""
+    if not full.startswith(prompt):
+        return None
+    text = full[len(prompt) :]
+    eos = tokenizer.eos_token or ""
+    if eos and eos in text:
+        text = text[
+            : text.rfind(eos) + len(eos)
+        ]  # what follows the end of turn is template glue, not sampled
+    return text
+
+
+def retokenized_call(tokenizer: Any, row: dict[str, Any]) -> dict[str, Any] | None:
+    """A `calls` row rebuilt on the student's template: prompt ids, completion ids, zero logprobs (None if it does not render)."""
+    from core.tokens.template import encode, render_chat
+
+    messages, tools = request_chat(row["api"], row["request"], row.get("model"))
+    answer = answer_message(row["api"], row["response"])
+    prompt = render_chat(tokenizer, messages, tools, add_generation_prompt=True)
+    full = render_chat(tokenizer, [*messages, answer], tools, add_generation_prompt=False)
+    text = _completion_text(tokenizer, prompt, full)
+    if text is None:
+        log.warning(
+            "call %s: the student's template renders the answered conversation differently from its prompt; call skipped",
+            row["call_id"],
+        )
+        return None
+    completion = encode(tokenizer, text)
+    return {
+        "call_id": row["call_id"],
+        "prompt_token_ids": encode(tokenizer, prompt),
+        "completion_token_ids": completion,
+        "completion_logprobs": [0.0] * len(completion),
+        "weights_version": row.get("weights_version"),
+        "extends_parent": None,
+    }
+
+
+CALLS_SQL = (
+    "SELECT r.rollout_id, r.run_id, r.task_id, r.step, r.reward, r.status, c.call_id, c.api, c.model, c.request, c.response, "
+    "c.weights_version FROM rollouts r JOIN calls c ON c.rollout_id = r.rollout_id AND c.status = 'ok' "
+    "AND coalesce(c.attempt, 0) = coalesce(r.attempt, 0) WHERE r.run_id = ? AND list_contains(?, r.rollout_id) "
+    "ORDER BY r.rollout_id, c.seq"
+)
+
+
+def recorded_calls(
+    con: duckdb.DuckDBPyConnection, run_id: str, rollout_ids: Sequence[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The ok calls (request, response, protocol) of the rollouts' last attempts, in order, per rollout."""
+    cur = con.execute(CALLS_SQL, [run_id, list(rollout_ids)])
+    names = [d[0] for d in cur.description]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for values in cur.fetchall():
+        row = dict(zip(names, values, strict=True))
+        out.setdefault(row["rollout_id"], []).append(row)
+    return out
+
+
+def retokenized_samples(
+    con: duckdb.DuckDBPyConnection, run_id: str, rollout_ids: Sequence[str], tokenizer: Any
+) -> list[Sample]:
+    """Samples of the rollouts rebuilt from their recorded text on `tokenizer`'s chat template."""
+    samples: list[Sample] = []
+    for rows in recorded_calls(con, run_id, rollout_ids).values():
+        rollout = {k: rows[0][k] for k in ("rollout_id", "run_id", "task_id", "step", "reward", "status")}
+        calls = [c for c in (retokenized_call(tokenizer, r) for r in rows) if c is not None]
+        samples += build_samples(rollout, calls)
+    return samples
+
+
+# ----------------------------------------------------------------------------- examples
+@dataclass
+class TeacherExamples:
+    """What one teacher run gave: its passing rollouts, the path taken, the samples."""
+
+    run_id: str
+    store: str
+    rollouts: int
+    path: str
+    samples: list[Sample]
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-ready summary (no token ids)."""
+        return {
+            "run_id": self.run_id,
+            "store": self.store,
+            "rollouts": self.rollouts,
+            "path": self.path,
+            "examples": len(self.samples),
+            "tokens": sum(s.trainable_tokens for s in self.samples),
+        }
+
+
+def example_path(
+    run: TeacherRun,
+    con: duckdb.DuckDBPyConnection,
+    rollout_ids: Sequence[str],
+    tokenizer: Any,
+    student_name: str,
+) -> tuple[str, list[Sample]]:
+    """Token-exact samples when the teacher's tokenizer is the student's and every call has ids + logprobs; else re-tokenized."""
+    teacher = teacher_tokenizer_name(run.config)
+    if same_tokenizer(teacher, tokenizer, student_name):
+        try:
+            return TOKEN_EXACT, samples_for_run(con, run.run_id, rollout_ids=rollout_ids)
+        except TrainingDataError as exc:
+            log.info("run %s: %s; re-tokenizing its calls", run.run_id, exc)
+    else:
+        log.info(
+            "run %s: teacher tokenizer %r is not the student's %r; re-tokenizing its calls",
+            run.run_id,
+            teacher,
+            student_name,
+        )
+    return RETOKENIZED, retokenized_samples(con, run.run_id, rollout_ids, tokenizer)
+
+
+def teacher_examples(
+    runs: Sequence[TeacherRun], min_reward: float, tokenizer: Any, student_name: str
+) -> list[TeacherExamples]:
+    """Every teacher run's passing rollouts as SFT samples; ConfigError when there is nothing to learn from."""
+    out: list[TeacherExamples] = []
+    for run in runs:
+        con = connect(run.store)
+        try:
+            passing = passing_rollouts(con, run.run_id, min_reward)
+            path, samples = (
+                example_path(run, con, passing, tokenizer, student_name) if passing else ("none", [])
+            )
+        finally:
+            con.close()
+        samples = [s for s in samples if s.trainable_tokens > 0]
+        for s in samples:
+            s.advantage = 1.0  # SFT: every example weighs the same
+        out.append(TeacherExamples(run.run_id, str(run.store), len(passing), path, samples))
+        log.info(
+            "teacher run %s: %d passing rollouts → %d examples (%s)",
+            run.run_id,
+            len(passing),
+            len(samples),
+            path,
+        )
+    if not any(t.samples for t in out):
+        runs = ", ".join(t.run_id for t in out)
+        raise ConfigError(
+            f"no rollout of {runs} reached train.min_reward = {min_reward} with an answer to learn from: lower train.min_reward or name runs that passed"
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- the run
+def student_model(config: RunConfig) -> str:
+    """The model to fine-tune: `builtin:MODEL` or a local model folder."""
+    from core.proxy.factory import parse_spec
+
+    backend = config.policy.backend
+    if Path(backend).expanduser().is_dir():
+        return str(Path(backend).expanduser().resolve())
+    try:
+        kind, target, _ = parse_spec(backend)
+    except ConfigError:
+        kind, target = "", ""
+    if kind != "builtin":
+        raise ConfigError(
+            f"train.trainer = sft fine-tunes policy.backend; {backend!r} has no weights here: use builtin:MODEL or a local model folder (the teacher goes in train.from_runs)"
+        )
+    return target
+
+
+def check_sft(config: RunConfig) -> None:
+    """Refuse, before anything loads, an SFT config that cannot train."""
+    if not config.train.from_runs:
+        raise ConfigError(
+            "train.trainer = sft needs train.from_runs: the run ids (or store.duckdb paths) whose passing rollouts to learn from"
+        )
+    student_model(config)
+
+
+def schedule(
+    samples: Sequence[Sample], epochs: int, per_step: int, seed: int
+) -> list[tuple[int, list[Sample]]]:
+    """(epoch, examples) per optimizer step: each epoch a seeded shuffle, cut into `per_step` examples."""
+    steps: list[tuple[int, list[Sample]]] = []
+    for epoch in range(epochs):
+        order = list(samples)
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        steps += [(epoch, order[i : i + per_step]) for i in range(0, len(order), per_step)]
+    return steps
+
+
+def _fit_context(samples: list[Sample], limit: int | None) -> list[Sample]:
+    """Examples that fit the student's context (longer ones are dropped, with a warning)."""
+    if not limit:
+        return samples
+    kept = [s for s in samples if len(s.token_ids) <= limit]
+    if len(kept) < len(samples):
+        log.warning(
+            "%d examples are longer than the student's context (%d tokens) and are left out",
+            len(samples) - len(kept),
+            limit,
+        )
+    if not kept:
+        raise ConfigError(
+            f"every teacher example is longer than the student's context ({limit} tokens): use a student with a longer context"
+        )
+    return kept
+
+
+class SftTraining:
+    """An SFT run's state: the store, the trainer, the schedule; records steps and checkpoints."""
+
+    def __init__(self, run_id: str, run_dir: Path, store: Any, trainer: Any, config: RunConfig) -> None:
+        from core.train.tracking import MetricsMirror
+
+        self.run_id, self.run_dir, self.store, self.trainer, self.config = (
+            run_id,
+            run_dir,
+            store,
+            trainer,
+            config,
+        )
+        self.mirror = MetricsMirror(run_dir / "tensorboard", run_id, config.model_dump())
+
+    def _has(self, sql: str, params: list[Any]) -> bool:
+        self.store.flush()
+        return self.store.cursor().execute(sql, params).fetchone() is not None
+
+    def write_examples(self, samples: list[Sample]) -> None:
+        """The examples as this run's `samples` rows (once, also on resume)."""
+        from core.train.samples import write_samples
+
+        if not self._has("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", [self.run_id]):
+            for s in samples:
+                s.run_id, s.step = self.run_id, 0
+            write_samples(self.store, samples)
+
+    def step(self, step: int, epoch: int, batch: list[Sample]) -> dict[str, Any]:
+        """One optimizer step; its train_steps row (written once)."""
+        from core.train.tracking import train_step_rows
+
+        metrics = self.trainer.sft_step(batch)
+        metrics.update({"epoch": epoch, "examples": len(batch)})
+        if not self._has("SELECT 1 FROM train_steps WHERE run_id = ? AND step = ?", [self.run_id, step]):
+            rest = {k: v for k, v in metrics.items() if k != "loss"}
+            self.store.insert_train_step(
+                {
+                    "run_id": self.run_id,
+                    "step": step,
+                    "loss": metrics["loss"],
+                    "reward_mean": None,
+                    "metrics": rest,
+                }
+            )
+        self.store.flush()
+        self.mirror.write(train_step_rows(self.store.cursor(), self.run_id, [step]))
+        return metrics
+
+    def checkpoint(self, step: int) -> Path:
+        from core.train.loop import checkpoint_dir
+
+        return self.trainer.save_checkpoint(checkpoint_dir(self.run_dir, step))
+
+
+def _train(
+    training: SftTraining, steps: list[tuple[int, list[Sample]]], save_every: int
+) -> tuple[list[float], Path]:
+    """The optimizer steps not yet taken (a resumed trainer knows how many were), then the final checkpoint."""
+    losses: list[float] = []
+    for step in range(training.trainer.updates, len(steps)):
+        epoch, batch = steps[step]
+        metrics = training.step(step, epoch, batch)
+        losses.append(float(metrics["loss"]))
+        log.info(
+            "sft step %d (epoch %d): loss %.4f over %d tokens",
+            step,
+            epoch,
+            metrics["loss"],
+            int(metrics["tokens"]),
+        )
+        if save_every and (step + 1) % save_every == 0 and step + 1 < len(steps):
+            training.checkpoint(step)
+    return losses, training.checkpoint(len(steps) - 1)
+
+
+async def sft_run(
+    config: RunConfig,
+    *,
+    resume: str | None = None,
+    on_event: Callable[[Any], None] | None = None,
+    on_start: Callable[[str, int], None] | None = None,
+    ks: list[int] | None = None,
+) -> Any:
+    """Fine-tune `policy.backend` on the passing rollouts of `train.from_runs`; no rollout runs (`on_event`, `ks` unused)."""
+    from core.models.resolve import load_tokenizer, resolve_model
+    from core.paths import runs_dir
+    from core.rollout.orphans import remove_pid_file, write_pid_file
+    from core.run import RunSummary
+    from core.run_setup import new_run_id
+    from core.store.writer import Store
+    from core.train.local import LocalTrainer
+    from core.train.loop import last_checkpoint, trainer_settings
+
+    check_sft(config)
+    train = config.train
+    if resume is not None and not (runs_dir() / resume).is_dir():
+        raise ConfigError(f"no run {resume!r} to resume")
+    student = student_model(config)
+    runs = teacher_runs(train.from_runs)
+    tokenizer = await asyncio.to_thread(lambda: load_tokenizer(resolve_model(student)))
+    teachers = await asyncio.to_thread(teacher_examples, runs, train.min_reward, tokenizer, student)
+    trainer = await asyncio.to_thread(
+        lambda: LocalTrainer(student, tokenizer=tokenizer, **{**trainer_settings(train), "temperature": 1.0})
+    )
+    limit = getattr(getattr(trainer.model, "config", None), "max_position_embeddings", None)
+    samples = _fit_context([s for t in teachers for s in t.samples], limit)
+    steps = schedule(
+        samples,
+        train.epochs,
+        train.micro_batch_size,
+        train.seed if train.seed is not None else config.run.seed,
+    )
+
+    run_id = resume or new_run_id()
+    run_dir = runs_dir() / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(dump_toml(config))
+    found = last_checkpoint(run_dir) if resume else None
+    if found is not None:
+        await asyncio.to_thread(trainer.load_checkpoint, found[1])
+    store = Store.open(run_dir / "store.duckdb")
+    write_pid_file(run_dir)
+    status = "failed"
+    try:
+        store.insert_run(run_id, config.model_dump(), status="running")
+        training = SftTraining(run_id, run_dir, store, trainer, config)
+        if on_start is not None:
+            on_start(run_id, 0)
+        training.write_examples(samples)
+        try:
+            losses, final = await asyncio.to_thread(_train, training, steps, train.save_every)
+        finally:
+            training.mirror.close()
+        status = "done"
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        status = "interrupted"
+        raise
+    finally:
+        store.update_run_status(run_id, status)
+        store.close()
+        remove_pid_file(run_dir)
+    extra = {
+        "trainer": "sft",
+        "examples": len(samples),
+        "tokens": sum(s.trainable_tokens for s in samples),
+        "train_steps": len(steps),
+        "epochs": train.epochs,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+        "checkpoint": str(final),
+        "teachers": [t.info() for t in teachers],
+        "tensorboard": str(run_dir / "tensorboard"),
+    }
+    return RunSummary(
+        run_id=run_id,
+        rollouts=0,
+        passed=0,
+        failed=0,
+        timeouts=0,
+        infra_errors=0,
+        mean_reward=None,
+        pass_at_k={},
+        pass_hat_k={},
+        store=str(run_dir / "store.duckdb"),
+        extra=extra,
+    )
