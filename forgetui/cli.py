@@ -115,6 +115,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_tui(run_config=config, resume=args.resume, ks=ks)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    from core.train.export import export_run
+
+    result = export_run(args.run, args.format, args.out, args.min_reward)
+    log.info("wrote %d %s rows of run %s to %s", result.rows, result.format, result.run_id, result.path)
+    print(json.dumps(result.as_dict()), flush=True)
+    return 0
+
+
 def cmd_gc(args: argparse.Namespace) -> int:
     from core.rollout.orphans import reap_dead_runs
     from core.runtime import make_runtime
@@ -198,6 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--resume", metavar="RUN_ID", help="finish what an interrupted run left unfinished")
         p.add_argument("-k", metavar="K,K,...", help="the k of pass@k and pass^k (default 1..n_samples)")
         p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("export", help="write a run's recorded data for other trainers: samples (jsonl), chat conversations (sft), veRL parquet (verl)")
+    p.add_argument("run", help="a run id (FORGETUI_HOME/runs/RUN_ID) or the path of a store.duckdb")
+    p.add_argument("--format", choices=["sft", "verl", "jsonl"], required=True, help="sft: OpenAI-chat conversations of passing rollouts; verl: one RL-dataset row per task; jsonl: one training sample per line")
+    p.add_argument("--out", help="output file (default: the run folder's export/samples.jsonl, sft.jsonl or verl.parquet)")
+    p.add_argument("--min-reward", type=float, default=None, help="keep rollouts with at least this reward (sft default 1.0; jsonl default all)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9)")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
