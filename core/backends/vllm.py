@@ -4,6 +4,10 @@ The proxy templates locally with the policy's tokenizer and sends token ids; the
 streams back the sampled ``token_ids`` (``return_token_ids``, vLLM ≥ 0.10.2) with one
 logprob each (``logprobs: 0`` = the sampled token's only). vLLM reports logprobs of the raw
 model distribution by default (its ``--logprobs-mode raw_logprobs``).
+
+A trainer that hot-loads LoRA adapters into the server (vLLM's ``/v1/load_lora_adapter``)
+calls `set_adapter(name, version)`: requests then name the adapter as their ``model`` (how vLLM
+picks a LoRA for a request) and the proxy records `weights_version` on every call.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class VllmBackend:
         self.base_url = _api_root(base_url)
         self.model_name = model_name
         self.name = model_name or tokenizer_model
+        self.adapter: str | None = None  # a LoRA adapter loaded into the server, named as the model
+        self.weights_version = 0  # 0 = the server's base weights; the adapter's version after set_adapter
         source = resolve_model(tokenizer_model)
         try:
             self.tokenizer = load_tokenizer(source)
@@ -65,6 +71,17 @@ class VllmBackend:
         self._http = HttpSession(timeout)
         self.headers = {"content-type": "application/json", "accept": "text/event-stream"}
 
+    def set_adapter(self, name: str | None, version: int | None = None) -> None:
+        """Sample with the server's LoRA adapter `name` from now on (None: the base model); record `version`."""
+        self.adapter = name
+        if version is not None:
+            self.weights_version = version
+        log.info(
+            "vLLM policy now samples with %s (weights version %d)",
+            name or "the base model",
+            self.weights_version,
+        )
+
     def _body(self, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": list(prompt_ids),
@@ -76,8 +93,8 @@ class VllmBackend:
             "logprobs": 0,
             "skip_special_tokens": False,
         }
-        if self.model_name:
-            body["model"] = self.model_name
+        if self.adapter or self.model_name:
+            body["model"] = self.adapter or self.model_name
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if sampling.stop_token_ids:
