@@ -1,20 +1,25 @@
 """`forgetui serve-model`: a vLLM-compatible token-in/token-out HTTP subset over a TokenBackend.
 
 Routes: ``POST /v1/completions`` (prompt = token ids or text; ``return_token_ids``;
-``logprobs``; streaming as SSE), ``GET /v1/models``, ``GET /health``, ``POST /tokenize``.
+``logprobs``; streaming as SSE), ``GET /v1/models``, ``GET /health``, ``POST /tokenize``, and
+vLLM's dynamic LoRA routes ``POST /v1/load_lora_adapter`` / ``POST /v1/unload_lora_adapter``
+(always on here; vLLM needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and ``--enable-lora``).
 Response shapes follow vLLM's: ``choices[0].token_ids`` / ``choices[0].prompt_token_ids``
 (also copied to a top-level ``prompt_token_ids``), ``choices[0].logprobs.tokens`` /
-``token_logprobs``.
+``token_logprobs``; a request's ``model`` picks the base model or a loaded adapter by name.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -31,8 +36,13 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+def _error(
+    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
+) -> JSONResponse:
+    """vLLM's ErrorResponse: ``{"error": {"message", "type", "param", "code"}}`` with `status`."""
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
+    )
 
 
 def _prompt_ids(backend: TokenBackend, prompt: Any) -> list[int]:
@@ -66,6 +76,109 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
         seed=None if seed is None else int(seed),
         stop_token_ids=[int(t) for t in stop_ids],
     )
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+class AdapterNotFound(Exception):
+    """vLLM's LoRAAdapterNotFoundError: no adapter at the path (answered 404)."""
+
+
+def adapter_folder(name: str, path: str) -> Path:
+    """The PEFT adapter folder at `path`; vLLM's errors when it is missing or holds no tensors."""
+    folder = Path(path).expanduser()
+    if not (folder / ADAPTER_CONFIG).is_file():
+        raise AdapterNotFound(f"Loading lora {name} failed: No adapter found for {path}")
+    if not any((folder / f).is_file() for f in ADAPTER_WEIGHTS):
+        raise ValueError(f"{path} doesn't contain tensors")
+    return folder
+
+
+def merged_weights(model: Any, folder: Path) -> dict[str, Any]:
+    """`model`'s state dict with the PEFT LoRA adapter in `folder` merged in; `model` is left as it is."""
+    from peft import PeftModel
+
+    merged = PeftModel.from_pretrained(copy.deepcopy(model), str(folder)).merge_and_unload()
+    return {k: v.detach() for k, v in merged.state_dict().items()}
+
+
+def builtin_copier(backend: TokenBackend) -> Callable[[], Any] | None:
+    """How to open a fresh copy of a BuiltinBackend (None for other backends: they take no adapters)."""
+    from core.backends.builtin import BuiltinBackend
+
+    if not isinstance(backend, BuiltinBackend):
+        return None
+    dtype = backend.model.dtype
+    return lambda: BuiltinBackend(
+        backend.name, device=backend.device, dtype=dtype, max_context=backend.context_length
+    )
+
+
+class Adapters:
+    """LoRA adapters loaded at runtime by name, each served by a copy of the base model with the adapter merged in."""
+
+    def __init__(self, open_copy: Callable[[], Any] | None) -> None:
+        self.open_copy = open_copy
+        self.backends: dict[str, TokenBackend] = {}
+        self.paths: dict[str, str] = {}
+        self.lock = asyncio.Lock()
+        self._retiring: set[asyncio.Task] = set()
+
+    async def load(self, name: str, path: str) -> None:
+        """Serve `name` with the adapter at `path` (replacing an adapter of that name); raises on any failure."""
+        folder = adapter_folder(name, path)
+        if self.open_copy is None:
+            raise ValueError("this server's backend cannot take LoRA adapters (serve a built-in model)")
+        fresh = await asyncio.to_thread(self.open_copy)
+        try:
+            state = await asyncio.to_thread(merged_weights, fresh.model, folder)
+            await asyncio.to_thread(fresh.reload_weights, state)
+        except BaseException:
+            await fresh.aclose()
+            raise
+        old = self.backends.get(name)
+        self.backends[name], self.paths[name] = fresh, path
+        if old is not None:
+            self._retire(old)
+        log.info("loaded LoRA adapter %r from %s", name, path)
+
+    def unload(self, name: str) -> None:
+        """Stop serving `name`; its model is closed once its running generations end."""
+        self._retire(self.backends.pop(name))
+        del self.paths[name]
+        log.info("removed LoRA adapter %r", name)
+
+    def _retire(self, backend: TokenBackend) -> None:
+        task = asyncio.create_task(_close_when_idle(backend))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def aclose(self) -> None:
+        """Close every adapter's model."""
+        for name in list(self.backends):
+            self.unload(name)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+
+async def _close_when_idle(backend: TokenBackend) -> None:
+    wait_idle = getattr(backend, "wait_idle", None)
+    if wait_idle is not None:
+        await wait_idle()
+    await backend.aclose()
+
+
+async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
+    """The request's JSON object, or the 400 answer."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _error(400, "request body is not valid JSON")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object")
+    return body
 
 
 class _Job:
@@ -137,25 +250,40 @@ class _Job:
         return self.backend.generate(self.prompt_ids, self.sampling, self.context)
 
 
-def build_model_app(backend: TokenBackend, model_name: str | None = None) -> Starlette:
-    """The serve-model ASGI app over `backend`."""
+def build_model_app(
+    backend: TokenBackend, model_name: str | None = None, open_copy: Callable[[], Any] | None = None
+) -> Starlette:
+    """The serve-model ASGI app over `backend`; `open_copy` opens a fresh copy of it for each LoRA adapter.
+
+    `app.state.adapters` holds the loaded adapters (close them with its `aclose`).
+    """
     served = model_name or backend.name
+    adapters = Adapters(open_copy or builtin_copier(backend))
+
+    def target(body: dict[str, Any]) -> TokenBackend | JSONResponse:
+        """The backend a request's `model` names: the base model (also when absent) or a loaded adapter."""
+        name = body.get("model")
+        if not name or name == served:
+            return backend
+        if name in adapters.backends:
+            return adapters.backends[name]
+        return _error(404, f"The model `{name}` does not exist.", "NotFoundError", param="model")
 
     async def completions(request: Request) -> Response:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "request body is not valid JSON")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         if (body.get("n") or 1) != 1:
             return _error(400, "only n=1 is supported")
+        chosen = target(body)
+        if isinstance(chosen, JSONResponse):
+            return chosen
         try:
-            job = _Job(backend, body, served)
+            job = _Job(chosen, body, served)
         except (ValueError, TypeError) as exc:
             return _error(400, str(exc))
-        if len(job.prompt_ids) >= backend.context_length:
-            err = ContextLengthError(len(job.prompt_ids), backend.context_length - 1)
+        if len(job.prompt_ids) >= chosen.context_length:
+            err = ContextLengthError(len(job.prompt_ids), chosen.context_length - 1)
             return _error(400, str(err))
         if body.get("stream"):
             return StreamingResponse(_stream(job), media_type="text/event-stream")
@@ -197,20 +325,63 @@ def build_model_app(backend: TokenBackend, model_name: str | None = None) -> Sta
         yield "data: [DONE]\n\n"
 
     async def models(request: Request) -> Response:
-        return JSONResponse(
+        base = {
+            "id": served,
+            "object": "model",
+            "created": 0,
+            "owned_by": "forgetui",
+            "root": served,
+            "parent": None,
+            "max_model_len": backend.context_length,
+        }
+        loras = [
             {
-                "object": "list",
-                "data": [
-                    {
-                        "id": served,
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": "forgetui",
-                        "max_model_len": backend.context_length,
-                    }
-                ],
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "forgetui",
+                "root": path,
+                "parent": served,
+                "max_model_len": None,
             }
-        )
+            for name, path in adapters.paths.items()
+        ]
+        return JSONResponse({"object": "list", "data": [base, *loras]})
+
+    async def load_lora_adapter(request: Request) -> Response:
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not isinstance(path, str) or not name or not path:
+            return _error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
+        async with adapters.lock:
+            if name in adapters.backends and not body.get("load_inplace"):
+                message = f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True."
+                return _error(400, message, "InvalidUserInput")
+            try:
+                await adapters.load(name, path)
+            except AdapterNotFound as exc:
+                return _error(404, str(exc), "NotFoundError")
+            except Exception as exc:  # noqa: BLE001 - vLLM answers any other load failure with a 500
+                log.warning("cannot load LoRA adapter %r from %s: %s", name, path, exc)
+                return _error(500, str(exc), "InternalServerError")
+        return Response(f"Success: LoRA adapter '{name}' added successfully.", status_code=200)
+
+    async def unload_lora_adapter(request: Request) -> Response:
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        name = body.get("lora_name")
+        if not name:
+            return _error(
+                400, "'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput"
+            )
+        async with adapters.lock:
+            if name not in adapters.backends:
+                return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            adapters.unload(name)
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.", status_code=200)
 
     async def health(request: Request) -> Response:
         return Response(status_code=200)
@@ -238,18 +409,26 @@ def build_model_app(backend: TokenBackend, model_name: str | None = None) -> Sta
         )
         return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": backend.context_length})
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/load_lora_adapter", load_lora_adapter, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", unload_lora_adapter, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/tokenize", tokenize, methods=["POST"]),
         ]
     )
+    app.state.adapters = adapters
+    return app
 
 
 async def serve_model(
-    model: str, host: str = "127.0.0.1", port: int = 8000, device: str = "auto", on_ready: Callable[[str], None] | None = None
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "auto",
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Load `model` into the built-in backend and serve it until SIGINT/SIGTERM; `on_ready(base_url)` once listening."""
     from core.backends.builtin import BuiltinBackend
@@ -266,4 +445,5 @@ async def serve_model(
     try:
         await serve_forever(app, host, port, ready)
     finally:
+        await app.state.adapters.aclose()
         await backend.aclose()
