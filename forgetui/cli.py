@@ -68,12 +68,25 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from core.paths import home
-    from core.store.query import format_result, latest_store, run_query, store_for_run
+    from core.store.query import (
+        format_result,
+        latest_store,
+        run_query,
+        run_query_shards,
+        run_shards,
+        store_for_run,
+    )
 
     if args.store:
         store = Path(args.store)
     elif args.run:
         store = store_for_run(args.run)
+        shards = run_shards(args.run)
+        if shards:  # a veRL run: one store per agent-loop worker, read as one
+            result = run_query_shards([store, *shards] if store.exists() else shards, args.query)
+            text = format_result(result, args.format)
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            return 0
     else:
         found = latest_store(home())
         if found is None:
@@ -197,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--store", help="path of a .duckdb store")
-    where.add_argument("--run", help="a run id (FORGETUI_HOME/runs/RUN_ID/store.duckdb)")
+    where.add_argument("--run", help="a run id (FORGETUI_HOME/runs/RUN_ID/store.duckdb, or its veRL workers' shards read as one)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.set_defaults(func=cmd_sql)
 

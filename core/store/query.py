@@ -20,6 +20,7 @@ from core.errors import StoreError
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ROWS = 100_000
+SHARDS_DIR = "shards"  # runs/<run_id>/shards/<shard>/store.duckdb: one store per veRL agent-loop worker
 ALLOWED_PRAGMAS = frozenset(
     {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "version",
      "database_list", "show", "metadata_info", "functions", "collations", "platform", "user_agent"}
@@ -201,6 +202,42 @@ def format_result(result: QueryResult, fmt: str = "table") -> str:
 def store_for_run(run_id: str) -> Path:
     """FORGETUI_HOME/runs/<run_id>/store.duckdb."""
     return paths.runs_dir() / run_id / "store.duckdb"
+
+
+def run_shards(run_id: str) -> list[Path]:
+    """The store shards of a run (one per veRL agent-loop worker), in name order; [] for a one-store run."""
+    return sorted((paths.runs_dir() / run_id / SHARDS_DIR).glob("*/store.duckdb"))
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def run_query_shards(stores: list[Path], sql: str, *, max_rows: int = DEFAULT_MAX_ROWS) -> QueryResult:
+    """Read-only SQL over several stores as one: each ATTACHed read-only, every table a UNION ALL BY NAME view."""
+    con = duckdb.connect(":memory:")
+    try:
+        tables: dict[str, list[str]] = {}
+        for i, path in enumerate(stores):
+            alias = f"shard{i}"
+            try:
+                con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {alias} (READ_ONLY)")
+            except duckdb.Error as exc:
+                if any(word in str(exc).lower() for word in ("lock", "in use", "already attached")):
+                    raise StoreError(
+                        f"store shard {path} is open in a running worker: query it alone with --store {path} "
+                        f"(its live endpoint answers) or the whole run after its workers end ({exc})"
+                    ) from exc
+                raise StoreError(f"cannot open store shard {path} read-only: {exc}") from exc
+            names = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]).fetchall()
+            for (name,) in names:
+                tables.setdefault(name, []).append(alias)
+        for name, aliases in tables.items():
+            union = " UNION ALL BY NAME ".join(f"SELECT * FROM {a}.main.{_quoted(name)}" for a in aliases)
+            con.execute(f"CREATE VIEW {_quoted(name)} AS {union}")
+        return execute_read_only(con, sql, max_rows)
+    finally:
+        con.close()
 
 
 def last_written(path: Path) -> float:
