@@ -139,6 +139,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from core.config import load_config
+
+    config = load_config(args.config, args.set)
+    if config.train.steps <= 0:
+        raise ForgetuiError("forgetui train needs train.steps > 0 (in the config or --set train.steps=N)")
+    trainer = args.trainer or config.train.trainer
+    if trainer != "verl":  # the same as `forgetui run` on a training config
+        args.set = [*args.set, f"train.trainer={trainer}"]
+        args.command, args.resume, args.k = "run", None, None
+        return cmd_run(args)
+    from core.train.verl.launch import ClusterOptions, launch, prepare
+
+    config.train.trainer = "verl"
+    opts = ClusterOptions(
+        nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node, model=args.model, max_prompt_length=args.max_prompt_length,
+        max_response_length=args.max_response_length, tensor_parallel=args.tp, agent_workers=args.agent_workers, extra=args.override,
+    )
+    plan = prepare(config, opts)
+    log.info("veRL run %s: %d train / %d val tasks, overrides in %s", plan.run_id, plan.n_train, plan.n_val, plan.overrides_file)
+    print(plan.command_line(), flush=True)
+    if args.dry_run:
+        return 0
+    return launch(plan)
+
+
 def cmd_gc(args: argparse.Namespace) -> int:
     from core.rollout.orphans import reap_dead_runs
     from core.runtime import make_runtime
@@ -229,6 +255,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output file (default: the run folder's export/samples.jsonl, sft.jsonl or verl.parquet)")
     p.add_argument("--min-reward", type=float, default=None, help="keep rollouts with at least this reward (sft default 1.0; jsonl default all)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("train", help="train on a config: --trainer local (this machine) or verl (writes veRL's dataset and overrides, launches its PPO trainer on GPUs)")
+    p.add_argument("config", help="a run config (TOML) with train.steps > 0")
+    p.add_argument("--trainer", choices=["local", "verl"], default=None, help="default: train.trainer of the config")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--no-ui", action="store_true", help="local: headless, one JSON summary on stdout")
+    p.add_argument("--dry-run", action="store_true", help="verl: write the dataset, agent-loop YAML and overrides, print the command, launch nothing")
+    p.add_argument("--nnodes", type=int, default=1, help="verl: trainer.nnodes")
+    p.add_argument("--n-gpus-per-node", type=int, default=8, help="verl: trainer.n_gpus_per_node")
+    p.add_argument("--model", help="verl: the policy's HF folder or hub id (default: from policy.backend)")
+    p.add_argument("--max-prompt-length", type=int, default=4096, help="verl: tokens of a sample's first prompt")
+    p.add_argument("--max-response-length", type=int, default=8192, help="verl: tokens after it (completions and tool results)")
+    p.add_argument("--tp", type=int, default=1, help="verl: vLLM tensor parallel size")
+    p.add_argument("--agent-workers", type=int, default=None, help="verl: agent-loop workers (each its own proxy and store shard)")
+    p.add_argument("--override", action="append", default=[], metavar="HYDRA_OVERRIDE", help="verl: an extra Hydra override, appended last")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9)")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)

@@ -1,0 +1,190 @@
+"""`forgetui train --trainer verl`: the dataset, the agent-loop YAML, Hydra overrides and veRL's PPO entry point.
+
+Everything goes under runs/<run_id>/verl/: train.parquet, val.parquet, forgetui.toml (the resolved run
+config the agent-loop workers load), agent_loop.yaml, overrides.txt (one override a line) and
+command.sh (the command line). veRL itself needs GPUs (vLLM rollout, FSDP actor): without one the
+launch stops with a clear error after writing those files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.config import RunConfig, dump_toml
+from core.errors import ConfigError, ForgetuiError
+from core.paths import home, runs_dir
+from core.proxy.factory import parse_spec
+from core.run_setup import new_run_id
+from core.train.verl.dataset import AGENT_NAME, write_dataset
+from core.train.verl.worker import CONFIG_ENV, RUN_ID_ENV
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT = "verl.trainer.main_ppo"
+AGENT_LOOP_TARGET = "core.train.verl.agent_loop.ForgetuiAgentLoop"
+
+
+@dataclass
+class ClusterOptions:
+    """What the run config does not say about the cluster and veRL's budgets."""
+
+    nnodes: int = 1
+    n_gpus_per_node: int = 8
+    model: str | None = None  # the policy's HF folder or hub id (default: from policy.backend)
+    max_prompt_length: int = 4096
+    max_response_length: int = 8192
+    tensor_parallel: int = 1
+    agent_workers: int | None = None
+    extra: list[str] = field(default_factory=list)  # raw Hydra overrides, appended last
+
+
+@dataclass
+class VerlPlan:
+    """The files written for one veRL run and the command that trains on them."""
+
+    run_id: str
+    folder: Path
+    train_file: Path
+    val_file: Path
+    agent_loop_yaml: Path
+    overrides_file: Path
+    overrides: list[str]
+    n_train: int
+    n_val: int
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", ENTRY_POINT, *self.overrides]
+
+    def command_line(self) -> str:
+        return shlex.join(self.command)
+
+
+def model_path(config: RunConfig, override: str | None) -> str:
+    """The policy's weights as veRL loads them: --model, or the HF folder behind builtin:MODEL / vllm's tokenizer."""
+    if override:
+        return override
+    kind, target, _ = parse_spec(config.policy.backend)
+    if kind == "builtin":
+        from core.models.resolve import resolve_model
+
+        return str(resolve_model(target))
+    if kind == "vllm" and config.policy.tokenizer:
+        return config.policy.tokenizer
+    raise ConfigError(f"policy.backend {config.policy.backend!r} names no weights veRL can train: pass --model HF_FOLDER_OR_HUB_ID")
+
+
+def verl_overrides(config: RunConfig, plan_files: dict[str, Path], run_id: str, n_train: int, opts: ClusterOptions) -> list[str]:
+    """Hydra overrides of veRL's ppo_trainer for this run config."""
+    train = config.train
+    batch = min(train.tasks_per_step or n_train, n_train)
+    micro = train.micro_batch_size
+    actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+    out = [
+        f"data.train_files={plan_files['train']}",
+        f"data.val_files={plan_files['val']}",
+        f"data.train_batch_size={batch}",
+        f"data.max_prompt_length={opts.max_prompt_length}",
+        f"data.max_response_length={opts.max_response_length}",
+        "data.return_raw_chat=True",
+        f"actor_rollout_ref.model.path={model_path(config, opts.model)}",
+        f"{actor}.optim.lr={train.lr}",
+        f"{actor}.optim.clip_grad={train.max_grad_norm}",
+        f"{actor}.ppo_mini_batch_size={batch}",
+        f"{actor}.ppo_micro_batch_size_per_gpu={micro}",
+        f"{actor}.policy_loss.loss_mode={train.policy_loss}",
+        f"{actor}.clip_ratio={train.clip_ratio}",
+        f"{actor}.loss_agg_mode={train.loss_agg_mode}",
+        f"{actor}.entropy_coeff={train.entropy_coef}",
+        f"{actor}.use_kl_loss={train.kl_coef > 0}",
+        f"{actor}.kl_loss_coef={train.kl_coef}",
+        f"{actor}.kl_loss_type={train.kl_type}",
+        f"{rollout}.name=vllm",
+        f"{rollout}.mode=async",
+        f"{rollout}.calculate_log_probs=True",
+        f"{rollout}.n={config.run.n_samples}",
+        f"{rollout}.temperature={train.temperature}",
+        f"{rollout}.tensor_model_parallel_size={opts.tensor_parallel}",
+        f"{rollout}.log_prob_micro_batch_size_per_gpu={micro}",
+        f"{rollout}.agent.agent_loop_config_path={plan_files['agent_loop']}",
+        f"{rollout}.agent.default_agent_loop={AGENT_NAME}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        f"algorithm.adv_estimator={train.estimator}",
+        f"algorithm.norm_adv_by_std_in_grpo={train.norm_adv_by_std}",
+        f"trainer.nnodes={opts.nnodes}",
+        f"trainer.n_gpus_per_node={opts.n_gpus_per_node}",
+        f"trainer.total_training_steps={train.steps}",
+        f"trainer.save_freq={train.save_every or -1}",
+        f"trainer.default_local_dir={runs_dir() / run_id / 'checkpoints'}",
+        "trainer.project_name=forgetui",
+        f"trainer.experiment_name={run_id}",
+        "trainer.logger=[console]",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.FORGETUI_HOME={home()}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{CONFIG_ENV}={plan_files['config']}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{RUN_ID_ENV}={run_id}",
+    ]
+    if train.warmup_steps:
+        out.append(f"{actor}.optim.lr_warmup_steps={train.warmup_steps}")
+    if train.lora_rank:
+        out += [f"actor_rollout_ref.model.lora_rank={train.lora_rank}", f"actor_rollout_ref.model.lora_alpha={train.lora_alpha}"]
+    if train.seed is not None:
+        out.append(f"data.seed={train.seed}")
+    if opts.agent_workers:
+        out.append(f"{rollout}.agent.num_workers={opts.agent_workers}")
+    return out + list(opts.extra)
+
+
+def agent_loop_yaml(config_path: Path, run_id: str) -> str:
+    """veRL's agent-loop config: the `forgetui` loop, its run config and the run every worker records into."""
+    return (
+        f"- name: {AGENT_NAME}\n"
+        f"  _target_: {AGENT_LOOP_TARGET}\n"
+        f"  forgetui_config: {config_path}\n"
+        f"  run_id: {run_id}\n"
+    )
+
+
+def prepare(config: RunConfig, opts: ClusterOptions, run_id: str | None = None) -> VerlPlan:
+    """Write the dataset, the run config, the agent-loop YAML and the overrides under runs/<run_id>/verl/."""
+    if config.train.steps <= 0:
+        raise ConfigError("forgetui train needs train.steps > 0 (--set train.steps=N)")
+    run_id = run_id or new_run_id()
+    folder = runs_dir() / run_id / "verl"
+    train_file, val_file, n_train, n_val = write_dataset(config, folder)
+    files = {"train": train_file, "val": val_file, "config": folder / "forgetui.toml", "agent_loop": folder / "agent_loop.yaml"}
+    files["config"].write_text(dump_toml(config))
+    files["agent_loop"].write_text(agent_loop_yaml(files["config"], run_id))
+    overrides = verl_overrides(config, files, run_id, n_train, opts)
+    plan = VerlPlan(run_id, folder, train_file, val_file, files["agent_loop"], folder / "overrides.txt", overrides, n_train, n_val)
+    plan.overrides_file.write_text("\n".join(overrides) + "\n")
+    (folder / "command.sh").write_text("#!/bin/sh\n" + plan.command_line() + "\n")
+    return plan
+
+
+def gpu_count() -> int:
+    """CUDA devices torch sees here (0 without torch or CUDA)."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def launch(plan: VerlPlan) -> int:
+    """Run veRL's PPO entry point on the plan (needs GPUs); its exit status."""
+    if gpu_count() == 0:
+        raise ForgetuiError(
+            "no GPU on this machine: veRL's PPO trainer needs NVIDIA GPUs (vLLM rollout, FSDP actor) and cannot train on CPU. "
+            f"The dataset and overrides are written in {plan.folder}; run {plan.folder / 'command.sh'} on a GPU node "
+            "(or `forgetui train CONFIG --trainer local` here)"
+        )
+    env = dict(os.environ, FORGETUI_HOME=str(home()), **{CONFIG_ENV: str(plan.folder / "forgetui.toml"), RUN_ID_ENV: plan.run_id})
+    log.info("launching veRL: %s", plan.command_line())
+    return subprocess.call(plan.command, env=env)
