@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2  # 2: rollouts.step, calls.attempt and weights_version, samples for training (added in place by migrate)
+SCHEMA_VERSION = 3  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
+# (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); migrate adds them in place
 
 # (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
 TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
@@ -70,7 +71,12 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("model", "VARCHAR", "Model name the harness asked for."),
             ("request", "JSON", "The request body as the harness sent it."),
             ("response", "JSON", "The response body as returned (streams: the assembled final body)."),
-            ("prompt_token_ids", "INTEGER[]", "Token ids of the rendered prompt."),
+            (
+                "prompt_token_ids",
+                "INTEGER[]",
+                "Token ids of the rendered prompt; NULL when the prompt is stored compactly (`prompt_new_token_ids`): "
+                "read whole prompts from `calls_full` or `full_prompt(call_id)`.",
+            ),
             ("completion_token_ids", "INTEGER[]", "Token ids the policy sampled."),
             ("completion_logprobs", "DOUBLE[]", "Log-probability of each sampled token."),
             ("finish_reason", "VARCHAR", "`stop`, `length`, `tool_calls`, ..."),
@@ -87,6 +93,12 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("backend", "VARCHAR", "Backend that served it (`builtin:tiny`, `scripted:…`, `vllm:…`, `litellm:…`)."),
             ("stream", "BOOLEAN", "Whether the harness asked for a stream."),
             ("weights_version", "INTEGER", "Version of the policy's weights that sampled it (0 = as loaded; +1 per update)."),
+            (
+                "prompt_new_token_ids",
+                "INTEGER[]",
+                "Compact prompt: set (and `prompt_token_ids` NULL) when the prompt is the parent's (`parent_call_id`) "
+                "prompt + completion, `prefix_tokens` ids in all, followed by these ids.",
+            ),
         ],
         "call_id",
     ),
@@ -141,6 +153,49 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
     ),
 ]
 
+# (name, description, DDL): views and macros over the tables, created (or replaced) on every open after the tables.
+VIEWS: list[tuple[str, str, str]] = [
+    (
+        "calls_full",
+        "Every `calls` row with its whole prompt in `prompt_token_ids` (compact prompts rebuilt along their parents; "
+        "NULL where a parent row is missing or its length disagrees with `prefix_tokens`). Rebuilds every prompt of "
+        "the store: filter `calls` first, or use `full_prompt`, for a few calls.",
+        """CREATE OR REPLACE VIEW calls_full AS
+WITH RECURSIVE prompts(call_id, ids, completion) AS (
+    SELECT call_id, prompt_token_ids, completion_token_ids FROM calls WHERE prompt_token_ids IS NOT NULL
+    UNION ALL
+    SELECT c.call_id, list_concat(list_concat(p.ids, coalesce(p.completion, [])), c.prompt_new_token_ids), c.completion_token_ids
+    FROM prompts p JOIN calls c ON c.parent_call_id = p.call_id
+    WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL
+      AND len(p.ids) + coalesce(len(p.completion), 0) = c.prefix_tokens
+)
+SELECT c.* REPLACE (coalesce(c.prompt_token_ids, p.ids) AS prompt_token_ids)
+FROM calls c LEFT JOIN prompts p ON p.call_id = c.call_id AND c.prompt_token_ids IS NULL;""",
+    ),
+    (
+        "full_prompt",
+        "Table macro: `SELECT prompt_token_ids FROM full_prompt('call-id')` rebuilds one call's whole prompt by walking "
+        "up its parents only (NULL when the chain is broken).",
+        """CREATE OR REPLACE MACRO full_prompt(id) AS TABLE
+WITH RECURSIVE up(call_id, depth) AS (
+    SELECT call_id, 0 FROM calls WHERE call_id = id
+    UNION ALL
+    SELECT c.parent_call_id, up.depth + 1 FROM up JOIN calls c ON c.call_id = up.call_id
+    WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL AND up.depth < 1000000
+), parts AS (
+    SELECT up.depth, c.prompt_token_ids IS NOT NULL AS is_root,
+           list_concat(coalesce(c.prompt_token_ids, c.prompt_new_token_ids),
+                       CASE WHEN up.depth > 0 THEN coalesce(c.completion_token_ids, []) ELSE [] END) AS part,
+           coalesce(len(c.prompt_token_ids), c.prefix_tokens + len(c.prompt_new_token_ids)) AS expected
+    FROM up JOIN calls c ON c.call_id = up.call_id
+)
+SELECT id AS call_id,
+       CASE WHEN arg_max(is_root, depth) AND len(flatten(list(part ORDER BY depth DESC))) = arg_min(expected, depth)
+            THEN flatten(list(part ORDER BY depth DESC)) END AS prompt_token_ids
+FROM parts;""",
+    ),
+]
+
 COLUMNS: dict[str, dict[str, str]] = {name: {c: t for c, t, _ in cols} for name, _, cols, _ in TABLES}
 PRIMARY_KEYS: dict[str, str | None] = {name: pk for name, _, _, pk in TABLES}
 JSON_COLUMNS: dict[str, frozenset[str]] = {
@@ -162,6 +217,7 @@ def _ddl(name: str, cols: list[tuple[str, str, str]], pk: str | None) -> str:
 
 
 SCHEMA_SQL = "\n".join(_ddl(name, cols, pk) for name, _, cols, pk in TABLES)
+VIEWS_SQL = "\n".join(ddl for _, _, ddl in VIEWS)
 
 
 def _doc() -> str:
@@ -171,6 +227,12 @@ def _doc() -> str:
         parts.append("| column | type | meaning |\n|---|---|---|")
         parts.extend(f"| `{c}` | {t} | {d} |" for c, t, d in cols)
         parts.append("")
+    parts.append(
+        "### Views and macros\n\nA call whose prompt extends its parent's prompt + completion is stored compactly: "
+        "`prompt_token_ids` NULL, `prompt_new_token_ids` the ids after the parent's. These rebuild whole prompts:\n"
+    )
+    parts.extend(f"- `{name}`: {about}" for name, about, _ in VIEWS)
+    parts.append("")
     return "\n".join(parts)
 
 

@@ -27,6 +27,7 @@ from core.store.schema import (
     SCHEMA_SQL,
     SCHEMA_VERSION,
     TIMESTAMP_COLUMNS,
+    VIEWS_SQL,
     q,
 )
 
@@ -447,7 +448,7 @@ def _bulk_insert(cur: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every table (idempotent) and check the file's schema version."""
+    """Create every table (idempotent), check the file's schema version, then (re)create the views and macros."""
     try:
         con.execute(SCHEMA_SQL)
         found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -464,6 +465,7 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
         elif int(found[0]) < SCHEMA_VERSION:
             migrate(con)
             con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+        con.execute(VIEWS_SQL)
     except duckdb.Error as exc:
         raise StoreError(f"cannot create the store schema: {exc}") from exc
 
