@@ -1,4 +1,12 @@
-"""Turns one finished, failed or cancelled call into a `calls` row."""
+"""Turns one finished, failed or cancelled call into a `calls` row.
+
+A prompt that provably starts with its parent's prompt + completion (the continuation still holds
+those ids and they match, token for token) is stored compactly: the parent reference
+(`parent_call_id`, `prefix_tokens`) and only the ids after it (`prompt_new_token_ids`). Anything
+else keeps its full `prompt_token_ids`, and so do prompts whose spliced prefix is shorter than
+`COMPACT_MIN_PREFIX` ids (a few KB: not worth a parent walk on every read, and short conversations
+stay readable straight from `calls`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,31 @@ from core.chat import ChatRequest, Completion
 from core.proxy.policy import CallTrace
 from core.proxy.sessions import Session
 from core.store.writer import utcnow
+
+
+COMPACT_MIN_PREFIX = 2048
+
+
+def remembered_ids(session: Session, call_id: str) -> list[int] | None:
+    """The prompt + completion ids a session's continuation holds for `call_id`, if any."""
+    for cont in getattr(session, "_continuations", {}).values():
+        ids = cont.ids_of(call_id)
+        if ids is not None:
+            return ids
+    return None
+
+
+def prompt_columns(prompt: Any, trace: CallTrace, session: Session) -> dict[str, Any]:
+    """The prompt's columns: compact when the trace says it extends its parent and the parent's ids prove it."""
+    full = {"prompt_token_ids": prompt}
+    n = trace.prefix_tokens or 0
+    if prompt is None or not trace.extends_parent or trace.parent_call_id is None or n < max(COMPACT_MIN_PREFIX, 1):
+        return full
+    parent = remembered_ids(session, trace.parent_call_id)
+    head = prompt[:n] if isinstance(prompt, list) else list(prompt[:n])
+    if parent is None or len(parent) != n or head != parent:
+        return full
+    return {"prompt_token_ids": None, "prompt_new_token_ids": list(prompt[n:])}
 
 
 class CallSink(Protocol):
@@ -36,6 +69,7 @@ class CallInFlight:
         now = time.perf_counter()
         t = self.trace
         c = completion
+        prompt = c.prompt_token_ids if c and c.prompt_token_ids is not None else t.prompt_ids
         return {
             "call_id": self.call_id,
             "rollout_id": self.session.rollout_id,
@@ -45,7 +79,7 @@ class CallInFlight:
             "model": self.request.model,
             "request": self.body,
             "response": response,
-            "prompt_token_ids": c.prompt_token_ids if c and c.prompt_token_ids is not None else t.prompt_ids,
+            **prompt_columns(prompt, t, self.session),
             "completion_token_ids": c.completion_token_ids if c and c.completion_token_ids is not None else (t.completion_ids or None),
             "completion_logprobs": c.completion_logprobs if c and c.completion_logprobs is not None else (t.logprobs or None),
             "finish_reason": (("length" if c.truncated_by_proxy else c.finish_reason) if c else t.backend_finish),
