@@ -31,16 +31,45 @@ UNFINISHED = frozenset({"pending", "starting", "running", "verifying"})  # rewar
 TRAINABLE_STATUSES = ("done", "failed", "timeout")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Call:
-    """One ok call's tokens, checked."""
+    """One call's tokens, checked; a compact prompt stays a parent reference + new ids until it is needed whole."""
 
     call_id: str
-    prompt: Ids
+    prompt: Ids | None  # the whole prompt; None until rebuilt for a compact call
     completion: Ids
     logprobs: Ids
     weights_version: int | None
     extends_parent: bool | None
+    n_prompt: int = 0
+    parent: _Call | None = None  # compact: the call whose prompt + completion this prompt starts with
+    new: Ids | None = None  # compact: the ids after the parent's prompt + completion
+    ok: bool = True
+
+    def token(self, i: int) -> int:
+        """Prompt token `i` (0 <= i < n_prompt) without rebuilding the prompt."""
+        call = self
+        while call.prompt is None:
+            parent = call.parent
+            start = parent.n_prompt + len(parent.completion)
+            if i >= start:
+                return call.new[i - start]
+            if i >= parent.n_prompt:
+                return parent.completion[i - parent.n_prompt]
+            call = parent
+        return call.prompt[i]
+
+    def full_prompt(self) -> Ids:
+        """The whole prompt (a compact one is rebuilt once, in one concatenation along its parents)."""
+        if self.prompt is None:
+            parts, call = [], self
+            while call.prompt is None:
+                parts += [call.new, call.parent.completion]
+                call = call.parent
+            parts.append(call.prompt)
+            whole = [p for p in reversed(parts) if len(p)]
+            self.prompt = np.concatenate(whole, dtype=np.int64) if whole else np.empty(0, dtype=np.int64)
+        return self.prompt
 
 
 @dataclass
@@ -48,8 +77,7 @@ class _Branch:
     """An open sample while calls merge into it."""
 
     branch: int
-    prompt: Ids  # the last merged call's prompt
-    completion: Ids  # the last merged call's completion
+    last: _Call  # the last merged call: the branch's sequence is its prompt + completion
     touched: int  # when it last took a call (ties go to the most recent)
     calls: list[_Call] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
@@ -58,14 +86,14 @@ class _Branch:
     @property
     def length(self) -> int:
         """Tokens so far: the last merged call's prompt + completion."""
-        return len(self.prompt) + len(self.completion)
+        return self.last.n_prompt + len(self.last.completion)
 
     def take(self, call: _Call, touched: int) -> None:
         """Merge `call` (its prompt already checked to start with this branch's sequence)."""
         self.calls.append(call)
-        self.starts.append(len(call.prompt))
-        self.ends.append(len(call.prompt) + len(call.completion))
-        self.prompt, self.completion, self.touched = call.prompt, call.completion, touched
+        self.starts.append(call.n_prompt)
+        self.ends.append(call.n_prompt + len(call.completion))
+        self.last, self.touched = call, touched
 
 
 @dataclass(frozen=True)
@@ -99,19 +127,29 @@ def _same(a: Ids, b: Ids) -> bool:
 
 def _last(branch: _Branch) -> int:
     """The branch sequence's last token."""
-    return branch.completion[-1] if len(branch.completion) else branch.prompt[-1]
+    last = branch.last
+    return last.completion[-1] if len(last.completion) else last.token(last.n_prompt - 1)
 
 
-def _extends(prompt: Ids, branch: _Branch) -> bool:
-    """Whether `prompt` starts with the branch's whole sequence (cheap boundary checks first)."""
-    n_prompt, total = len(branch.prompt), branch.length
+def _continues(call: _Call, branch: _Branch) -> bool:
+    """Whether `call` is stored as a continuation of the branch's last call (its prompt extends it by construction)."""
+    return call.parent is not None and call.parent is branch.last
+
+
+def _extends(call: _Call, branch: _Branch) -> bool:
+    """Whether `call`'s prompt starts with the branch's whole sequence (cheap boundary checks first)."""
+    if _continues(call, branch):
+        return True
+    last = branch.last
+    n_prompt, total = last.n_prompt, branch.length
     if total == 0:
         return True
-    if len(prompt) < total or prompt[total - 1] != _last(branch):
+    if call.n_prompt < total or call.token(total - 1) != _last(branch):
         return False
-    if n_prompt and prompt[n_prompt - 1] != branch.prompt[-1]:
+    if n_prompt and call.token(n_prompt - 1) != last.token(n_prompt - 1):
         return False
-    return _same(prompt[:n_prompt], branch.prompt) and _same(prompt[n_prompt:total], branch.completion)
+    prompt, head = call.full_prompt(), last.full_prompt()
+    return _same(prompt[:n_prompt], head) and _same(prompt[n_prompt:total], last.completion)
 
 
 def _ids(value: Any) -> Ids | None:
@@ -121,40 +159,96 @@ def _ids(value: Any) -> Ids | None:
     return list(value)
 
 
-def _check_call(row: Mapping[str, Any], rollout_id: str) -> _Call:
-    """A `calls` row as a `_Call`, or TrainingDataError when its tokens cannot be trained on."""
-    call_id = str(row.get("call_id"))
-    prompt, completion = _ids(row.get("prompt_token_ids")), _ids(row.get("completion_token_ids"))
-    logprobs = row.get("completion_logprobs")
-    if prompt is None or completion is None:
-        missing = "prompt" if prompt is None else "completion"
-        raise TrainingDataError(
-            f"call {call_id} of rollout {rollout_id} has no {missing} token ids: training needs the exact token ids "
-            "and one logprob per sampled token; a passthrough backend that returns no token ids cannot be trained on "
-            "(use a token backend: builtin, vllm or scripted, or a litellm backend that returns token ids and logprobs)"
-        )
-    if len(completion) and (logprobs is None or len(logprobs) != len(completion)):
-        got = "no logprobs" if logprobs is None else f"{len(logprobs)} logprobs"
-        raise TrainingDataError(
-            f"call {call_id} of rollout {rollout_id} has {len(completion)} completion tokens but {got}: training needs "
-            "one logprob per sampled token; a passthrough backend without token ids/logprobs cannot be trained on "
-            "(use a token backend: builtin, vllm or scripted, or a litellm backend that returns logprobs)"
-        )
-    return _Call(
-        call_id=call_id,
-        prompt=prompt,
-        completion=completion,
-        logprobs=logprobs if logprobs is not None else [],
-        weights_version=row.get("weights_version"),
-        extends_parent=row.get("extends_parent"),
+def _no_ids(call_id: str, rollout_id: str, missing: str) -> TrainingDataError:
+    """The error for a call without the token ids training needs."""
+    return TrainingDataError(
+        f"call {call_id} of rollout {rollout_id} has no {missing} token ids: training needs the exact token ids "
+        "and one logprob per sampled token; a passthrough backend that returns no token ids cannot be trained on "
+        "(use a token backend: builtin, vllm or scripted, or a litellm backend that returns token ids and logprobs)"
     )
 
 
+def _node(row: Mapping[str, Any]) -> _Call:
+    """A `calls` row as an unchecked `_Call` (compact prompts not linked yet)."""
+    prompt, new = _ids(row.get("prompt_token_ids")), _ids(row.get("prompt_new_token_ids"))
+    completion = _ids(row.get("completion_token_ids"))
+    compact = prompt is None and new is not None
+    logprobs = row.get("completion_logprobs")
+    return _Call(
+        call_id=str(row.get("call_id")),
+        prompt=prompt,
+        completion=completion if completion is not None else [],
+        logprobs=logprobs if logprobs is not None else [],
+        weights_version=row.get("weights_version"),
+        extends_parent=row.get("extends_parent"),
+        n_prompt=(int(row.get("prefix_tokens") or 0) + len(new)) if compact else len(prompt) if prompt is not None else 0,
+        new=new if compact else None,
+        ok=row.get("status", "ok") == "ok",
+    )
+
+
+def _link(call: _Call, row: Mapping[str, Any], nodes: Mapping[str, _Call]) -> bool:
+    """Point a compact call at its parent; False when the parent is missing or its length disagrees."""
+    parent = nodes.get(str(row.get("parent_call_id")))
+    if parent is None or parent is call or (parent.prompt is None and parent.new is None):
+        return False
+    call.parent = parent
+    return int(row.get("prefix_tokens") or 0) == parent.n_prompt + len(parent.completion)
+
+
+def _check(call: _Call, row: Mapping[str, Any], rollout_id: str) -> _Call:
+    """`call` when its tokens can be trained on, else TrainingDataError."""
+    if call.prompt is None and call.new is None or row.get("completion_token_ids") is None:
+        raise _no_ids(call.call_id, rollout_id, "prompt" if call.prompt is None and call.new is None else "completion")
+    logprobs = row.get("completion_logprobs")
+    if len(call.completion) and (logprobs is None or len(logprobs) != len(call.completion)):
+        got = "no logprobs" if logprobs is None else f"{len(logprobs)} logprobs"
+        raise TrainingDataError(
+            f"call {call.call_id} of rollout {rollout_id} has {len(call.completion)} completion tokens but {got}: training needs "
+            "one logprob per sampled token; a passthrough backend without token ids/logprobs cannot be trained on "
+            "(use a token backend: builtin, vllm or scripted, or a litellm backend that returns logprobs)"
+        )
+    return call
+
+
+def _calls(rows: Iterable[Mapping[str, Any]], rollout_id: str) -> list[_Call]:
+    """The rollout's ok calls, checked, compact prompts linked to their parents (any status) in one pass."""
+    rows = list(rows)
+    nodes = {str(r.get("call_id")): _node(r) for r in rows}
+    broken: set[str] = set()
+    for row in rows:
+        call = nodes[str(row.get("call_id"))]
+        if call.new is not None and not _link(call, row, nodes):
+            broken.add(call.call_id)
+    checked = []
+    for row in rows:
+        call = nodes[str(row.get("call_id"))]
+        if not call.ok:
+            continue
+        if call.new is not None and _chain_broken(call, broken):
+            raise TrainingDataError(
+                f"call {call.call_id} of rollout {rollout_id} stores its prompt as a continuation of a call whose row "
+                "is missing or disagrees in length: its prompt cannot be rebuilt"
+            )
+        checked.append(_check(call, row, rollout_id))
+    return checked
+
+
+def _chain_broken(call: _Call, broken: set[str]) -> bool:
+    """Whether any compact prompt on the way up from `call` lacks its parent."""
+    seen = 0
+    while call is not None and call.prompt is None:
+        if call.new is None or call.call_id in broken or seen > 1_000_000:
+            return True
+        call, seen = call.parent, seen + 1
+    return call is None
+
+
 # ----------------------------------------------------------------------------- merging
-def _best_branch(prompt: Ids, branches: list[_Branch]) -> _Branch | None:
-    """The open branch with the longest sequence that `prompt` starts with (latest on a tie)."""
+def _best_branch(call: _Call, branches: list[_Branch]) -> _Branch | None:
+    """The open branch with the longest sequence that `call`'s prompt starts with (latest on a tie)."""
     for branch in sorted(branches, key=lambda b: (b.length, b.touched), reverse=True):
-        if _extends(prompt, branch):
+        if _extends(call, branch):
             return branch
     return None
 
@@ -181,10 +275,10 @@ def _merge(calls: Iterable[_Call], rollout_id: str) -> list[_Branch]:
     """Merge checked calls, in order, into branches (in order of creation)."""
     branches: list[_Branch] = []
     for i, call in enumerate(calls):
-        branch = _best_branch(call.prompt, branches)
+        branch = _best_branch(call, branches)
         _cross_check(call, branch is not None, rollout_id)
         if branch is None:
-            branch = _Branch(branch=len(branches), prompt=call.prompt, completion=call.completion, touched=i)
+            branch = _Branch(branch=len(branches), last=call, touched=i)
             branches.append(branch)
         branch.take(call, i)
     return branches
@@ -209,7 +303,7 @@ def _floats(values: Ids) -> list[float]:
 
 def _sample(branch: _Branch, rollout: Mapping[str, Any]) -> Sample:
     """The `Sample` of one finished branch."""
-    token_ids = _as_list(branch.prompt, branch.completion)
+    token_ids = _as_list(branch.last.full_prompt(), branch.last.completion)
     mask, logprobs = [0] * len(token_ids), [0.0] * len(token_ids)
     for call, start, end in zip(branch.calls, branch.starts, branch.ends, strict=True):
         mask[start:end] = [1] * (end - start)
@@ -251,15 +345,18 @@ def build_samples(rollout: Mapping[str, Any], calls: Iterable[Mapping[str, Any]]
     if status in UNFINISHED:
         log.warning("rollout %s is still %s: its reward is not final, no samples", rollout_id, status)
         return []
-    checked = [_check_call(row, rollout_id) for row in calls if row.get("status", "ok") == "ok"]
-    return [_sample(b, rollout) for b in _merge(checked, rollout_id)]
+    return [_sample(b, rollout) for b in _merge(_calls(calls, rollout_id), rollout_id)]
 
 
 # ----------------------------------------------------------------------------- the store
 ROLLOUT_COLS = ("rollout_id", "run_id", "task_id", "step", "reward", "status")
 CALL_COLS = (
     "call_id",
+    "status",
     "prompt_token_ids",
+    "prompt_new_token_ids",
+    "parent_call_id",
+    "prefix_tokens",
     "completion_token_ids",
     "completion_logprobs",
     "weights_version",
@@ -276,9 +373,10 @@ def _cursor(store_or_cursor: Any) -> Any:
 
 
 def _run_sql(run_id: str, step: int | None, rollout_ids: Sequence[str] | None) -> tuple[str, list[Any]]:
-    """The one query for a run's trainable rollouts and the ok calls of their last attempt."""
+    """The one query for a run's trainable rollouts and the calls of their last attempt (compact prompts as stored:
+    calls of any status are read, as the parents a compact prompt may name)."""
     # no ORDER BY: sorting the token columns in DuckDB costs as much as reading them; seq orders them in Python
-    cols = [f"r.{c}" for c in ROLLOUT_COLS] + [f"c.{c}" for c in ("seq", *CALL_COLS)]
+    cols = [f"r.{c}" for c in ROLLOUT_COLS] + [f"c.{c} AS c_{c}" for c in ("seq", *CALL_COLS)]
     where, params = ["r.run_id = ?", "list_contains(?, r.status)"], [run_id, list(TRAINABLE_STATUSES)]
     if step is not None:
         where.append("coalesce(r.step, 0) = ?")
@@ -288,7 +386,7 @@ def _run_sql(run_id: str, step: int | None, rollout_ids: Sequence[str] | None) -
         params.append(list(rollout_ids))
     sql = (
         f"SELECT {', '.join(cols)} FROM rollouts r LEFT JOIN calls c "
-        "ON c.rollout_id = r.rollout_id AND c.status = 'ok' AND coalesce(c.attempt, 0) = coalesce(r.attempt, 0) "
+        "ON c.rollout_id = r.rollout_id AND coalesce(c.attempt, 0) = coalesce(r.attempt, 0) "
         f"WHERE {' AND '.join(where)}"
     )
     return sql, params
@@ -325,9 +423,9 @@ def samples_for_run(
         by_rollout.setdefault(row["rollout_id"], []).append(row)
     samples: list[Sample] = []
     for rollout_id in sorted(by_rollout):
-        group = sorted(by_rollout[rollout_id], key=lambda r: -1 if r["seq"] is None else r["seq"])
+        group = sorted(by_rollout[rollout_id], key=lambda r: -1 if r["c_seq"] is None else r["c_seq"])
         rollout = {c: group[0][c] for c in ROLLOUT_COLS}
-        calls = [{c: r[c] for c in CALL_COLS} for r in group if r["call_id"] is not None]  # all ok (the query says so)
+        calls = [{c: r[f"c_{c}"] for c in CALL_COLS} for r in group if r["c_call_id"] is not None]
         samples += build_samples(rollout, calls)
     log.info("run %s: %s", run_id, diagnostics(samples).as_dict())
     return samples
