@@ -183,16 +183,29 @@ class StoreCatalog:
         return out
 
 
-def load_calls(path: Path, limit: int = CALLS_LIMIT) -> list[CallRow]:
-    """The last `limit` calls of a store, oldest first."""
-    sql = f"""
+# a compact prompt's length without rebuilding it (schema 3); older stores have full prompts only
+PROMPT_LEN = "coalesce(len(prompt_token_ids), prefix_tokens + len(prompt_new_token_ids))"
+
+
+def _calls_sql(prompt_len: str, limit: int) -> str:
+    """The calls table's query, with `prompt_len` as the prompt length's expression."""
+    return f"""
         SELECT * FROM (
             SELECT call_id, seq, rollout_id, api, model, status,
-                   len(prompt_token_ids), len(completion_token_ids), latency_ms, branch, extends_parent, started_at
+                   {prompt_len}, len(completion_token_ids), latency_ms, branch, extends_parent, started_at
             FROM calls ORDER BY started_at DESC NULLS LAST, rollout_id DESC, seq DESC LIMIT {int(limit)}
         ) ORDER BY started_at NULLS FIRST, rollout_id, seq
     """
-    result = run_query(path, sql)
+
+
+def load_calls(path: Path, limit: int = CALLS_LIMIT) -> list[CallRow]:
+    """The last `limit` calls of a store, oldest first."""
+    try:
+        result = run_query(path, _calls_sql(PROMPT_LEN, limit))
+    except StoreError as exc:
+        if "prompt_new_token_ids" not in str(exc):
+            raise
+        result = run_query(path, _calls_sql("len(prompt_token_ids)", limit))  # a store older than schema 3
     return [
         CallRow(
             call_id=_text(r[0]), seq=r[1], rollout_id=_text(r[2]), api=_text(r[3]), model=_text(r[4]),
@@ -209,6 +222,8 @@ def load_call(path: Path, call_id: str) -> CallDetail:
     if not result.rows:
         raise StoreError(f"call {call_id} is not in {path}")
     row = dict(zip(result.columns, result.rows[0], strict=False))
+    if row.get("prompt_token_ids") is None and row.get("prompt_new_token_ids") is not None:
+        row["prompt_token_ids"] = _full_prompt(path, call_id)
     return CallDetail(
         call_id=_text(row.get("call_id")), rollout_id=_text(row.get("rollout_id")), api=_text(row.get("api")),
         model=_text(row.get("model")), status=_text(row.get("status")), error=row.get("error"),
@@ -220,6 +235,12 @@ def load_call(path: Path, call_id: str) -> CallDetail:
         prefix_tokens=row.get("prefix_tokens"), branch=row.get("branch"), extends_parent=row.get("extends_parent"),
         latency_ms=row.get("latency_ms"),
     )
+
+
+def _full_prompt(path: Path, call_id: str) -> list[int] | None:
+    """A compact prompt rebuilt along its parents by the store's `full_prompt` macro."""
+    result = run_query(path, f"SELECT prompt_token_ids FROM full_prompt({sql_str(call_id)})")
+    return result.rows[0][0] if result.rows else None
 
 
 def run_sql(path: Path, sql: str, max_rows: int = 10_000) -> QueryResult:
