@@ -55,7 +55,7 @@ async def execute_run(
 
     `on_step` gets each training step's metrics (the `train_steps` row) as it is written.
     """
-    if config.train.steps:
+    if config.train.steps or config.train.trainer == "sft":  # SFT runs no rollouts: it learns from earlier runs
         from core.train.loop import train_run
 
         return await train_run(config, resume=resume, on_event=on_event, on_start=on_start, on_step=on_step, ks=ks)
