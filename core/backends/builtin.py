@@ -1,7 +1,8 @@
 """The built-in token backend: a transformers causal LM sampled in-process (CPU, or one GPU).
 
-Sampling runs in one worker thread per backend (one generation at a time), token by token
-with the KV cache, and streams tokens back to the event loop as they are sampled.
+Sampling runs in one worker thread per backend (`core.backends.batching.DecodeLoop`): concurrent
+generations decode together in one batch over a shared KV cache, requests join at step
+boundaries and leave when done, and tokens stream back to the event loop as they are sampled.
 """
 
 from __future__ import annotations
@@ -12,19 +13,19 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.batching import DONE as _DONE
+from core.backends.batching import DecodeLoop, Request
 from core.errors import BackendError, ContextLengthError, ForgetuiError, ModelError
 from core.models.resolve import load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
 
 MAX_CONTEXT_CAP = 131072
-_GREEDY_BELOW = 1e-5
-_DONE = object()
 
 
 def _pick_device(device: str) -> str:
@@ -51,12 +52,14 @@ def _pick_dtype(dtype: Any, device: str):
 
 
 class BuiltinBackend:
-    """A `TokenBackend` that samples a local transformers model.
+    """A `TokenBackend` that samples a local transformers model, concurrent requests batched together.
 
     Logprobs: each sampled token's logprob is taken under the temperature-scaled distribution
     (``log_softmax(logits / temperature)``) *before* top-p truncation, which is what a trainer
     recomputes with the same temperature; with temperature 0 (greedy) it is the logprob under the
-    unscaled distribution (temperature 1).
+    unscaled distribution (temperature 1). Batching does not change them beyond float rounding:
+    each prompt is prefilled on its own and decoded with left padding masked out and its own
+    position ids.
     """
 
     def __init__(
@@ -66,12 +69,12 @@ class BuiltinBackend:
         dtype: Any = None,
         max_new_tokens_default: int = 256,
         max_context: int | None = None,
+        max_batch: int = 16,
     ) -> None:
         self.name = model
         self.max_new_tokens_default = max_new_tokens_default
         self.device = _pick_device(device)
         self.weights_version = 0
-        self.tokens_generated = 0  # sampled by the worker, over this backend's life
         source = resolve_model(model)
         try:
             import torch
@@ -93,12 +96,20 @@ class BuiltinBackend:
         self.eos_token_ids = self._eos_ids()
         # transformers 5 renamed `past_key_values` to `cache`
         params = inspect.signature(self.model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"builtin-{Path(str(model)).name}"
-        )
-        self._current: Future | None = None
+        cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._loop = DecodeLoop(self.model, self.device, cache_kwarg, Path(str(model)).name, max_batch)
+        self._pending: set[Future] = set()
         self._closed = False
+
+    @property
+    def tokens_generated(self) -> int:
+        """Tokens sampled by the worker over this backend's life."""
+        return self._loop.tokens_generated
+
+    @property
+    def peak_batch(self) -> int:
+        """The most sequences one decode step has carried so far."""
+        return self._loop.peak_batch
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -132,92 +143,55 @@ class BuiltinBackend:
             except RuntimeError:  # the event loop is gone: nobody is listening
                 stop.set()
 
-        future = self._executor.submit(self._sample, list(prompt_ids), sampling, stop, emit)
-        self._current = future
+        request = self._request(list(prompt_ids), sampling, emit, stop)
+        self._pending.add(request.done)
+        request.done.add_done_callback(self._pending.discard)
+        self._loop.submit(request)
         try:
             while True:
-                item = await queue.get()
-                items = [item]
-                while not queue.empty():
-                    items.append(queue.get_nowait())
-                ids: list[int] = []
-                lps: list[float] = []
-                finish = None
-                for it in items:
-                    if it is _DONE:
-                        continue
-                    if isinstance(it, ForgetuiError):
-                        raise it
-                    if isinstance(it, BaseException):
-                        raise BackendError(f"model {self.name} failed while sampling: {it!r}") from it
-                    tok, lp, fin = it
-                    ids.append(tok)
-                    lps.append(lp)
-                    finish = fin or finish
-                if ids:
-                    yield TokenChunk(token_ids=ids, logprobs=lps, finish_reason=finish)
-                if finish is not None or _DONE in items:
+                chunk, over = _drain(await queue.get(), queue, self.name)
+                if chunk is not None:
+                    yield chunk
+                if over:
                     return
         finally:
             stop.set()
 
-    def _sample(self, prompt_ids: list[int], sampling: SamplingParams, stop: threading.Event, emit) -> None:
-        """The worker-thread loop: prefill, then one token per step with the KV cache."""
-        torch = self._torch
-        try:
-            budget = (
-                sampling.max_tokens
-                if sampling.max_tokens and sampling.max_tokens > 0
-                else self.max_new_tokens_default
-            )
-            budget = min(budget, self.context_length - len(prompt_ids))
-            stops = self.eos_token_ids | set(sampling.stop_token_ids or [])
-            temperature = float(sampling.temperature if sampling.temperature is not None else 1.0)
-            top_p = float(sampling.top_p if sampling.top_p is not None else 1.0)
-            seed = (
-                sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
-            )
-            gen = torch.Generator(device="cpu").manual_seed(int(seed))
-            with torch.inference_mode():
-                input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-                out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
-                past = _cache_of(out)
-                for step in range(budget):
-                    if stop.is_set():
-                        log.debug("generation cancelled after %d tokens", step)
-                        return
-                    logits = out.logits[0, -1].float().cpu()
-                    token, logprob = _pick(logits, temperature, top_p, gen)
-                    finish = "stop" if token in stops else ("length" if step == budget - 1 else None)
-                    self.tokens_generated += 1
-                    emit((token, logprob, finish))
-                    if finish is not None:
-                        return
-                    out = self.model(
-                        input_ids=torch.tensor([[token]], dtype=torch.long, device=self.device),
-                        use_cache=True,
-                        **{self._cache_kwarg: past},
-                    )
-                    past = _cache_of(out)
-        except BaseException as exc:  # handed to the consumer, raised there
-            emit(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-        finally:
-            emit(_DONE)
+    def _request(
+        self, prompt_ids: list[int], sampling: SamplingParams, emit: Any, stop: threading.Event
+    ) -> Request:
+        """The worker's view of one generation: budget, stop ids, temperature, top-p and its seeded generator."""
+        budget = (
+            sampling.max_tokens
+            if sampling.max_tokens and sampling.max_tokens > 0
+            else self.max_new_tokens_default
+        )
+        seed = sampling.seed if sampling.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        return Request(
+            prompt_ids=prompt_ids,
+            budget=min(budget, self.context_length - len(prompt_ids)),
+            stops=self.eos_token_ids | set(sampling.stop_token_ids or []),
+            temperature=float(sampling.temperature if sampling.temperature is not None else 1.0),
+            top_p=float(sampling.top_p if sampling.top_p is not None else 1.0),
+            generator=self._torch.Generator(device="cpu").manual_seed(int(seed)),
+            emit=emit,
+            stop=stop,
+        )
 
     async def wait_idle(self) -> None:
-        """Wait until the worker has finished the current generation (after it ended or was cancelled)."""
-        current = self._current
-        if current is not None:
-            await asyncio.wrap_future(current)
+        """Wait until every generation started before this call has left the worker (ended or cancelled)."""
+        pending = list(self._pending)
+        if pending:
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in pending))
 
     def reload_weights(self, state: Mapping[str, Any] | str | Path) -> None:
-        """Load new weights (a state dict, a safetensors file or a model folder) between generations."""
-        self._executor.submit(self._load_state, state).result()
-        self.weights_version += 1
-
-    def _load_state(self, state: Mapping[str, Any] | str | Path) -> None:
+        """Load new weights (a state dict, a safetensors file or a model folder) between two decode steps."""
         if isinstance(state, str | Path):
             state = _read_state(Path(state))
+        self._loop.call(lambda: self._load_state(state)).result()
+        self.weights_version += 1
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
         missing, unexpected = self.model.load_state_dict(dict(state), strict=False)
         tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
         missing = [k for k in missing if k not in tied]
@@ -232,34 +206,33 @@ class BuiltinBackend:
         self.model.eval()
 
     async def aclose(self) -> None:
+        """Stop the worker (live and queued generations fail with ModelError) and wait for its thread."""
         self._closed = True
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._loop.close()
+        await asyncio.to_thread(self._loop.join, 30)
 
 
-def _pick(logits, temperature: float, top_p: float, gen) -> tuple[int, float]:
-    """Choose one token; return it with its logprob (see BuiltinBackend's docstring)."""
-    import torch
-
-    if temperature < _GREEDY_BELOW:
-        logp = torch.log_softmax(logits, dim=-1)
-        token = int(torch.argmax(logits))
-        return token, float(logp[token])
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
-    if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
-        keep[0] = True
-        mask = torch.zeros_like(probs, dtype=torch.bool)
-        mask[order[keep]] = True
-        probs = torch.where(mask, probs, torch.zeros_like(probs))
-    token = int(torch.multinomial(probs, 1, generator=gen))
-    return token, float(logp[token])
-
-
-def _cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
+def _drain(item: Any, queue: asyncio.Queue, name: str) -> tuple[TokenChunk | None, bool]:
+    """Turn `item` and whatever else is queued into one chunk; say whether the generation is over."""
+    items = [item]
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    ids: list[int] = []
+    lps: list[float] = []
+    finish = None
+    for it in items:
+        if it is _DONE:
+            continue
+        if isinstance(it, ForgetuiError):
+            raise it
+        if isinstance(it, BaseException):
+            raise BackendError(f"model {name} failed while sampling: {it!r}") from it
+        tok, lp, fin = it
+        ids.append(tok)
+        lps.append(lp)
+        finish = fin or finish
+    chunk = TokenChunk(token_ids=ids, logprobs=lps, finish_reason=finish) if ids else None
+    return chunk, finish is not None or _DONE in items
 
 
 def _read_state(path: Path) -> dict[str, Any]:
