@@ -230,3 +230,30 @@ async def test_close_fails_queued_and_live_requests(tiny_dir: Path) -> None:
     await backend.aclose()
     with pytest.raises(Exception, match="closed"):
         await asyncio.wait_for(task, 60)
+
+
+async def test_max_batch_queues_the_rest_and_a_cancelled_queued_request_leaves(tiny_dir: Path) -> None:
+    backend = BuiltinBackend(str(tiny_dir), device="cpu", max_batch=1)
+    p = prompt(backend, TEXTS[1])
+    started = asyncio.Event()
+
+    async def first() -> int:
+        n = 0
+        async for chunk in backend.generate(p, SamplingParams(max_tokens=30, temperature=1.0, seed=1), ctx()):
+            n += len(chunk.token_ids)
+            started.set()
+        return n
+
+    running = asyncio.create_task(first())
+    await asyncio.wait_for(started.wait(), 60)
+    queued = asyncio.create_task(run(backend, p, SamplingParams(max_tokens=30, temperature=1.0, seed=2)))
+    await asyncio.sleep(0.05)  # submitted, waiting behind the full batch
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    produced = await asyncio.wait_for(running, 60)
+    await asyncio.wait_for(backend.wait_idle(), 60)
+    assert backend.peak_batch == 1 and backend.tokens_generated == produced
+    tokens, _, _ = await run(backend, p, SamplingParams(max_tokens=3, temperature=0.0))
+    assert len(tokens) >= 1
+    await backend.aclose()
