@@ -183,16 +183,18 @@ WITH RECURSIVE up(call_id, depth) AS (
     SELECT c.parent_call_id, up.depth + 1 FROM up JOIN calls c ON c.call_id = up.call_id
     WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL AND up.depth < 1000000
 ), parts AS (
-    SELECT up.depth, c.prompt_token_ids IS NOT NULL AS is_root,
+    SELECT up.depth, c.prompt_token_ids IS NOT NULL AS is_root, c.prefix_tokens,
            list_concat(coalesce(c.prompt_token_ids, c.prompt_new_token_ids),
-                       CASE WHEN up.depth > 0 THEN coalesce(c.completion_token_ids, []) ELSE [] END) AS part,
-           coalesce(len(c.prompt_token_ids), c.prefix_tokens + len(c.prompt_new_token_ids)) AS expected
+                       CASE WHEN up.depth > 0 THEN coalesce(c.completion_token_ids, []) ELSE [] END) AS part
     FROM up JOIN calls c ON c.call_id = up.call_id
+), checked AS (
+    SELECT *, is_root OR prefix_tokens = coalesce(sum(len(part)) OVER (
+        ORDER BY depth DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS fits
+    FROM parts
 )
 SELECT id AS call_id,
-       CASE WHEN arg_max(is_root, depth) AND len(flatten(list(part ORDER BY depth DESC))) = arg_min(expected, depth)
-            THEN flatten(list(part ORDER BY depth DESC)) END AS prompt_token_ids
-FROM parts;""",
+       CASE WHEN arg_max(is_root, depth) AND bool_and(fits) THEN flatten(list(part ORDER BY depth DESC)) END AS prompt_token_ids
+FROM checked;""",
     ),
 ]
 

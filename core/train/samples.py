@@ -68,7 +68,10 @@ class _Call:
                 call = call.parent
             parts.append(call.prompt)
             whole = [p for p in reversed(parts) if len(p)]
-            self.prompt = np.concatenate(whole, dtype=np.int64) if whole else np.empty(0, dtype=np.int64)
+            if whole and all(isinstance(p, np.ndarray) and p.dtype == whole[0].dtype for p in whole):
+                self.prompt = np.concatenate(whole)  # as read from the store: no cast
+            else:
+                self.prompt = np.concatenate(whole, dtype=np.int64) if whole else np.empty(0, dtype=np.int64)
         return self.prompt
 
 
@@ -288,8 +291,15 @@ def _merge(calls: Iterable[_Call], rollout_id: str) -> list[_Branch]:
 def _as_list(a: Ids, b: Ids) -> list[int]:
     """`a + b` as a list of Python ints."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.concatenate((np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))).tolist()
+        out = _pylist(a)
+        out.extend(_pylist(b))  # no copy of the (long) prompt
+        return out
     return [*a, *b]
+
+
+def _pylist(ids: Ids) -> list[int]:
+    """Ids as a list of Python ints."""
+    return ids.tolist() if isinstance(ids, np.ndarray) else list(map(int, ids))
 
 
 def _floats(values: Ids) -> list[float]:
@@ -427,7 +437,8 @@ def samples_for_run(
         rollout = {c: group[0][c] for c in ROLLOUT_COLS}
         calls = [{c: r[f"c_{c}"] for c in CALL_COLS} for r in group if r["c_call_id"] is not None]
         samples += build_samples(rollout, calls)
-    log.info("run %s: %s", run_id, diagnostics(samples).as_dict())
+    if log.isEnabledFor(logging.INFO):  # diagnostics sums every loss mask
+        log.info("run %s: %s", run_id, diagnostics(samples).as_dict())
     return samples
 
 
