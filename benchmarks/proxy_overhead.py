@@ -17,7 +17,10 @@ Paths measured, each with the same small OpenAI Chat Completions request (stream
 The floors (PASS/FAIL, exit code) apply to ``forgetui``, the shipped path; the other forgetui rows
 are for reference. Every forgetui proxy records every call into a real DuckDB store; after the run the store files
 are opened again and their ``calls`` rows counted. Also timed: the token path's own cost per call
-(``Continuation.plan`` + ``parse_hermes``) for a ~4k-token prompt with the tiny model's tokenizer.
+(``Continuation.plan`` + ``parse_hermes``) for a ~4k-token prompt with the tiny model's tokenizer, the
+spliced plan also by full renders of the history (the path before incremental rendering).
+``--token-path-only`` times only the token path, at 4k, 16k and 50k tokens (floor: a spliced plan at
+50k tokens within 3 ms, p50).
 """
 
 from __future__ import annotations
@@ -755,8 +758,9 @@ def _words(rng: Any, k: int) -> str:
     return " ".join(rng.choice(vocab) for _ in range(k))
 
 
-def token_path_cost(iterations: int) -> dict[str, Any]:
-    """Time Continuation.plan (fresh and spliced) and parse_hermes on a ~4k-token conversation."""
+def token_path_cost(iterations: int, target_tokens: int = 4000) -> dict[str, Any]:
+    """Time Continuation.plan (fresh, spliced, and spliced by full renders as before) and parse_hermes on a
+    conversation of about `target_tokens` tokens."""
     import random
     import statistics
 
@@ -788,7 +792,7 @@ def token_path_cost(iterations: int) -> dict[str, Any]:
         {"role": "system", "content": "You are a coding agent. " + _words(rng, 80)}
     ]
     i = 0
-    while len(encode(tok, render_chat(tok, messages, tools, True))) < 4000:
+    while len(encode(tok, render_chat(tok, messages, tools, True))) < target_tokens:
         i += 1
         messages.append({"role": "user", "content": _words(rng, 40)})
         call = {
@@ -829,6 +833,9 @@ def token_path_cost(iterations: int) -> dict[str, Any]:
         cont.plan(head + [answer, result], tools)
 
     splice = timed(spliced, iterations)
+    if cont.plan_full(head + [answer, result], tools) != cont.plan(head + [answer, result], tools):
+        raise RuntimeError("the incremental spliced plan differs from the full-render plan")
+    before = timed(lambda: cont.plan_full(head + [answer, result], tools), max(3, iterations // 4))
     completion = (
         _words(rng, 30)
         + '\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la && cat README.md"}}\n</tool_call>'
@@ -847,6 +854,7 @@ def token_path_cost(iterations: int) -> dict[str, Any]:
         "rows": [
             ("Continuation.plan, fresh (render + encode all)", *stats(fresh)),
             ("Continuation.plan, spliced onto last turn", *stats(splice)),
+            ("  the same by full renders (before)", *stats(before)),
             ("parse_hermes (1 tool call)", *stats(parse)),
             (
                 "plan fresh + parse (per call)",
@@ -973,6 +981,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     parser.add_argument("--skip-litellm-proxy", action="store_true", help="do not start LiteLLM's proxy")
     parser.add_argument(
+        "--token-path-only", action="store_true", help="only the token path's cost per call, at 4k, 16k and 50k tokens"
+    )
+    parser.add_argument(
         "--baselines-venv",
         type=Path,
         default=BASELINES_VENV,
@@ -991,6 +1002,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the forgetui proxies' event loop: the shipped choice (uvloop when installed) or the stdlib one",
     )
     args = parser.parse_args(argv)
+    if args.token_path_only:
+        return token_path_report(10 if args.quick else 40)
     counts = {1: 100, 16: 400, 64: 400} if args.quick else {1: 300, 16: 2000, 64: 2000}
     token_iters = 10 if args.quick else 40
     phase_s = 15.0 if args.quick else 40.0  # a slow path gets fewer requests rather than a long run
@@ -1155,6 +1168,26 @@ def main(argv: list[str] | None = None) -> int:
                 proc.join(15)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+FLOOR_SPLICED_50K_MS = 3.0
+
+
+def token_path_report(iterations: int) -> int:
+    """The token path's cost per call at 4k, 16k and 50k tokens; floor: a spliced plan at 50k within 3 ms (p50)."""
+    os.environ.update(OFFLINE_ENV)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    spliced_50k = None
+    for target in (4000, 16000, 50000):
+        tp = token_path_cost(iterations, target)
+        print(f"\nToken path cost per call: {tp['prompt_tokens']}-token prompt, {tp['messages']} messages, tiny model's tokenizer")
+        print(f"  {'step':<48} {'mean ms':>9} {'p50 ms':>9}")
+        for label, mean, p50 in tp["rows"]:
+            print(f"  {label:<48} {mean:>9.3f} {p50:>9.3f}")
+        spliced_50k = tp["rows"][1][2]
+    ok = spliced_50k is not None and spliced_50k <= FLOOR_SPLICED_50K_MS
+    print(f"\n{'PASS' if ok else 'FAIL'}: spliced plan at 50k tokens p50 {spliced_50k:.3f} ms (floor <= {FLOOR_SPLICED_50K_MS:g} ms)")
+    return 0 if ok else 1
 
 
 def _has_uvloop() -> bool:
