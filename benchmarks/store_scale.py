@@ -212,7 +212,7 @@ def main() -> int:
     print(f"{args.rollouts} rollouts x {args.calls} calls, system prompt {r['system_tokens']} tokens ({r['wall_s']:.0f} s to generate and record)")
     print(f"store file                 {r['store_bytes'] / 1e6:10,.1f} MB")
     print(f"distinct tokens (int32)    {r['distinct_bytes'] / 1e6:10,.1f} MB   ratio {ratio:.2f}x (floor <= {FLOOR_BYTES_RATIO:g}x)")
-    print(f"plan (spliced, mean)       {r['plan_ms']:10.2f} ms/call")
+    print(f"plan (mean, all calls)     {r['plan_ms']:10.2f} ms/call (each rollout's first call renders and encodes everything)")
     print(f"recording                  {r['record_per_s']:10,.0f} calls/s (row + record_call + flush)")
     print(f"samples_for_run            {r['samples_per_s']:10,.0f} calls/s (floor >= {FLOOR_SAMPLES_PER_S:,})")
     ok = ratio <= FLOOR_BYTES_RATIO and r["samples_per_s"] >= FLOOR_SAMPLES_PER_S
