@@ -159,7 +159,7 @@ VIEWS: list[tuple[str, str, str]] = [
         "calls_full",
         "Every `calls` row with its whole prompt in `prompt_token_ids` (compact prompts rebuilt along their parents; "
         "NULL where a parent row is missing or its length disagrees with `prefix_tokens`). Rebuilds every prompt of "
-        "the store: filter `calls` first, or use `full_prompt`, for a few calls.",
+        "the store on every query: for a few calls use `full_prompt`.",
         """CREATE OR REPLACE VIEW calls_full AS
 WITH RECURSIVE prompts(call_id, ids, completion) AS (
     SELECT call_id, prompt_token_ids, completion_token_ids FROM calls WHERE prompt_token_ids IS NOT NULL
