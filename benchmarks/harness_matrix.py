@@ -73,7 +73,7 @@ def measure(name: str, samples: int) -> dict:
                                 "runtime.kind=docker", f"run.n_samples={samples}", "run.concurrency=1", "run.timeout_s=600", "run.max_retries=0"])
     summary = asyncio.run(execute_run(config, ks=[1]))
     con = duckdb.connect(summary.store, read_only=True)
-    calls = con.execute("SELECT rollout_id, seq, api, len(prompt_token_ids), extends_parent, started_at FROM calls WHERE status = 'ok' ORDER BY rollout_id, seq").fetchall()
+    calls = con.execute("SELECT rollout_id, seq, api, len(prompt_token_ids), extends_parent, started_at FROM calls_full WHERE status = 'ok' ORDER BY rollout_id, seq").fetchall()
     rollouts = con.execute("SELECT rollout_id, started_at, passed, status FROM rollouts").fetchall()
     con.close()
     first_call = {}

@@ -109,7 +109,7 @@ def show(console: Console, summary: RunSummary) -> None:
     calls = run_query(
         store,
         "SELECT split_part(rollout_id, '/', 2) || '/' || split_part(rollout_id, '/', 3) AS rollout, seq, api, status, "
-        "len(prompt_token_ids) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, extends_parent, "
+        "coalesce(len(prompt_token_ids), prefix_tokens + len(prompt_new_token_ids)) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, extends_parent, "
         "left(replace(coalesce(response->>'$.choices[0].message.content', ''), chr(10), ' '), 60) AS answer "
         "FROM calls ORDER BY rollout, seq LIMIT 12",
     )

@@ -74,7 +74,7 @@ def run_hello(harness: str, backend: str, tmp_path: Path, *, options: dict | Non
     try:
         cols = [d[0] for d in con.execute("SELECT * FROM rollouts").description]
         rollout = dict(zip(cols, con.execute("SELECT * FROM rollouts").fetchone(), strict=True))
-        cur = con.execute("SELECT seq, api, status, error, len(prompt_token_ids) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, extends_parent, branch, request FROM calls ORDER BY seq")
+        cur = con.execute("SELECT seq, api, status, error, len(prompt_token_ids) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, extends_parent, branch, request FROM calls_full ORDER BY seq")
         names = [d[0] for d in cur.description]
         calls = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     finally:
