@@ -326,18 +326,7 @@ class LocalTrainer:
             metrics["ppo_kl"] += _metric(pg_metrics, "ppo_kl") * n / tokens
             metrics["entropy"] += float(entropy.sum()) / tokens
         metrics["logprob_diff_mean"] = diff_sum / tokens
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-        metrics["grad_norm"] = grad_norm
-        if not math.isfinite(grad_norm):
-            log.warning("step: gradient norm is %s; update skipped", grad_norm)
-            self.optimizer.zero_grad(set_to_none=True)
-            return metrics
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.updates += 1
-        metrics["optimizer_step"] = 1.0
-        return metrics
+        return self._apply_gradients(metrics, "step")
 
     def sft_step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One supervised optimizer step: token-mean NLL of the loss-mask-1 tokens of all `samples` (at temperature 1).
@@ -345,8 +334,6 @@ class LocalTrainer:
         Every trainable token of the step weighs the same (the sum over micro-batches is divided
         by the step's trainable tokens); advantages and recorded logprobs are not used.
         """
-        torch = self._torch
-        cfg = self.config
         active = [s for s in samples if _trainable(s) > 0]
         tokens = sum(_trainable(s) for s in active)
         metrics: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "tokens": float(tokens), "samples": float(len(samples)), "optimizer_step": 0.0}
@@ -359,10 +346,15 @@ class LocalTrainer:
             loss = -(logp * batch.mask).sum() / tokens
             loss.backward()
             metrics["loss"] += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        return self._apply_gradients(metrics, "sft_step")
+
+    def _apply_gradients(self, metrics: dict[str, float], caller: str) -> dict[str, float]:
+        """Clip, then take the optimizer and schedule step (skipped on a non-finite gradient norm)."""
+        torch = self._torch
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm))
         metrics["grad_norm"] = grad_norm
         if not math.isfinite(grad_norm):
-            log.warning("sft_step: gradient norm is %s; update skipped", grad_norm)
+            log.warning("%s: gradient norm is %s; update skipped", caller, grad_norm)
             self.optimizer.zero_grad(set_to_none=True)
             return metrics
         self.optimizer.step()
