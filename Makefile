@@ -40,4 +40,4 @@ lint: install ## ruff and the import contract (core never imports the app, textu
 	$(VENV)/bin/lint-imports
 
 clean: ## remove the virtualenv and caches (keeps FORGETUI_HOME)
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) benchmarks/.venv-baselines .pytest_cache build *.egg-info
