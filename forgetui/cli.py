@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,11 @@ def _stderr_console():  # noqa: ANN202 - rich import kept lazy
 
 
 def _quiet_libraries() -> None:
+    """stderr is forgetui's progress display: no third-party progress bars (read when those libraries import)."""
+    from core.models.quiet import QUIET_ENV
+
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
     for name in ("httpx", "httpcore", "LiteLLM", "litellm", "urllib3", "docker"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
