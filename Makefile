@@ -29,7 +29,7 @@ test: install ## run the whole test suite (PYTEST_ARGS='-m "not slow"' for the q
 	@set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure here"; exit 1; fi; exit $$rc
 
-demo: install ## a real recorded session: the built-in model behind the proxy, then its rows in DuckDB
+demo: install ## recorded sessions (scripted and built-in models behind the proxy, rows in DuckDB), then a short training that moves the reward
 	$(VENV)/bin/forgetui demo
 
 bench: install ## run the benchmarks (ratios against baselines measured in the same run; LiteLLM's proxy gets its own benchmarks/.venv-baselines)

@@ -213,7 +213,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from forgetui.demo import run_demo
 
-    run_demo()
+    run_demo(train=not args.no_train)
     return 0
 
 
@@ -298,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("registry")
     p.set_defaults(func=cmd_images)
 
-    p = sub.add_parser("demo", help="what `make demo` runs: short evals on built-in defaults, then the recorded rows")
+    p = sub.add_parser("demo", help="what `make demo` runs: short evals on built-in defaults, the recorded rows, then a short training that moves the reward")
+    p.add_argument("--no-train", action="store_true", help="skip the training part (base → SFT → GRPO on hello with the tiny model)")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -3,7 +3,10 @@
 Two short evaluations of the built-in ReAct harness on built-in toy tasks, each rollout in its own
 sandbox (Docker when an engine answers, else the local runtime), every model call recorded in DuckDB:
 1. a scripted policy that solves `hello` (shows a passing rollout and token-exact prefix merging),
-2. SmolLM2-135M-Instruct, a real local model (or the tiny random model when its wheel is absent).
+2. SmolLM2-135M-Instruct, a real local model (or the tiny random model when its wheel is absent);
+then training moves the reward (`forgetui.learning.DEMO`): the tiny model fails `hello`, learns the
+scripted teacher's answer by SFT, and a GRPO step runs on it — the quick variant of
+`benchmarks/learning_curve.py` (`forgetui demo --no-train` skips it).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def prepare_models(console: Console, backend: str) -> None:
             console.print(f"[green]✓[/] {done} in {took:.0f} s")
 
 
-def run_demo(console: Console | None = None) -> list[RunSummary]:
+def run_demo(console: Console | None = None, train: bool = True) -> list[RunSummary]:
     console = console or Console()
     silence_third_party()
     prepare_models(console, default_backend())
@@ -88,6 +91,8 @@ def run_demo(console: Console | None = None) -> list[RunSummary]:
         summary = asyncio.run(run_headless_summary(config, console=Console(stderr=True)))
         summaries.append(summary)
         show(console, summary)
+    if train:
+        show_learning(console)
     console.rule("[bold]done")
     console.print("Open the TUI with [cyan]forgetui[/] to browse these runs, or query them: [cyan]forgetui sql \"SELECT * FROM calls\" --run RUN_ID[/]")
     return summaries
@@ -118,3 +123,15 @@ def show(console: Console, summary: RunSummary) -> None:
         f"passed {summary.passed}/{summary.rollouts - summary.infra_errors}, pass@1 {summary.pass_at_k.get('1', 0):.2f}; "
         "a call with extends_parent = true has a prompt that starts with its parent's prompt + sampled completion, token for token."
     )
+
+
+def show_learning(console: Console) -> dict:
+    """The quick learning curve: base → SFT → GRPO on `hello` with the tiny model, reward per stage."""
+    from forgetui.learning import DEMO, learning_curve
+
+    console.rule("[bold]forgetui demo[/] — training: tiny model × hello, base → SFT on a scripted teacher → GRPO")
+    result = learning_curve(DEMO, cache_dir() / "demo-learning", lambda line: console.print(line, highlight=False))
+    stages = " → ".join(f"{s['stage']} {s['pass_rate']:.2f}" for s in result["stages"])
+    console.print(f"pass rate on hello: {stages} ({result['total_s'] / 60:.1f} min); the curve: {result['plot']}. "
+                  "The held-out version with SmolLM2: [cyan]benchmarks/learning_curve.py[/].")
+    return result
