@@ -199,6 +199,7 @@ async def test_reload_lands_between_steps_while_decoding(tiny_dir: Path) -> None
     import torch
 
     backend = BuiltinBackend(str(tiny_dir), device="cpu")
+    backend.eos_token_ids = set()  # both run their full 40 tokens
     p = prompt(backend, TEXTS[2])
     started = asyncio.Event()
     sampling = SamplingParams(max_tokens=40, temperature=1.0, seed=5)
@@ -223,6 +224,7 @@ async def test_reload_lands_between_steps_while_decoding(tiny_dir: Path) -> None
 
 async def test_close_fails_queued_and_live_requests(tiny_dir: Path) -> None:
     backend = BuiltinBackend(str(tiny_dir), device="cpu")
+    backend.eos_token_ids = set()  # still decoding when closed
     p = prompt(backend, TEXTS[0])
     task = asyncio.create_task(run(backend, p, SamplingParams(max_tokens=100_000, temperature=1.0)))
     while backend.tokens_generated == 0:
@@ -234,26 +236,33 @@ async def test_close_fails_queued_and_live_requests(tiny_dir: Path) -> None:
 
 async def test_max_batch_queues_the_rest_and_a_cancelled_queued_request_leaves(tiny_dir: Path) -> None:
     backend = BuiltinBackend(str(tiny_dir), device="cpu", max_batch=1)
+    backend.eos_token_ids = set()  # the running request must outlast the queued one
     p = prompt(backend, TEXTS[1])
     started = asyncio.Event()
 
-    async def first() -> int:
-        n = 0
-        async for chunk in backend.generate(p, SamplingParams(max_tokens=30, temperature=1.0, seed=1), ctx()):
-            n += len(chunk.token_ids)
+    async def endless() -> None:
+        async for _ in backend.generate(
+            p, SamplingParams(max_tokens=100_000, temperature=1.0, seed=1), ctx()
+        ):
             started.set()
-        return n
 
-    running = asyncio.create_task(first())
+    async def until(condition) -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    running = asyncio.create_task(endless())
     await asyncio.wait_for(started.wait(), 60)
     queued = asyncio.create_task(run(backend, p, SamplingParams(max_tokens=30, temperature=1.0, seed=2)))
-    await asyncio.sleep(0.05)  # submitted, waiting behind the full batch
+    await asyncio.wait_for(until(lambda: len(backend._loop._waiting) == 1), 60)  # behind the full batch
     queued.cancel()
     with pytest.raises(asyncio.CancelledError):
         await queued
-    produced = await asyncio.wait_for(running, 60)
+    await asyncio.wait_for(until(lambda: not backend._loop._waiting), 60)  # left without a prefill
+    assert not running.done() and backend.peak_batch == 1
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
     await asyncio.wait_for(backend.wait_idle(), 60)
-    assert backend.peak_batch == 1 and backend.tokens_generated == produced
     tokens, _, _ = await run(backend, p, SamplingParams(max_tokens=3, temperature=0.0))
-    assert len(tokens) >= 1
+    assert len(tokens) == 3
     await backend.aclose()
