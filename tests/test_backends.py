@@ -456,7 +456,9 @@ async def test_vllm_backend_against_serve_model(builtin: BuiltinBackend, tiny_di
                 builtin.generate(p, SamplingParams(max_tokens=8, temperature=0), ctx())
             )
             assert ids == direct and lps == pytest.approx(direct_lps, abs=1e-5)
-            assert len(chunks) >= 2 and chunks[-1].finish_reason in ("stop", "length")
+            # how many chunks the 8 tokens arrive in depends on scheduling (a busy consumer gets them batched);
+            # the server's per-token events are checked by the streaming test above
+            assert chunks and sum(len(c.token_ids) for c in chunks) == len(ids) and chunks[-1].finish_reason in ("stop", "length")
             seeded = [
                 await collect(backend.generate(p, SamplingParams(max_tokens=8, seed=5), ctx()))
                 for _ in range(2)
