@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.builtin import BuiltinBackend
@@ -29,6 +28,7 @@ from core.errors import BackendError, ConfigError, ContextLengthError
 from core.models.server import build_model_app
 from core.models.tiny import ensure_tiny_model
 from tests.conftest import HARNESS_REQUESTS  # noqa: E402
+from tests.loopback import serving  # noqa: E402
 
 FIXTURES = HARNESS_REQUESTS
 
@@ -359,25 +359,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@asynccontextmanager
-async def serving(app):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-        if task.done():
-            task.result()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 async def test_serve_model_routes(builtin: BuiltinBackend) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +14,8 @@ from pathlib import Path
 import duckdb
 import httpx
 import pytest
-import uvicorn
 
+import tests.loopback as loopback
 from core.backends.base import GenerationContext, SamplingParams
 from core.backends.builtin import BuiltinBackend
 from core.backends.vllm import VllmBackend
@@ -48,21 +47,11 @@ def builtin(tiny_dir: Path) -> Iterator[BuiltinBackend]:
 @asynccontextmanager
 async def serving(app):
     """`app` on a loopback port; its adapters are closed after."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-        if task.done():
-            task.result()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
-        await app.state.adapters.aclose()
+    async with loopback.serving(app) as url:
+        try:
+            yield url
+        finally:
+            await app.state.adapters.aclose()
 
 
 def trained(tiny_dir: Path, seed: int) -> LocalTrainer:
