@@ -140,3 +140,18 @@ def test_a_crash_mid_training_resumes_after_the_last_checkpoint(tmp_path, docker
     updated = [int(n) > 0 for (n,) in rows(store, "SELECT metrics->>'samples_trained' FROM train_steps ORDER BY step")]
     assert versions == {s: [sum(updated[:s])] for s in range(3)}
     assert (run_dir / "checkpoints" / "step-00002" / "trainer_state.pt").exists()
+
+
+def test_dynamic_sampling_refills_a_flat_step_with_unused_tasks(docker_client, base_image) -> None:
+    """write-file-000 always scores 0 under CoinHarness (a flat group): the step draws `hello`, whose coin flips differ."""
+    config = coin_config(**{"env.tasks": "hello,write-file-000", "train.steps": 2, "train.tasks_per_step": 1,
+                            "train.max_extra_batches": 2, "train.save_every": 0, "train.lr": 1e-5})  # small steps: hello stays a coin flip
+    summary = asyncio.run(execute_run(config))
+    store = summary.store
+    tasks_by_step = dict(rows(store, "SELECT step, list(DISTINCT task_id ORDER BY task_id) FROM rollouts GROUP BY step"))
+    assert tasks_by_step == {0: ["hello"], 1: ["hello", "write-file-000"]}  # step 1's batch was write-file-000 alone
+    extra = dict(rows(store, "SELECT step, CAST(metrics->>'extra_batches' AS INT) FROM train_steps"))
+    assert extra == {0: 0, 1: 1}
+    trained = dict(rows(store, "SELECT step, CAST(metrics->>'samples_trained' AS INT) FROM train_steps"))
+    assert trained[1] == 12  # the refill's group trains; the flat one is stored with advantage 0
+    assert rows(store, "SELECT count(*), max(abs(advantage)) FROM samples WHERE step = 1 AND task_id = 'write-file-000'") == [(12, 0.0)]

@@ -71,6 +71,17 @@ def tasks_for_step(tasks: list[Task], step: int, per_step: int | None) -> list[T
     return [tasks[(start + i) % len(tasks)] for i in range(per_step)]
 
 
+def extra_tasks(tasks: list[Task], used: list[Task], n: int) -> list[Task]:
+    """Up to `n` tasks not yet in this step's batch, in the env's order (dynamic sampling's refill)."""
+    taken = {t.id for t in used}
+    return [t for t in tasks if t.id not in taken][:n]
+
+
+def _informative(stats: Any) -> int:
+    """Groups whose rewards differ: the only ones that carry a gradient."""
+    return stats.groups - stats.zero_variance_groups - stats.singleton_groups
+
+
 def trainer_settings(train: TrainConfig) -> dict[str, Any]:
     """LocalTrainerConfig fields from the run config's [train] section."""
     return {
@@ -127,17 +138,28 @@ class LocalTraining:
     async def run_step(self, tasks: list[Task], step: int) -> dict[str, Any]:
         """Rollouts, samples, advantages, one update and the new weights for one step; returns its metrics."""
         session, train = self.session, self.config.train
-        items, done = session.plan(tasks_for_step(tasks, step, train.tasks_per_step), step)
+        batch = tasks_for_step(tasks, step, train.tasks_per_step)
         started = time.perf_counter()
-        await session.run_rollouts(items)
-        rollout_s = time.perf_counter() - started
+        await session.run_rollouts(session.plan(batch, step)[0])
         samples = samples_for_run(self.store, session.run_id, step=step)
         stats = compute_advantages(samples, train.estimator, norm_by_std=train.norm_adv_by_std)
+        extra = 0
+        while self.config.run.n_samples > 1 and extra < train.max_extra_batches and _informative(stats) < len(batch):
+            more = extra_tasks(tasks, batch, len(batch) - _informative(stats))
+            if not more:
+                break
+            extra += 1
+            batch += more
+            await session.run_rollouts(session.plan(more, step)[0])
+            samples = samples_for_run(self.store, session.run_id, step=step)
+            stats = compute_advantages(samples, train.estimator, norm_by_std=train.norm_adv_by_std)
+        rollout_s = time.perf_counter() - started
         started = time.perf_counter()
         metrics = await asyncio.to_thread(self.trainer.step, samples) if samples else {}
         update_s = time.perf_counter() - started
         await asyncio.to_thread(self._push_weights, step)
         metrics = self._step_metrics(step, samples, stats.as_dict(), metrics, rollout_s, update_s)
+        metrics["extra_batches"] = extra
         self._record(step, samples, metrics)
         return metrics
 
