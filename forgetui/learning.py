@@ -25,14 +25,15 @@ class Plan:
     model: str = "smollm2-135m"
     eval_n: int = 1  # eval tasks per family (plus hello)
     train_n: int = 4  # train tasks per family (plus hello)
-    eval_samples: int = 4
+    eval_samples: int = 8
     families: str = "write-file,sum-numbers,count-lines,make-dirs,rename"
     sft_epochs: int = 3
     sft_lr: float = 1e-4
-    grpo_steps: int = 3
+    grpo_steps: int = 4
     grpo_tasks_per_step: int = 6
     grpo_samples: int = 4
     grpo_lr: float = 5e-6
+    grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
     max_tokens: int = 128
     concurrency: int = 8
     only_hello: bool = False
@@ -136,6 +137,7 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
     config.train.lr = plan.grpo_lr
+    config.train.max_extra_batches = plan.grpo_extra_batches
     steps: list[dict[str, Any]] = []
 
     def on_step(m: dict[str, Any]) -> None:
