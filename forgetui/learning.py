@@ -126,7 +126,7 @@ def sft(plan: Plan, teacher_run: str, report: Report = print) -> str:
     config.train.epochs = plan.sft_epochs
     config.train.lr = plan.sft_lr
     config.train.min_reward = 1.0
-    summary = run(config, "sft", plan, report)
+    summary = run(config, "sft-train", plan, report)
     return summary.extra["checkpoint"]
 
 
@@ -145,7 +145,7 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
         report(f"    step {m['step']}: reward {m['reward_mean']:.3f} pass {m['pass_rate']:.2f} trained {m['samples_trained']}/{m['samples']} "
                f"Δlogprob max {m.get('logprob_diff_max', 0):.1e}")
 
-    summary = run(config, "grpo", plan, report, on_step)
+    summary = run(config, "grpo-train", plan, report, on_step)
     return summary.extra["checkpoint"], steps
 
 
