@@ -20,7 +20,6 @@ from core.proxy.policy import CallTrace
 from core.proxy.sessions import Session
 from core.store.writer import utcnow
 
-
 COMPACT_MIN_PREFIX = 2048
 
 
