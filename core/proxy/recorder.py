@@ -23,22 +23,13 @@ from core.store.writer import utcnow
 COMPACT_MIN_PREFIX = 2048
 
 
-def remembered_ids(session: Session, call_id: str) -> list[int] | None:
-    """The prompt + completion ids a session's continuation holds for `call_id`, if any."""
-    for cont in getattr(session, "_continuations", {}).values():
-        ids = cont.ids_of(call_id)
-        if ids is not None:
-            return ids
-    return None
-
-
 def prompt_columns(prompt: Any, trace: CallTrace, session: Session) -> dict[str, Any]:
     """The prompt's columns: compact when the trace says it extends its parent and the parent's ids prove it."""
     full = {"prompt_token_ids": prompt}
     n = trace.prefix_tokens or 0
     if prompt is None or not trace.extends_parent or trace.parent_call_id is None or n < max(COMPACT_MIN_PREFIX, 1):
         return full
-    parent = remembered_ids(session, trace.parent_call_id)
+    parent = session.turn_ids(trace.parent_call_id)
     head = prompt[:n] if isinstance(prompt, list) else list(prompt[:n])
     if parent is None or len(parent) != n or head != parent:
         return full

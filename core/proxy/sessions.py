@@ -30,6 +30,14 @@ class Session:
         self.calls += 1
         return seq
 
+    def turn_ids(self, call_id: str) -> list[int] | None:
+        """The prompt + completion ids this session's continuation holds for an answered call, if any."""
+        for cont in self._continuations.values():
+            ids = cont.ids_of(call_id)
+            if ids is not None:
+                return ids
+        return None
+
     def continuation_for(self, tokenizer: Any) -> Continuation:
         cont = self._continuations.get(id(tokenizer))
         if cont is None:
