@@ -80,7 +80,7 @@ class TrainConfig(_Section):
     steps: int = Field(0, ge=0, description="0 = evaluate only")
     trainer: Literal["local", "sft", "verl"] = Field("local", description="local GRPO on one node, SFT on earlier runs, or veRL on GPUs")
     tasks_per_step: int | None = Field(None, ge=1, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
-    max_extra_batches: int = Field(0, ge=0, description="dynamic sampling (DAPO): while fewer groups than tasks_per_step have rewards that differ, run up to this many more batches of unused tasks in the same step")
+    max_extra_batches: int = Field(0, ge=0, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
     estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
     norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
     policy_loss: str = Field("vanilla", description="veRL policy loss by registry name")

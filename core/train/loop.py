@@ -26,6 +26,7 @@ from core.env import Task
 from core.errors import ConfigError
 from core.proxy.factory import make_token_backend, parse_spec, token_policy
 from core.rollout.engine import RolloutEvent
+from core.rollout.status import Tally
 from core.session import RunSession, store_rows
 from core.train import lora_push
 from core.train.advantages import compute_advantages
@@ -138,21 +139,18 @@ class LocalTraining:
     async def run_step(self, tasks: list[Task], step: int) -> dict[str, Any]:
         """Rollouts, samples, advantages, one update and the new weights for one step; returns its metrics."""
         session, train = self.session, self.config.train
-        batch = tasks_for_step(tasks, step, train.tasks_per_step)
+        batch: list[Task] = []
+        more, extra = tasks_for_step(tasks, step, train.tasks_per_step), -1  # the first batch, then dynamic sampling's refills
         started = time.perf_counter()
-        await session.run_rollouts(session.plan(batch, step)[0])
-        samples = samples_for_run(self.store, session.run_id, step=step)
-        stats = compute_advantages(samples, train.estimator, norm_by_std=train.norm_adv_by_std)
-        extra = 0
-        while self.config.run.n_samples > 1 and extra < train.max_extra_batches and _informative(stats) < len(batch):
-            more = extra_tasks(tasks, batch, len(batch) - _informative(stats))
-            if not more:
-                break
-            extra += 1
+        while more:
             batch += more
+            extra += 1
             await session.run_rollouts(session.plan(more, step)[0])
             samples = samples_for_run(self.store, session.run_id, step=step)
             stats = compute_advantages(samples, train.estimator, norm_by_std=train.norm_adv_by_std)
+            missing = len(batch) - _informative(stats)  # one informative group wanted per task run so far
+            refill = self.config.run.n_samples > 1 and extra < train.max_extra_batches and missing > 0
+            more = extra_tasks(tasks, batch, missing) if refill else []
         rollout_s = time.perf_counter() - started
         started = time.perf_counter()
         metrics = await asyncio.to_thread(self.trainer.step, samples) if samples else {}
@@ -175,17 +173,19 @@ class LocalTraining:
         self.backend.weights_version = self.trainer.updates  # type: ignore[attr-defined]
 
     def _step_metrics(self, step: int, samples: list[Sample], adv: dict[str, Any], update: dict[str, Any], rollout_s: float, update_s: float) -> dict[str, Any]:
-        rows = store_rows(self.store, "SELECT status, passed, reward FROM rollouts WHERE run_id = ? AND step = ?", [self.session.run_id, step])
-        scored = [r for r in rows if r[0] != "infra_error"]
+        rows = store_rows(self.store, "SELECT status, passed FROM rollouts WHERE run_id = ? AND step = ?", [self.session.run_id, step])
+        tally = Tally()  # the project's one outcome rule, as in the run summary
+        for status, passed in rows:
+            tally.add(status, passed)
         sampled = sum(s.trainable_tokens for s in samples)
         out: dict[str, Any] = {
             **{k: v for k, v in diagnostics(samples).as_dict().items() if isinstance(v, int | float)},
             "loss": float(update.get("loss", 0.0)),
             "reward_mean": adv["mean_reward"],
             "reward_std": adv["std_reward"],
-            "pass_rate": sum(1 for r in scored if r[1]) / len(scored) if scored else 0.0,
+            "pass_rate": tally.passed / tally.scored if tally.scored else 0.0,
             "rollouts": len(rows),
-            "infra_errors": len(rows) - len(scored),
+            "infra_errors": tally.infra_error,
             "groups": adv["groups"],
             "zero_variance_groups": adv["zero_variance_groups"],
             "samples": len(samples),
