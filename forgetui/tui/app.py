@@ -77,6 +77,7 @@ class ForgetuiApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "forgetui"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("r", "refresh", "Refresh"),
@@ -157,7 +158,9 @@ class ForgetuiApp(App[int]):
             self.load_calls(self.store, force=True)
 
     def action_focus_stores(self) -> None:
-        self.query_one(StoreList).focus()
+        stores = self.query_one(StoreList)
+        stores.add_class("-shown")
+        stores.focus()
 
     def action_show_tab(self, tab: str) -> None:
         if tab == "tab-run" and self.run_config is None:
@@ -350,10 +353,13 @@ class ForgetuiApp(App[int]):
         self.query_one(StoreList).show_stores(message.stores)
         if self.store is None and message.stores:
             self.select_store(message.stores[0].path)
+        elif not message.stores:
+            self.query_one(CallInspector).show_message(data.EMPTY_HOME_HINT.format(home=self.catalog.home_path()))
 
     @on(StoreSelected)
     @_dropped_once_closed
     def _store_selected(self, message: StoreSelected) -> None:
+        self.query_one(StoreList).remove_class("-shown")  # (narrow screens) the pane hides once a store is chosen
         if message.path == self.store:
             return
         self.store = message.path

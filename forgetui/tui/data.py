@@ -17,6 +17,9 @@ from core.store.query import QueryResult, last_written, read_sidecar, run_query
 
 log = logging.getLogger(__name__)
 
+EMPTY_HOME_HINT = ("No runs yet under {home}.\n\n"
+                   "Start one: `forgetui run examples/demo.toml` (or `make demo`), or record a harness by hand "
+                   "through `forgetui proxy`. Runs appear here as they write their stores.")
 CALLS_LIMIT = 2000
 CALL_COLUMNS = (
     "seq", "rollout", "api", "model", "status", "prompt tok", "compl tok", "latency_ms", "branch", "extends",
@@ -66,7 +69,7 @@ class CallRow:
     def cells(self) -> tuple[str, ...]:
         """Display values, in CALL_COLUMNS order."""
         return (
-            _text(self.seq), _short(self.rollout_id), _text(self.api), _text(self.model), _text(self.status),
+            _text(self.seq), rollout_label(self.rollout_id), _text(self.api), _text(self.model), _text(self.status),
             _text(self.prompt_tokens), _text(self.completion_tokens),
             "" if self.latency_ms is None else f"{self.latency_ms:.0f}",
             _text(self.branch), {True: "yes", False: "no"}.get(self.extends_parent, ""),  # type: ignore[arg-type]
@@ -110,8 +113,13 @@ def cell_text(value: Any) -> str:
     return str(value)
 
 
-def _short(value: str | None, n: int = 12) -> str:
-    return "" if not value else value if len(value) <= n else value[:n] + "…"
+def rollout_label(rollout_id: str | None, n: int = 32) -> str:
+    """A rollout id without the run id every row shares (`run/task/0/s1` → `task/0/s1`), cut from the left."""
+    if not rollout_id:
+        return ""
+    head, sep, rest = rollout_id.partition("/")
+    label = rest if sep and rest else rollout_id
+    return label if len(label) <= n else "…" + label[-(n - 1):]
 
 
 def sql_str(value: str) -> str:
@@ -164,6 +172,9 @@ class StoreCatalog:
     def __init__(self, home: Path | None = None) -> None:
         self.home = home
         self._cache: dict[Path, tuple[float, StoreInfo]] = {}
+
+    def home_path(self) -> Path:
+        return Path(self.home) if self.home is not None else paths.home()
 
     def list(self) -> list[StoreInfo]:
         out = []

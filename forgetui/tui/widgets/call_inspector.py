@@ -69,8 +69,16 @@ def header_text(d: CallDetail) -> Text:
     return text
 
 
+def heading(title: str) -> Text:
+    """A section heading as a styled *span*: a Text built with a style would pass it to everything appended."""
+    text = Text()
+    text.append(f"{title}\n", style="bold underline")
+    return text
+
+
 def legend() -> Text:
-    text = Text("probability: ", style="dim")
+    text = Text()
+    text.append("probability: ", style="dim")
     for p in (0.05, 0.25, 0.5, 0.75, 0.99):
         text.append(f" {p:g} ", style=f"black on {prob_colour(math.log(p))}")
         text.append(" ")
@@ -90,14 +98,14 @@ class CallInspector(VerticalScroll):
 
     def show_call(self, detail: CallDetail) -> None:
         self.query_one("#call-header", Static).update(header_text(detail))
-        req = Text("Request\n", style="bold underline")
+        req = heading("Request")
         req.append_text(turns_text(request_turns(detail.api, detail.request)))
         self.query_one("#call-request", Static).update(req)
-        resp = Text("Response\n", style="bold underline")
+        resp = heading("Response")
         resp.append_text(turns_text(response_turns(detail.response)) if detail.response is not None
                          else Text("(no response recorded)", style="dim"))
         self.query_one("#call-response", Static).update(resp)
-        toks = Text("Completion tokens\n", style="bold underline")
+        toks = heading("Completion tokens")
         if detail.completion_token_ids:
             toks.append_text(legend())
             toks.append("\n")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.timer import Timer
 from textual.widgets import DataTable
 
 from forgetui.tui.data import CALL_COLUMNS, CallRow
 from forgetui.tui.messages import CallSelected
 
 
+SETTLE_S = 0.15  # the cursor must rest this long before the inspector loads the call
+
+
 class CallsTable(DataTable):
-    """A row per call (row key = call_id); moving the cursor posts CallSelected."""
+    """A row per call (row key = call_id); the cursor resting on a row posts CallSelected (debounced:
+    holding the arrow key through 50 rows loads one call, not 50)."""
 
     BORDER_TITLE = "Calls"
 
@@ -19,6 +24,7 @@ class CallsTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.store: Path | None = None
         self._cells: dict[str, tuple[str, ...]] = {}
+        self._settle: Timer | None = None
 
     def on_mount(self) -> None:
         for name in CALL_COLUMNS:
@@ -53,5 +59,8 @@ class CallsTable(DataTable):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
+        if self._settle is not None:
+            self._settle.stop()
         if event.row_key.value is not None:
-            self.post_message(CallSelected(str(event.row_key.value)))
+            call_id = str(event.row_key.value)
+            self._settle = self.set_timer(SETTLE_S, lambda: self.post_message(CallSelected(call_id)))
