@@ -22,6 +22,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOKEN_HEADER = "X-Forgetui-Token"
+MAX_BODY = 1 << 20  # a query is text; a bigger body is refused unread
+USAGE = 'send a JSON body {"sql": "<one read-only query>", "max_rows": <positive integer, optional>}'
+
+
+def token_ok(given: str | None, token: str) -> bool:
+    """Constant-time check of a header value; any text (non-ASCII too) compares as bytes, never raises."""
+    return hmac.compare_digest((given or "").encode("utf-8", "surrogateescape"), token.encode())
+
+
+def parse_request(body: bytes, max_rows_cap: int) -> tuple[str, int]:
+    """The (sql, max_rows) of a query body; StoreError (HTTP 400) with USAGE for anything else."""
+    try:
+        req = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise StoreError(f"body is not JSON ({exc}); {USAGE}") from exc
+    if not isinstance(req, dict) or not isinstance(req.get("sql"), str):
+        raise StoreError(f'"sql" must be a string; {USAGE}')
+    max_rows = req.get("max_rows")
+    if max_rows is None:
+        return req["sql"], max_rows_cap
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise StoreError(f'"max_rows" must be a positive integer, not {max_rows!r}; {USAGE}')
+    return req["sql"], min(max_rows, max_rows_cap)
 
 
 def handle_query(
@@ -48,12 +71,7 @@ def _dumps(data: Any) -> bytes:
 
 def _answer(store: Store, body: bytes, max_rows_cap: int, timeout_s: float | None) -> tuple[int, bytes]:
     try:
-        req = orjson.loads(body)
-        sql = req["sql"]
-        max_rows = min(int(req.get("max_rows") or max_rows_cap), max_rows_cap)
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return 400, _dumps({"error": 'send a JSON body {"sql": "...", "max_rows": N}'})
-    try:
+        sql, max_rows = parse_request(body, max_rows_cap)
         return 200, _dumps(handle_query(store, sql, max_rows, timeout_s))
     except StoreError as exc:
         return 400, _dumps({"error": str(exc)})
@@ -92,14 +110,31 @@ class LiveServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _authorized(self) -> bool:
+                if token_ok(self.headers.get(TOKEN_HEADER), server_self.token):
+                    return True
+                self.close_connection = True  # the body, if any, stays unread
+                self._send(401, _dumps({"error": f"missing or wrong {TOKEN_HEADER} (see the .live.json sidecar)"}))
+                return False
+
             def do_GET(self) -> None:  # noqa: N802 - stdlib name
-                self._send(200, _dumps({"store": str(server_self.store.path), "pid": os.getpid()}))
+                # where the store is and who serves it is for the token's holder only
+                if self._authorized():
+                    self._send(200, _dumps({"store": str(server_self.store.path), "pid": os.getpid()}))
 
             def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if not hmac.compare_digest(self.headers.get(TOKEN_HEADER, ""), server_self.token):
-                    self._send(401, _dumps({"error": f"missing or wrong {TOKEN_HEADER} (see the .live.json sidecar)"}))
+                if not self._authorized():
                     return
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_BODY:
+                    self.close_connection = True
+                    self._send(400 if length < 0 else 413,
+                               _dumps({"error": f"Content-Length must be 0..{MAX_BODY} bytes; {USAGE}"}))
+                    return
+                body = self.rfile.read(length)
                 self._send(*_answer(server_self.store, body, server_self.max_rows, server_self.timeout_s))
 
         self._httpd = ThreadingHTTPServer((host, port), Handler)
@@ -150,7 +185,7 @@ def query_app(store: Store, max_rows: int = DEFAULT_MAX_ROWS) -> Any:
     from starlette.routing import Route
 
     async def endpoint(request: Request) -> Response:
-        if not hmac.compare_digest(request.headers.get(TOKEN_HEADER, ""), store.query_token):
+        if not token_ok(request.headers.get(TOKEN_HEADER), store.query_token):
             return Response(_dumps({"error": f"missing or wrong {TOKEN_HEADER}"}), 401, media_type="application/json")
         status, body = await run_in_threadpool(_answer, store, await request.body(), max_rows, 60.0)
         return Response(body, status, media_type="application/json")

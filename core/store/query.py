@@ -25,6 +25,16 @@ ALLOWED_PRAGMAS = frozenset(
     {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "version",
      "database_list", "show", "metadata_info", "functions", "collations", "platform", "user_agent"}
 )
+# What a reader connection may do beyond reading its own database: nothing. With external access off DuckDB
+# refuses every file and URL a query names (COPY TO, even under EXPLAIN ANALYZE; read_text/read_csv/read_blob/
+# read_json/glob; http URLs; ATTACH), extensions are never fetched or loaded on demand, and the lock makes every
+# later SET fail, so a query cannot turn any of it back on (checked with duckdb 2.0; docs: "Securing DuckDB").
+READER_SETTINGS: dict[str, bool] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,  # last: once set, no setting can change
+}
 
 
 @dataclass
@@ -71,8 +81,26 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> list[str]:
     return out
 
 
+def lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """Apply READER_SETTINGS to `con`'s database (global settings, so a writer's database too); idempotent."""
+    if con.execute("SELECT current_setting('lock_configuration')").fetchone() == (True,):
+        unsafe = [k for k, v in READER_SETTINGS.items()
+                  if con.execute(f"SELECT current_setting('{k}')").fetchone() != (v,)]
+        if unsafe:
+            raise StoreError(f"this database's configuration is locked with {', '.join(unsafe)} still on; "
+                             f"open it again without lock_configuration to query it here")
+        return
+    for name, value in READER_SETTINGS.items():
+        con.execute(f"SET {name} = {str(value).lower()}")
+
+
 def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = DEFAULT_MAX_ROWS) -> QueryResult:
-    """Run checked statements inside a READ ONLY transaction on `cur`; the last one's rows are returned."""
+    """Run checked statements inside a READ ONLY transaction on a locked-down `cur`; the last one's rows are returned."""
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise StoreError(f"max_rows must be a positive integer, not {max_rows!r}")
+    if not isinstance(sql, str):
+        raise StoreError(f"SQL must be a string, not {type(sql).__name__}")
+    lock_down(cur)
     statements = check_read_only(cur, sql)
     cur.execute("BEGIN TRANSACTION READ ONLY")
     try:
@@ -146,7 +174,7 @@ def run_query(store_path: str | Path, sql: str, *, max_rows: int = DEFAULT_MAX_R
     if not store_path.exists():
         raise StoreError(f"no store at {store_path}")
     try:
-        con = duckdb.connect(str(store_path), read_only=True)
+        con = duckdb.connect(str(store_path), read_only=True, config=dict(READER_SETTINGS))
     except duckdb.Error as exc:
         if "lock" in str(exc).lower():
             raise StoreError(
