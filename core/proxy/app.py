@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -68,11 +68,12 @@ def _query(scope: Scope) -> dict[str, str]:
 
 
 def split_token(path: str) -> tuple[str | None, str]:
-    """``/r/{token}/rest`` → (token, ``/rest``)."""
+    """``/r/{token}/rest`` → (token, ``/rest``). ASGI's `path` is already percent-decoded: decoding it again
+    would make ``/r/%2561/`` the session ``a``."""
     if not path.startswith("/r/"):
         return None, path
     token, _, rest = path[3:].partition("/")
-    return unquote(token) or None, "/" + rest
+    return token or None, "/" + rest
 
 
 class ProxyApp:
@@ -298,7 +299,7 @@ def _loads(body: bytes) -> Any:
 def _gemini_route(path: str) -> tuple[str, str] | None:
     for prefix in ("/v1beta/models/", "/v1/models/", "/v1beta1/models/"):
         if path.startswith(prefix):
-            model, sep, action = unquote(path[len(prefix) :]).rpartition(":")
+            model, sep, action = path[len(prefix) :].rpartition(":")
             if sep and model:
                 return model, action
     return None

@@ -70,16 +70,25 @@ class SessionRegistry:
         return self._by_token.get(token)
 
     def resolve(self, path_token: str | None, api_key: str | None) -> Session:
-        """The session for a request: the URL's token first, then the API key."""
-        for candidate in (path_token, api_key):
-            if candidate and candidate in self._by_token:
-                return self._by_token[candidate]
+        """The session for a request. The URL's token decides; a key is looked at only when the URL has none.
+
+        A key that names another rollout never moves a call there: `/r/b/` with key `a` is rollout `b`.
+        Un-prefixed calls without a known key all share one session (`default`), as `/r/default/` does.
+        """
+        if path_token is not None:
+            session = self._by_token.get(path_token)
+            if session is not None:
+                return session
+        elif api_key and api_key in self._by_token:
+            return self._by_token[api_key]
         if not self.adhoc:
             raise AuthError("unknown rollout token: use the base URL /r/<token>/ (or the token as API key) given to this rollout")
         name = path_token or ADHOC_DEFAULT
-        session = self.register(rollout_id=f"{self.run_id}-{name}", token=name)
-        if self.on_new_adhoc is not None:
-            self.on_new_adhoc(session)
+        session = self._by_token.get(name)
+        if session is None:
+            session = self.register(rollout_id=f"{self.run_id}-{name}", token=name)
+            if self.on_new_adhoc is not None:
+                self.on_new_adhoc(session)
         return session
 
     def all(self) -> list[Session]:
