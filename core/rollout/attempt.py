@@ -201,3 +201,5 @@ class Attempt:
         path = self.ctx.logs_dir / f"{self.item.task.id}.{self.item.sample_index}{step}.attempt{self.attempt_no}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+        if score.checks:  # what plan completion is computed from (the rollout_behaviour view)
+            meta["checks"] = score.checks
