@@ -10,6 +10,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion
 from core.errors import ProtocolError
+from core.protocols.checks import FieldNames, check_sampling, stream_flag
 from core.protocols.sse import (
     args_json,
     dump_args,
@@ -266,18 +267,19 @@ class AnthropicMessages:
             messages.append({"role": "system", "content": system})
         for i, msg in enumerate(messages_in):
             messages.extend(_message(msg, f"messages[{i}]"))
-        return ChatRequest(
+        request = ChatRequest(
             api="messages",
             model=model_name(body, model),
             messages=messages,
             tools=_tools(body.get("tools")),
-            stream=bool(body.get("stream")) if stream is None else stream,
+            stream=stream_flag(body, stream),
             max_tokens=opt_int(body, "max_tokens"),
             temperature=opt_float(body, "temperature"),
             top_p=opt_float(body, "top_p"),
             stop=stop_list(body.get("stop_sequences"), "stop_sequences"),
             tool_choice=_tool_choice(body.get("tool_choice")),
         )
+        return check_sampling(request, FieldNames())
 
     def render_response(
         self, request: ChatRequest, completion: Completion, response_id: str

@@ -11,6 +11,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion
 from core.errors import ProtocolError
+from core.protocols.checks import FieldNames, check_offered, check_sampling
 from core.protocols.sse import (
     KIND_STATUS,
     data_frame,
@@ -209,6 +210,17 @@ def _tool_choice(config: Any) -> Any:
     return {"AUTO": "auto", "ANY": "required", "NONE": "none"}.get(mode, "auto")
 
 
+def _allowed_names(config: Any) -> list[Any]:
+    """`allowedFunctionNames` of a tool config (empty when it has none)."""
+    fcc = _get(config, "functionCallingConfig", "function_calling_config") if isinstance(config, dict) else None
+    names = _get(fcc, "allowedFunctionNames", "allowed_function_names") if isinstance(fcc, dict) else None
+    if names is None:
+        return []
+    if not isinstance(names, list):
+        raise ProtocolError("toolConfig.functionCallingConfig.allowedFunctionNames must be a list of names")
+    return names
+
+
 def _number(config: dict[str, Any], camel: str, snake: str, kind: type) -> Any:
     value = _get(config, camel, snake)
     if value is None:
@@ -293,7 +305,10 @@ class Gemini:
             raise ProtocolError("'generationConfig' must be an object")
         if model is None:
             model = body.get("model") if isinstance(body.get("model"), str) else ""
-        return ChatRequest(
+        count = _get(config, "candidateCount", "candidate_count")
+        if count is not None and count != 1:
+            raise ProtocolError(f"generationConfig.candidateCount must be 1 (the proxy samples one candidate per call), got {count!r}")
+        request = ChatRequest(
             api="gemini",
             model=model.removeprefix("models/"),
             messages=parse_contents(
@@ -307,6 +322,9 @@ class Gemini:
             stop=stop_list(_get(config, "stopSequences", "stop_sequences"), "generationConfig.stopSequences"),
             tool_choice=_tool_choice(_get(body, "toolConfig", "tool_config")),
         )
+        check_offered(_allowed_names(_get(body, "toolConfig", "tool_config")), request.tools, "toolConfig.functionCallingConfig.allowedFunctionNames")
+        names = FieldNames(max_tokens="generationConfig.maxOutputTokens", temperature="generationConfig.temperature", top_p="generationConfig.topP", tool_choice="toolConfig")
+        return check_sampling(request, names)
 
     def render_response(
         self, request: ChatRequest, completion: Completion, response_id: str

@@ -10,6 +10,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion
 from core.errors import ProtocolError
+from core.protocols.checks import FieldNames, check_sampling, single_choice, stream_flag
 from core.protocols.sse import (
     DONE,
     data_frame,
@@ -222,12 +223,13 @@ class OpenAIChat:
             tool_choice = (
                 {"type": "function", "function": {"name": fc.get("name")}} if isinstance(fc, dict) else fc
             )
-        return ChatRequest(
+        single_choice(body, "n")
+        request = ChatRequest(
             api="chat",
             model=model_name(body, model),
             messages=parse_messages(body.get("messages")),
             tools=_tools(body),
-            stream=bool(body.get("stream")) if stream is None else stream,
+            stream=stream_flag(body, stream),
             max_tokens=opt_int(body, "max_completion_tokens", "max_tokens"),
             temperature=opt_float(body, "temperature"),
             top_p=opt_float(body, "top_p"),
@@ -235,6 +237,8 @@ class OpenAIChat:
             tool_choice=tool_choice,
             include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
         )
+        limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        return check_sampling(request, FieldNames(max_tokens=limit))
 
     def render_response(
         self, request: ChatRequest, completion: Completion, response_id: str

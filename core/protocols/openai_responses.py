@@ -10,6 +10,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion
 from core.errors import ProtocolError
+from core.protocols.checks import FieldNames, check_sampling, stream_flag
 from core.protocols.openai_chat import openai_error
 from core.protocols.sse import (
     dump_args,
@@ -312,18 +313,19 @@ class OpenAIResponses:
                 extra[key] = body[key]
         if body.get("previous_response_id"):
             log.warning("previous_response_id is not supported (nothing is stored); only 'input' is used")
-        return ChatRequest(
+        request = ChatRequest(
             api="responses",
             model=model_name(body, model),
             messages=parse_input(instructions, body.get("input")),
             tools=_tools(body.get("tools")),
-            stream=bool(body.get("stream")) if stream is None else stream,
+            stream=stream_flag(body, stream),
             max_tokens=opt_int(body, "max_output_tokens"),
             temperature=opt_float(body, "temperature"),
             top_p=opt_float(body, "top_p"),
             tool_choice=_tool_choice(body.get("tool_choice")),
             extra=extra,
         )
+        return check_sampling(request, FieldNames(max_tokens="max_output_tokens"))
 
     def render_response(
         self, request: ChatRequest, completion: Completion, response_id: str

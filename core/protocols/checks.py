@@ -1,0 +1,83 @@
+"""Checks every protocol applies to a parsed request before any generation: ranges, `n`, `stream`, tool choice.
+
+A value the proxy cannot honour is refused with a 400 in the caller's protocol, never accepted
+silently (a harness asking for three choices and getting one) or left to fail later (an integer
+over 64 bits that breaks rendering the answer after the whole generation ran).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from core.chat import ChatRequest
+from core.errors import ProtocolError
+
+MAX_TOKENS_LIMIT = 2**31 - 1  # past any context length; an int32 every backend and the store take
+
+
+@dataclass(frozen=True)
+class FieldNames:
+    """How a protocol spells the sampling fields, so a refusal names the caller's own field."""
+
+    max_tokens: str = "max_tokens"
+    temperature: str = "temperature"
+    top_p: str = "top_p"
+    tool_choice: str = "tool_choice"
+
+
+def check_sampling(request: ChatRequest, names: FieldNames) -> ChatRequest:
+    """`request` itself once its limits are in range and its tool choice names an offered tool."""
+    if request.max_tokens is not None and not 1 <= request.max_tokens <= MAX_TOKENS_LIMIT:
+        raise ProtocolError(f"'{names.max_tokens}' must be an integer from 1 to {MAX_TOKENS_LIMIT}, got {request.max_tokens}")
+    if request.temperature is not None and not (math.isfinite(request.temperature) and request.temperature >= 0):
+        raise ProtocolError(f"'{names.temperature}' must be a number ≥ 0, got {request.temperature}")
+    if request.top_p is not None and not (math.isfinite(request.top_p) and 0 < request.top_p <= 1):
+        raise ProtocolError(f"'{names.top_p}' must be a number in (0, 1], got {request.top_p}")
+    named = chosen_tool(request.tool_choice)
+    if named is not None:
+        check_offered([named], request.tools, names.tool_choice)
+    return request
+
+
+def chosen_tool(choice: Any) -> str | None:
+    """The function a canonical tool choice forces, if it names one."""
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise ProtocolError("a tool choice that names a function needs a non-empty string 'name'")
+            return name
+    return None
+
+
+def check_offered(names: list[Any], tools: list[dict[str, Any]], field: str) -> None:
+    """Every name in `names` is one of the offered function tools."""
+    offered = {t["function"]["name"] for t in tools}
+    for name in names:
+        if name not in offered:
+            listed = ", ".join(sorted(offered)) or "none"
+            raise ProtocolError(f"'{field}' names the tool {name!r}, which the request does not offer (offered: {listed})")
+
+
+def stream_flag(body: dict[str, Any], stream: bool | None, key: str = "stream") -> bool:
+    """`stream` from the URL when the protocol puts it there, else the body's boolean (absent or null: False)."""
+    if stream is not None:
+        return stream
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ProtocolError(f"'{key}' must be true or false, got {value!r}")
+    return value
+
+
+def single_choice(body: dict[str, Any], key: str) -> None:
+    """Refuse asking for more than one choice: the proxy samples one, and a harness must not be told otherwise."""
+    value = body.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != 1:
+        raise ProtocolError(f"'{key}' must be 1 (the proxy samples one choice per call), got {value!r}")
