@@ -69,13 +69,13 @@ class Score:
     score: float
     passed: bool
     detail: str = ""
+    checks: dict[str, float] = field(default_factory=dict)  # per-check scores in [0, 1] (rollouts.meta.checks)
 
 
 class Environment(ABC):
     """An environment adapter: a task source and its verifier."""
 
     name: ClassVar[str]
-    checks: dict[str, float] = field(default_factory=dict)  # per-check scores in [0, 1] (rollouts.meta.checks)
     version: ClassVar[str] = "0"
     threshold: ClassVar[float] = 1.0
 

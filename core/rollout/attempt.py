@@ -179,6 +179,8 @@ class Attempt:
             raise InfraError(f"the verifier did not finish within {VERIFY_TIMEOUT_S:g} s") from None
         clock.lap("verify_s")
         meta["verifier"] = score.detail[-4000:]
+        if score.checks:  # what plan completion is computed from (the rollout_behaviour view)
+            meta["checks"] = score.checks
         status = Status.DONE if outcome.ok else Status.FAILED
         error = None if outcome.ok else f"harness failed (exit {result.exit_code}): {outcome.detail[-500:]}"
         self._move(status, ended_at=utcnow(), reward=score.score, passed=score.passed, error=error, meta=meta)
@@ -201,5 +203,3 @@ class Attempt:
         path = self.ctx.logs_dir / f"{self.item.task.id}.{self.item.sample_index}{step}.attempt{self.attempt_no}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        if score.checks:  # what plan completion is computed from (the rollout_behaviour view)
-            meta["checks"] = score.checks
