@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from core.analytics.views import view_ddl
+
 SCHEMA_VERSION = 3  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
 # (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); migrate adds them in place
 
@@ -198,6 +200,9 @@ FROM checked;""",
     ),
 ]
 
+BEHAVIOUR_VIEWS = view_ddl()  # tool uses and results, per-rollout behaviour metrics and their aggregates
+VIEWS += BEHAVIOUR_VIEWS
+
 COLUMNS: dict[str, dict[str, str]] = {name: {c: t for c, t, _ in cols} for name, _, cols, _ in TABLES}
 PRIMARY_KEYS: dict[str, str | None] = {name: pk for name, _, _, pk in TABLES}
 JSON_COLUMNS: dict[str, frozenset[str]] = {
@@ -233,7 +238,12 @@ def _doc() -> str:
         "### Views and macros\n\nA call whose prompt extends its parent's prompt + completion is stored compactly: "
         "`prompt_token_ids` NULL, `prompt_new_token_ids` the ids after the parent's. These rebuild whole prompts:\n"
     )
-    parts.extend(f"- `{name}`: {about}" for name, about, _ in VIEWS)
+    parts.extend(f"- `{name}`: {about}" for name, about, _ in VIEWS if (name, about, _) not in BEHAVIOUR_VIEWS)
+    parts.append(
+        "\n#### Behaviour views\n\nWhat agents do, from the recorded wire bodies of every protocol (definitions in "
+        "`core/analytics/views.py`; `forgetui analyze` and `forgetui compare` read them):\n"
+    )
+    parts.extend(f"- `{name}`: {about}" for name, about, _ in BEHAVIOUR_VIEWS)
     parts.append("")
     return "\n".join(parts)
 

@@ -1,0 +1,1 @@
+"""Behaviour analytics over recorded rollouts: tool classes, SQL views, per-group metrics, run comparison, replay."""
