@@ -153,3 +153,40 @@ def node_npm_layer(name: str, node_spec: str, packages: list[str], *, links: Map
     (node_dir,) = node.dirs.values()
     harness = npm_layer(name, packages, links=links, node_bin=node_dir.path / NODE_BIN_DIR)
     return combined_layer(name, node, harness)
+
+
+def apt_tree(name: str, packages: list[str]) -> Path:
+    """Debian packages and their whole dependency closure, downloaded once on the host (apt-get), cached.
+
+    The host must run the sandbox's Debian release (bookworm) with fresh package lists
+    (`apt-get update`). The closure is resolved against an empty dpkg status, so it holds every
+    package the set needs whatever the base image already has; installing one already there is a no-op.
+    """
+    release = Path("/etc/debian_version").read_text().strip() if Path("/etc/debian_version").is_file() else "?"
+    key = _key("apt", release, *sorted(packages))
+
+    def install(tmp: Path) -> None:
+        (tmp / "debs" / "partial").mkdir(parents=True)
+        status = tmp / "status"
+        status.touch()
+        opts = ["-o", f"Dir::State::status={status}", "-o", f"Dir::Cache::archives={tmp / 'debs'}", "-o", "Debug::NoLocking=1"]
+        try:
+            _run(["apt-get", "-y", "-q", "--download-only", "--no-install-recommends", *opts, "install", *packages], f"apt {' '.join(packages)}")
+        except SandboxError as exc:
+            raise SandboxError(f"{exc}\n(a Debian host with apt is needed; `apt-get update` first if a package is not found)") from None
+        shutil.rmtree(tmp / "debs" / "partial")
+        (tmp / "debs" / "lock").unlink(missing_ok=True)
+        status.unlink()
+
+    return _install_once("apt", name, key, install)
+
+
+def apt_layer(name: str, packages: list[str]) -> ImageLayer:
+    """An image layer with Debian packages: downloaded on the host once (apt_tree), installed offline in the build."""
+    tree = apt_tree(name, packages)
+    ctx = f"apt-{name}"
+    run = (
+        f"RUN apt-get install -y -q --no-install-recommends /tmp/{ctx}/debs/*.deb > /tmp/{ctx}.log 2>&1 "
+        f"|| (tail -40 /tmp/{ctx}.log; exit 1); rm -rf /tmp/{ctx} /tmp/{ctx}.log /var/cache/apt/archives/*.deb"
+    )
+    return ImageLayer(name=name, dockerfile=f"COPY {ctx} /tmp/{ctx}\n{run}\n", dirs={ctx: HostDir(tree, tree.name)})
