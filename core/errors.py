@@ -68,6 +68,17 @@ class BackendError(ForgetuiError):
     kind = "backend"
 
 
+class RateLimitedError(BackendError):
+    """The upstream provider refused the call for its rate limit (HTTP 429; its Retry-After is passed on)."""
+
+    status = 429
+    kind = "rate_limit"
+
+    def __init__(self, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class SandboxError(ForgetuiError):
     """A sandbox could not be created, reached or cleaned up (an infrastructure error)."""
 
