@@ -50,7 +50,7 @@ class RuntimeConfig(_Section):
     cpus: float = Field(1.0, gt=0)
     memory: str = "2g"
     pids_limit: int = Field(512, ge=16)
-    network: Literal["host", "bridge"] = "host"
+    network: Literal["isolated", "host", "bridge"] = Field("isolated", description="docker: isolated = the sandbox reaches the proxy and nothing else; host = the host's network (a warning); bridge = Docker's bridge")
     workdir: str = "/workspace"
     ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
     namespace: str = "default"

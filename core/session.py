@@ -134,7 +134,7 @@ class RunSession:
             model_name=config.policy.model_name,
             workdir=config.runtime.workdir,
             timeout_s=config.run.timeout_s,
-            sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network},
+            sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network, "proxy": self.server.url},
             logs_dir=self.run_dir / "logs",
         )
 

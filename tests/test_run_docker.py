@@ -82,7 +82,7 @@ def test_sandbox_killed_from_outside_is_infra_error_then_retried(docker_client, 
         while time.monotonic() < deadline and not killed:
             runs = [d.name for d in (home / "runs").glob("*")]
             for c in docker_client.containers.list(filters={"label": f"{LABEL}={runs[0]}"}) if runs else []:
-                if c.labels.get("forgetui.rollout", "").endswith("/hello/0"):
+                if c.labels.get("forgetui.rollout", "").endswith("/hello/0") and c.labels.get("forgetui.role") != "network":
                     time.sleep(1.0)
                     c.kill()
                     killed.append(c.labels[LABEL])

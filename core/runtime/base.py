@@ -38,7 +38,8 @@ class SandboxSpec:
     cpus: float = 1.0
     memory: str = "2g"
     pids_limit: int = 512
-    network: Literal["host", "bridge"] = "host"
+    network: Literal["isolated", "host", "bridge"] = "isolated"
+    proxy: str | None = None  # the proxy's URL on the host: an isolated sandbox reaches it, and only it
     labels: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
 

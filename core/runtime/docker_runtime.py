@@ -16,14 +16,17 @@ Reads of files (what verifiers do) go straight to the container's root filesyste
 the engine is local and uses overlayfs, opened without following symlinks; otherwise, or when the
 path is not a plain file, through the engine's archive API (which spawns a process per call).
 
-Network trade-off (``SandboxSpec.network``):
+Network (``SandboxSpec.network``):
 
-* ``host`` (default): the container shares the host's network namespace, so the recording proxy
-  is reachable at ``127.0.0.1:<port>`` and nothing else needs configuring. The sandbox is not
-  isolated from the host's network: it can reach every service the host can.
-* ``bridge``: the container gets its own network namespace on Docker's bridge; the host is
-  reachable as ``host.docker.internal`` (mapped to the bridge gateway). Isolated, but the proxy
-  must listen on the gateway address (or 0.0.0.0), not only on 127.0.0.1.
+* ``isolated`` (default): the container's network namespace has loopback only and no route; the
+  proxy (``SandboxSpec.proxy``) answers at the same ``127.0.0.1:<port>`` through a forwarder
+  container (see ``docker_network``), and nothing else on the host or beyond can be reached.
+  Without ``proxy`` the sandbox has no network at all.
+* ``host`` (opt-in, logged as a warning): the container shares the host's network namespace, so
+  it can reach every service the host can (live store endpoint, local databases, metadata).
+* ``bridge``: Docker's bridge; the host is reachable as ``host.docker.internal`` (the bridge
+  gateway), so is every host service listening on all addresses, and the internet. The proxy must
+  listen on the gateway address (or 0.0.0.0), not only on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 
 from core.errors import SandboxError
 from core.runtime import _common as C
+from core.runtime import docker_network as N
 from core.runtime import labels as L
 from core.runtime.base import Entry, ExecResult, SandboxFile, SandboxSpec, parse_memory, shell_command
 
@@ -72,11 +76,13 @@ def _docker() -> Any:
 class DockerSandbox:
     """One rollout's container."""
 
-    def __init__(self, client: Any, spec: SandboxSpec, *, pull: bool = True) -> None:
+    def __init__(self, client: Any, spec: SandboxSpec, *, pull: bool = True, relay: N.HostRelay | None = None) -> None:
         self._client = client
         self._pull = pull
         self.spec = spec
         self.name = C.sandbox_name(spec.run_id, spec.rollout_id)
+        self._relay = relay  # isolated network: the host end of the way to the proxy
+        self._forwarder: Any = None  # isolated network: the container whose namespace the sandbox joins
         self._container: Any = None
         self._stopped = False
         self._transcript: list[str] = []
@@ -90,10 +96,19 @@ class DockerSandbox:
     def id(self) -> str:
         return self._container.id if self._container is not None else self.name
 
+    def _life(self) -> str:
+        spec = self.spec
+        return str(math.ceil(spec.timeout_s) + LIFETIME_GRACE_S) if spec.timeout_s and spec.timeout_s > 0 else "infinity"
+
+    def _network_mode(self) -> str:
+        if self.spec.network != "isolated":
+            return self.spec.network
+        return f"container:{self._forwarder.id}" if self._forwarder is not None else "none"
+
     def run_kwargs(self, entry: Entry | None = None) -> dict[str, Any]:
         """The ``containers.run`` arguments for this spec (exposed for inspection and tests)."""
         spec = self.spec
-        life = str(math.ceil(spec.timeout_s) + LIFETIME_GRACE_S) if spec.timeout_s and spec.timeout_s > 0 else "infinity"
+        life = self._life()
         command = ["sleep", life]
         if entry is not None:
             argv = C.timeout_wrap(shell_command(entry.command), entry.timeout_s)
@@ -119,7 +134,7 @@ class DockerSandbox:
             "cap_drop": ["ALL"],
             "cap_add": list(KEEP_CAPS),
             "security_opt": ["no-new-privileges"],
-            "network_mode": spec.network,
+            "network_mode": self._network_mode(),
             "stdin_open": entry is not None,
             "tty": False,
         }
@@ -148,15 +163,40 @@ class DockerSandbox:
                 f"(`forgetui images`), or check the name and your registry login ({exc.explanation or exc})"
             ) from exc
 
+    def _start_forwarder(self) -> None:
+        """Isolated network with a proxy: the forwarder whose loopback-only namespace the sandbox joins."""
+        if self.spec.network != "isolated" or self._relay is None or self._forwarder is not None:
+            return
+        _host, port = N.proxy_address(self.spec.proxy or "")
+        kwargs = N.forwarder_kwargs(f"{self.name}-net", self.spec.image, port, self._relay, self.spec.all_labels(), self._life())
+        try:
+            self._forwarder = N.start_forwarder(self._client, kwargs)
+        except _docker().errors.ImageNotFound:
+            self._ensure_image()
+            self._forwarder = N.start_forwarder(self._client, kwargs)
+
+    def _remove_forwarder(self) -> None:
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None:
+            try:
+                forwarder.remove(force=True)
+            except _docker().errors.NotFound:
+                pass
+
     def _start_blocking(self, files: Sequence[SandboxFile], entry: Entry | None) -> Any:
         docker = _docker()
-        kwargs = self.run_kwargs(entry)
-        kwargs.pop("detach")
-        try:  # the image is almost always there: look it up (and pull) only when create says it is not
-            container = self._client.containers.create(**kwargs)
-        except docker.errors.ImageNotFound:
-            self._ensure_image()
-            container = self._client.containers.create(**kwargs)
+        self._start_forwarder()
+        try:
+            kwargs = self.run_kwargs(entry)
+            kwargs.pop("detach")
+            try:  # the image is almost always there: look it up (and pull) only when create says it is not
+                container = self._client.containers.create(**kwargs)
+            except docker.errors.ImageNotFound:
+                self._ensure_image()
+                container = self._client.containers.create(**kwargs)
+        except BaseException:
+            self._remove_forwarder()
+            raise
         try:
             if files:  # into the created container: one archive, no exec
                 archive = C.tar_files([(C.absolute(f.path, self.spec.workdir), f.data, f.mode) for f in files])
@@ -174,6 +214,7 @@ class DockerSandbox:
         except BaseException:
             self._close_attach()
             container.remove(force=True)
+            self._remove_forwarder()
             raise
         self._rootfs = _host_rootfs(container)
         return container
@@ -233,7 +274,22 @@ class DockerSandbox:
             self._close_attach()
             return self._record(argv, ExecResult(-1, "", f"timed out after {entry.timeout_s:g}s (host-side deadline)", True))
         elapsed = time.monotonic() - self._entry_started
+        if code != 0:
+            await self._require_forwarder()
         return self._record(argv, self._result(code, out, err, entry.timeout_s, elapsed))
+
+    async def _require_forwarder(self) -> None:
+        """A failure with the way to the proxy gone (forwarder killed) is the sandbox's loss, not the harness's."""
+        forwarder = self._forwarder
+        if forwarder is None:
+            return
+        docker = _docker()
+        try:
+            await asyncio.to_thread(forwarder.reload)
+        except docker.errors.NotFound as exc:
+            raise self._gone(RuntimeError(f"its network forwarder {forwarder.name} was removed")) from exc
+        if forwarder.status != "running":
+            raise self._gone(RuntimeError(f"its network forwarder {forwarder.name} is {forwarder.status}"))
 
     def _close_attach(self) -> None:
         sock, self._attach = self._attach, None
@@ -302,6 +358,8 @@ class DockerSandbox:
         except TimeoutError:
             log.warning("exec in %s passed its host-side deadline; reporting a timeout", self.name)
             return self._record(argv, ExecResult(-1, "", f"timed out after {timeout_s:g}s (host-side deadline)", True))
+        if code != 0:
+            await self._require_forwarder()
         return self._record(argv, self._result(code, out, err, timeout_s, time.monotonic() - started))
 
     @staticmethod
@@ -409,6 +467,11 @@ class DockerSandbox:
                 raise SandboxError(
                     f"could not remove sandbox {self.name}: {exc} (run `forgetui gc`)"
                 ) from exc
+        finally:  # after the sandbox: it lives in the forwarder's network namespace
+            try:
+                await asyncio.to_thread(self._remove_forwarder)
+            except docker.errors.APIError as exc:
+                log.warning("could not remove the network forwarder of %s: %s (run `forgetui gc`)", self.name, exc)
         log.debug("removed sandbox %s", self.name)
 
 
@@ -442,6 +505,8 @@ class DockerRuntime:
     def __init__(self, client: Any = None, *, pull: bool = True) -> None:
         self._client = client
         self.pull = pull  # pull a missing image from its registry before failing
+        self._relays: dict[tuple[str, int], N.HostRelay] = {}  # one per proxy address (isolated networks)
+        self._warned_host = False
 
     @property
     def client(self) -> Any:
@@ -463,7 +528,24 @@ class DockerRuntime:
             return False
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
-        return DockerSandbox(self.client, spec, pull=self.pull)
+        relay = None
+        if spec.network == "isolated" and spec.proxy:
+            address = N.proxy_address(spec.proxy)
+            relay = self._relays.get(address)
+            if relay is None:
+                relay = self._relays[address] = N.HostRelay(*address)
+        elif spec.network == "host" and not self._warned_host:
+            self._warned_host = True
+            log.warning("runtime.network = \"host\": sandboxes share the host's network and can reach every service "
+                        "on this machine (the store's live endpoint, local databases, metadata addresses); "
+                        "use the default \"isolated\" unless you trust what runs in them")
+        return DockerSandbox(self.client, spec, pull=self.pull, relay=relay)
+
+    def close(self) -> None:
+        """Stop the proxy relays of isolated sandboxes (their sandboxes must be stopped first)."""
+        relays, self._relays = self._relays, {}
+        for relay in relays.values():
+            relay.close()
 
     async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
         sel = L.selector(run_id, owner)
