@@ -237,7 +237,9 @@ VIEW_NAMES = tuple(name for name, _, _ in BEHAVIOUR_VIEWS)
 
 def view_ddl() -> list[tuple[str, str, str]]:
     """(name, description, CREATE OR REPLACE VIEW statement) for `core.store.schema.VIEWS`."""
-    return [(name, about, f"CREATE OR REPLACE VIEW {name} AS\n{body};") for name, about, body in BEHAVIOUR_VIEWS]
+    return [
+        (name, about, f"CREATE OR REPLACE VIEW {name} AS\n{body};") for name, about, body in BEHAVIOUR_VIEWS
+    ]
 
 
 def with_views(sql: str) -> str:

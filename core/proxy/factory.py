@@ -1,4 +1,4 @@
-"""Build a policy from a backend SPEC: builtin:MODEL, scripted:FILE, vllm:URL, litellm:MODEL."""
+"""Build a policy from a backend SPEC: builtin:MODEL, scripted:FILE, vllm:URL, litellm:MODEL, replay:ROLLOUT_ID."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from core.backends.base import TokenBackend
 from core.errors import ConfigError
 from core.proxy.policy import PassthroughPolicy, Policy, TokenPolicy
 
-BACKEND_KINDS = ("builtin", "scripted", "vllm", "litellm")
+BACKEND_KINDS = ("builtin", "scripted", "vllm", "litellm", "replay")
 
 
 def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     """``kind:target?opt=v`` → (kind, target, options)."""
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in BACKEND_KINDS or not rest:
-        raise ConfigError(f"backend spec {spec!r} is not one of builtin:MODEL, scripted:FILE, vllm:URL, litellm:MODEL")
+        raise ConfigError(f"backend spec {spec!r} is not one of builtin:MODEL, scripted:FILE, vllm:URL, litellm:MODEL, replay:ROLLOUT_ID")
     options: dict[str, str] = {}
-    if kind in ("builtin", "scripted", "litellm") and "?" in rest:
+    if kind in ("builtin", "scripted", "litellm", "replay") and "?" in rest:
         rest, _, query = rest.partition("?")
         options = dict(parse_qsl(query))
     elif kind == "vllm":
@@ -57,6 +57,10 @@ def make_token_backend(spec: str, *, tokenizer: str | None = None) -> TokenBacke
         if not path.is_file():
             raise ConfigError(f"scripted backend: no script file at {path}")
         return ScriptedBackend(path, tokenizer_model=opts.get("tokenizer", tokenizer or "tiny"))
+    if kind == "replay":  # a recorded rollout's answers, token for token (`forgetui replay`); option store=PATH
+        from core.analytics.replay import load_recording, replay_backend
+
+        return replay_backend(load_recording(target, Path(opts["store"]) if "store" in opts else None))
     from core.backends.vllm import VllmBackend
 
     if not (tokenizer or opts.get("tokenizer")):

@@ -190,7 +190,9 @@ class ClawBenchEnv(Environment):
         except (ValueError, FileNotFoundError) as exc:
             tail = (result.stdout + result.stderr)[-1500:]
             return self.score(0.0, f"pytest wrote no report (exit {result.exit_code}; {exc}): {tail}")
-        return self.score(report.fraction, report.summary())
+        score = self.score(report.fraction, report.summary())
+        score.checks = report.cases  # one check per test: plan completion for multi-test tasks
+        return score
 
 
 __all__ = ["ClawBenchEnv", "instruction_text", "setup_script", "verifier_command"]

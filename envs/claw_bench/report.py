@@ -13,6 +13,7 @@ class TestReport:
     total: int = 0
     passed: int = 0
     failures: list[str] = field(default_factory=list)  # "test_name: message" per failed or errored test
+    cases: dict[str, float] = field(default_factory=dict)  # "class::test" → 1.0 passed / 0.0 not (skipped left out)
 
     @property
     def fraction(self) -> float:
@@ -47,10 +48,12 @@ def parse_junit(xml: bytes | str) -> TestReport:
         if outcome is not None and outcome.tag == "skipped":
             continue
         report.total += 1
+        name = case.get("name", "?")
+        key = f"{case.get('classname')}::{name}" if case.get("classname") else name
+        report.cases[key] = 1.0 if outcome is None else 0.0
         if outcome is None:
             report.passed += 1
             continue
-        name = case.get("name", "?")
         message = outcome.get("message") or (outcome.text or "").strip().splitlines()[-1:] or [""]
         reason = message if isinstance(message, str) else message[0]
         report.failures.append(f"{name} ({outcome.tag}): {_short(reason)}")

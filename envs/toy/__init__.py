@@ -112,8 +112,10 @@ class ToyEnv(Environment):
             family = _family(task)
         except ConfigError as exc:
             return self.score(0.0, str(exc))
-        value, detail = await family.check(Workspace(sandbox, workdir), task.meta.get("params", {}))
-        return self.score(value, detail)
+        value, detail, checks = await family.check(Workspace(sandbox, workdir), task.meta.get("params", {}))
+        score = self.score(value, detail)
+        score.checks = checks
+        return score
 
 
 __all__ = ["ToyEnv", "solution_script"]

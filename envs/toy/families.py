@@ -36,7 +36,7 @@ EXTENSIONS = (
 DIR_ROOTS = ("src", "docs", "data", "tests", "build", "assets", "config", "scripts")
 DIR_LEAVES = ("core", "utils", "raw", "clean", "images", "fonts", "unit", "api", "v1", "old")
 
-Outcome = tuple[float, str]
+Outcome = tuple[float, str, dict[str, float]]  # score, detail, per-check scores (rollouts.meta.checks)
 
 
 class Family:
@@ -64,10 +64,10 @@ class Family:
 async def _exact(ws: Workspace, rel: str, expected: str) -> Outcome:
     text = await ws.read(rel)
     if text is None:
-        return 0.0, f"{rel} is missing"
+        return 0.0, f"{rel} is missing", {rel: 0.0}
     if text.strip() == expected:
-        return 1.0, f"{rel} is correct"
-    return 0.0, f"{rel} contains {text.strip()[:80]!r}, expected {expected!r}"
+        return 1.0, f"{rel} is correct", {rel: 1.0}
+    return 0.0, f"{rel} contains {text.strip()[:80]!r}, expected {expected!r}", {rel: 0.0}
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,8 @@ class Rename(Family):
         return {f"{s}.{p['from']}": f"{s} data\n" for s in p["stems"]}
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
-        good, notes = 0, []
+        notes: list[str] = []
+        checks: dict[str, float] = {}  # one check per file to rename
         for stem in p["stems"]:
             old, new = f"{stem}.{p['from']}", f"{stem}.{p['to']}"
             text = await ws.read(new)
@@ -158,10 +159,9 @@ class Rename(Family):
                 notes.append(f"{new} has the wrong content")
             elif await ws.exists(old):
                 notes.append(f"{old} still exists")
-            else:
-                good += 1
-        total = len(p["stems"])
-        return good / total, f"renamed {good}/{total}" + (f" ({'; '.join(notes)})" if notes else "")
+            checks[new] = 0.0 if len(notes) > len(checks) else 1.0  # this stem added no note
+        good, total = int(sum(checks.values())), len(p["stems"])
+        return good / total, f"renamed {good}/{total}" + (f" ({'; '.join(notes)})" if notes else ""), checks
 
     def solution(self, p: dict[str, Any]) -> str:
         return f'for f in *.{p["from"]}; do mv "$f" "${{f%.{p["from"]}}}.{p["to"]}"; done'
@@ -213,10 +213,11 @@ class MakeDirs(Family):
         return "Create these directories in the workspace: " + ", ".join(p["dirs"])
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
-        missing = [d for d in p["dirs"] if not await ws.is_dir(d)]
+        checks = {d: 1.0 if await ws.is_dir(d) else 0.0 for d in p["dirs"]}
+        missing = [d for d, met in checks.items() if not met]
         good = len(p["dirs"]) - len(missing)
         detail = f"{good}/{len(p['dirs'])} directories exist"
-        return good / len(p["dirs"]), detail + (f" (missing: {', '.join(missing)})" if missing else "")
+        return good / len(p["dirs"]), detail + (f" (missing: {', '.join(missing)})" if missing else ""), checks
 
     def solution(self, p: dict[str, Any]) -> str:
         return "mkdir -p " + " ".join(shlex.quote(d) for d in p["dirs"])

@@ -1,0 +1,265 @@
+"""`forgetui replay`: re-run one recorded rollout in a fresh sandbox against its own recorded answers.
+
+The harness runs the same task again; the replay backend answers call k with the recorded completion k
+(same token ids and logprobs). The first divergence is reported: call k's prompt differs from the
+recorded one (token position and both sides decoded around it), the harness made more or fewer calls,
+or the verifier's score changed. Differences the harness itself makes on every run (a random chunk id,
+a wall time, today's date) are listed per harness in `VOLATILE` and reported apart, as volatile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.backends.replay import RecordedCall, ReplayBackend, ServedCall
+from core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+WINDOW = 24  # tokens shown on each side of a prompt difference
+# Text a harness writes differently on every run (it never comes from the model): masked before prompts are
+# compared a second time, so a difference only there is reported as volatile, not as a divergence.
+VOLATILE: dict[str, list[str]] = {
+    "codex": [r"Chunk ID: [0-9a-f]+", r"Wall time: [0-9.]+ seconds", r"<current_date>[^<]*</current_date>", r"session_id[\"': =]+[0-9a-f-]+"],
+    "claude-code": [r"Today's date is [0-9-]+", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"],
+    "gemini-cli": [r"Today's date is [^.\n]*", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"],
+    "openclaw": [r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z?"],
+    "opencode": [r"Today's date: [^\n]*"],
+}
+
+
+@dataclass
+class Recording:
+    """A recorded rollout: its row, its run's config and its final attempt's calls."""
+
+    store: Path
+    rollout: dict[str, Any]
+    config: dict[str, Any]
+    calls: list[RecordedCall]
+
+
+@dataclass
+class Divergence:
+    kind: str  # prompt | extra_calls | missing_calls | score
+    call: int | None
+    detail: str
+    position: int | None = None
+    recorded: str | None = None  # decoded tokens around the difference, as recorded
+    replayed: str | None = None  # ... and as replayed
+
+
+@dataclass
+class ReplayReport:
+    rollout_id: str
+    replay_run_id: str
+    replay_rollout_id: str
+    diverged: bool
+    first: Divergence | None
+    divergences: list[Divergence] = field(default_factory=list)
+    volatile_calls: list[int] = field(default_factory=list)  # calls whose prompts differ only in VOLATILE text
+    recorded_calls: int = 0
+    replayed_calls: int = 0
+    recorded_score: float | None = None
+    replayed_score: float | None = None
+    changed: dict[str, list[Any]] = field(default_factory=dict)  # harness_version, image_digest, task_hash: [recorded, now]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rows(store: Path, sql: str) -> list[dict[str, Any]]:
+    from core.store.query import run_query
+
+    result = run_query(store, sql)
+    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def load_recording(rollout_id: str, store: Path | None = None) -> Recording:
+    """The rollout's row, its run's config and its final attempt's ok calls (whole prompts rebuilt) from the store."""
+    from core.analytics.metrics import store_of
+
+    store = store or store_of(rollout_id.split("/", 1)[0])
+    found = _rows(store, f"SELECT r.*, ru.config AS run_config FROM rollouts r LEFT JOIN runs ru ON ru.run_id = r.run_id WHERE r.rollout_id = {_lit(rollout_id)}")
+    if not found:
+        raise ConfigError(f"no rollout {rollout_id!r} in {store} (rollout ids look like RUN/TASK/0; list them with `forgetui sql \"SELECT rollout_id FROM rollouts\"`)")
+    rollout = found[0]
+    config = rollout.pop("run_config")
+    config = json.loads(config) if isinstance(config, str) else (config or {})
+    attempt = rollout.get("attempt") or 0
+    rows = _rows(
+        store,
+        "SELECT seq, call_id, completion_token_ids, completion_logprobs, finish_reason FROM calls "
+        f"WHERE rollout_id = {_lit(rollout_id)} AND coalesce(attempt, 0) = {int(attempt)} AND status = 'ok' ORDER BY seq",
+    )
+    calls = []
+    for row in rows:
+        prompt = _rows(store, f"SELECT prompt_token_ids FROM full_prompt({_lit(row['call_id'])})")
+        ids = row["completion_token_ids"]
+        if ids is None:
+            raise ConfigError(f"call {row['call_id']} of {rollout_id} has no completion token ids (a passthrough recording): there is nothing token-exact to replay")
+        logprobs = row["completion_logprobs"] or [0.0] * len(ids)
+        calls.append(RecordedCall(row["seq"], row["call_id"], prompt[0]["prompt_token_ids"] if prompt else None, list(ids), list(logprobs), row["finish_reason"]))
+    return Recording(store, rollout, config, calls)
+
+
+def tokenizer_name(policy: dict[str, Any]) -> str:
+    """The tokenizer the recording's policy rendered prompts with (what replay must render with too)."""
+    from core.proxy.factory import parse_spec
+
+    kind, target, opts = parse_spec(str(policy.get("backend", "builtin:tiny")))
+    if kind == "litellm":
+        raise ConfigError("this rollout was recorded through a passthrough (litellm:) backend: its prompts were never tokenized here, so it cannot be replayed token for token")
+    if kind == "builtin":
+        return target
+    return opts.get("tokenizer") or policy.get("tokenizer") or "tiny"
+
+
+def replay_backend(recording: Recording) -> ReplayBackend:
+    """A replay backend over the recording, with the tokenizer its policy used."""
+    from core.models.resolve import load_tokenizer, resolve_model
+
+    tokenizer = load_tokenizer(resolve_model(tokenizer_name(recording.config.get("policy", {}))))
+    return ReplayBackend(recording.calls, tokenizer, name=f"replay:{recording.rollout['rollout_id']}")
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _masked(text: str, harness: str) -> str:
+    for pattern in VOLATILE.get(harness, []):
+        text = re.sub(pattern, "<volatile>", text)
+    return text
+
+
+def prompt_divergence(served: ServedCall, tokenizer: Any, harness: str) -> Divergence | None:
+    """The divergence of one served call's prompt, or None when it only differs in the harness's volatile text."""
+    rec = served.recorded
+    assert rec is not None and rec.prompt_ids is not None and served.first_difference is not None
+    if _masked(_decode(tokenizer, rec.prompt_ids), harness) == _masked(_decode(tokenizer, served.prompt_ids), harness):
+        return None
+    p = served.first_difference
+    lo = max(0, p - WINDOW)
+    return Divergence(
+        "prompt",
+        served.index,
+        f"call {served.index}'s prompt differs from the recording at token {p} "
+        f"(recorded {len(rec.prompt_ids)} tokens, replayed {len(served.prompt_ids)})",
+        position=p,
+        recorded=_decode(tokenizer, rec.prompt_ids[lo : p + WINDOW]),
+        replayed=_decode(tokenizer, served.prompt_ids[lo : p + WINDOW]),
+    )
+
+
+def divergences(backend: ReplayBackend, harness: str, recorded_score: float | None, replayed_score: float | None) -> tuple[list[Divergence], list[int]]:
+    """Every divergence in timeline order (prompts, then call counts, then the score) and the volatile-only calls."""
+    out: list[Divergence] = []
+    volatile: list[int] = []
+    for served in backend.served:
+        if served.first_difference is None:
+            continue
+        found = prompt_divergence(served, backend.tokenizer, harness)
+        if found is None:
+            volatile.append(served.index)
+        else:
+            out.append(found)
+    n_rec, n_new = len(backend.recorded), len(backend.served)
+    if n_new > n_rec:
+        out.append(Divergence("extra_calls", n_rec, f"the harness made {n_new} calls, {n_new - n_rec} more than the {n_rec} recorded (from call {n_rec} on)"))
+    elif n_new < n_rec:
+        out.append(Divergence("missing_calls", n_new, f"the harness made {n_new} calls where {n_rec} were recorded (call {n_new} never came)"))
+    if recorded_score != replayed_score:
+        out.append(Divergence("score", None, f"the verifier scored {replayed_score} where the recording scored {recorded_score}"))
+    return out, volatile
+
+
+def replay_config(recording: Recording, image: str | None = None) -> Any:
+    """The recorded run's config narrowed to this rollout's task, one sample, no retries, no training."""
+    from pydantic import ValidationError
+
+    from core.config import RunConfig
+
+    data = json.loads(json.dumps(recording.config))
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"the recorded run's config no longer loads in this forgetui: {exc}") from exc
+    config.env.tasks = [recording.rollout["task_id"]]
+    config.env.limit = None
+    config.run.n_samples = 1
+    config.run.max_retries = 0
+    config.train.steps = 0
+    config.policy.backend = f"replay:{recording.rollout['rollout_id']}"
+    if image:
+        config.runtime.base_image = image
+    return config
+
+
+def check_harness_version(name: str, wanted: str | None) -> None:
+    """Refuse a harness version this forgetui does not install (versions are pinned in harnesses/versions.py)."""
+    if wanted is None:
+        return
+    from core.registry import load_harness
+
+    pinned = load_harness(name).version
+    if pinned != wanted:
+        raise ConfigError(
+            f"this forgetui installs {name} {pinned}, not {wanted}: harness versions are pinned in harnesses/versions.py "
+            f"(set {name}'s pin to {wanted} there, and the image rebuilds by content hash), then replay again"
+        )
+
+
+async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: str | None = None, harness_version: str | None = None) -> ReplayReport:
+    """Re-run a recorded rollout against its recorded answers and report how the new run differs."""
+    from core.proxy.policy import TokenPolicy
+    from core.session import RunSession
+
+    recording = load_recording(rollout_id, store)
+    row = recording.rollout
+    check_harness_version(row["harness"], harness_version)
+    config = replay_config(recording, image)
+    backend = replay_backend(recording)
+    policy = TokenPolicy(backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens or 4096)
+    async with RunSession(config, policy=policy) as session:
+        task = next((t for t in session.tasks() if t.id == row["task_id"]), None)
+        if task is None:
+            raise ConfigError(f"task {row['task_id']!r} is no longer in env {row['env']!r}")
+        items, _ = session.plan([task])
+        await session.run_rollouts(items)
+        session.finish("done")
+        assert session.store is not None
+        session.store.flush()
+        cur = session.store.cursor().execute(
+            "SELECT rollout_id, reward, harness_version, image_digest, task_hash FROM rollouts WHERE rollout_id = ?", [items[0].rollout_id]
+        )
+        new_id, new_score, *now = cur.fetchone()
+        run_id = session.run_id
+    found, volatile = divergences(backend, row["harness"], row["reward"], new_score)
+    changed = {
+        key: [row[key], value]
+        for key, value in zip(("harness_version", "image_digest", "task_hash"), now, strict=True)
+        if row[key] != value
+    }
+    return ReplayReport(
+        rollout_id=rollout_id,
+        replay_run_id=run_id,
+        replay_rollout_id=new_id,
+        diverged=bool(found),
+        first=found[0] if found else None,
+        divergences=found,
+        volatile_calls=volatile,
+        recorded_calls=len(recording.calls),
+        replayed_calls=len(backend.served),
+        recorded_score=row["reward"],
+        replayed_score=new_score,
+        changed=changed,
+    )
