@@ -298,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("registry")
     p.set_defaults(func=cmd_images)
 
+    from forgetui.analyze import register as register_analytics
+
+    register_analytics(sub)  # analyze, compare, replay
+
     p = sub.add_parser("demo", help="what `make demo` runs: short evals on built-in defaults, the recorded rows, then a short training that moves the reward")
     p.add_argument("--no-train", action="store_true", help="skip the training part (base → SFT → GRPO on hello with the tiny model)")
     p.set_defaults(func=cmd_demo)
