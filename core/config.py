@@ -6,9 +6,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import ConfigError
+from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
 
 
 class _Section(BaseModel):
@@ -53,9 +54,14 @@ class RuntimeConfig(_Section):
     network: Literal["isolated", "host", "bridge"] = Field("isolated", description="docker: isolated = the sandbox reaches the proxy and nothing else; host = the host's network (a warning); bridge = Docker's bridge")
     workdir: str = "/workspace"
     ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
-    namespace: str = "default"
-    kubeconfig: str | None = None
-    image_pull_policy: str = "IfNotPresent"
+    registry: str | None = Field(None, description="kubernetes: the registry pods pull from (`forgetui images build CONFIG --push` pushes there)")
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kubernetes_keys(cls, values: Any) -> Any:
+        """The old runtime.namespace/kubeconfig/image_pull_policy move into runtime.kubernetes."""
+        return migrate_legacy(values)
 
 
 class ProxyConfig(_Section):

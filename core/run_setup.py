@@ -38,7 +38,7 @@ def select_tasks(env: Environment, patterns: list[str] | None, limit: int | None
 def pick_runtime(config: RunConfig) -> Runtime:
     rc = config.runtime
     if rc.kind == "kubernetes":
-        return make_runtime("kubernetes", namespace=rc.namespace, kubeconfig=rc.kubeconfig, image_pull_policy=rc.image_pull_policy, proxy_public_url=config.proxy.public_url)
+        return make_runtime("kubernetes", config=rc.kubernetes, registry=rc.registry, proxy_public_url=config.proxy.public_url)
     if rc.kind in ("docker", "auto"):
         docker = make_runtime("docker")
         if docker.available():

@@ -13,7 +13,7 @@ def make_runtime(kind: str, **options: object) -> Runtime:
 
         return DockerRuntime(**options)  # type: ignore[arg-type]
     if kind in ("kubernetes", "k8s"):
-        from core.runtime.kubernetes_runtime import KubernetesRuntime
+        from core.runtime.k8s.runtime import KubernetesRuntime
 
         return KubernetesRuntime(**options)  # type: ignore[arg-type]
     if kind == "local":

@@ -1,0 +1,104 @@
+"""Reading a starting pod's state: scheduled or not, pulling, failed for good, or Running."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import SandboxError
+from core.runtime.k8s.config import KubernetesConfig
+
+PULL_TRANSIENT = {"ErrImagePull", "ImagePullBackOff"}  # the first is often a registry hiccup: retried a while
+PULL_FATAL = {"InvalidImageName", "ErrImageNeverPull"}
+CONFIG_FATAL = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+PUSH_HINT = (
+    "build and push it with `forgetui images build CONFIG --push` (runtime.registry set), or "
+    "`forgetui images push TAG REGISTRY`; on kind: `kind load docker-image TAG`"
+)
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One look at a pod: ``running``, ``scheduled``, a waiting reason and message, or a terminal ``ended``."""
+
+    running: bool
+    scheduled: bool
+    deleting: bool
+    ended: str | None = None
+    waiting: str | None = None
+    message: str = ""
+
+
+def read_state(pod: Any) -> PodState:
+    """The state of a ``V1Pod`` (from ``read_namespaced_pod``)."""
+    status = pod.status
+    deleting = bool(pod.metadata and pod.metadata.deletion_timestamp)
+    phase = (status.phase if status else None) or "Pending"
+    if phase in ("Failed", "Succeeded"):
+        return PodState(False, True, deleting, ended=f"{phase}: {status.reason or ''} {status.message or ''}".strip())
+    scheduled, message = bool(status and status.host_ip), ""
+    for cond in (status.conditions or []) if status else []:
+        if cond.type == "PodScheduled":
+            scheduled = cond.status == "True"
+            if not scheduled:
+                message = f"{cond.reason or 'not scheduled'}: {cond.message or ''}".strip()
+    for cs in (status.container_statuses or []) if status else []:
+        waiting = cs.state.waiting if cs.state else None
+        if waiting is not None and waiting.reason and waiting.reason != "ContainerCreating":
+            return PodState(False, True, deleting, waiting=waiting.reason, message=waiting.message or "")
+    return PodState(phase == "Running", scheduled, deleting, message=message)
+
+
+class StartWatch:
+    """Decides, look after look, whether a starting pod is fine to wait for; raises SandboxError when not."""
+
+    def __init__(self, name: str, image: str, cfg: KubernetesConfig) -> None:
+        self.name, self.image, self.cfg = name, image, cfg
+        self.created = time.monotonic()
+        self.scheduled_at: float | None = None
+        self.pull_failing_since: float | None = None
+
+    def check(self, state: PodState, now: float | None = None) -> bool:
+        """True once Running; False to keep waiting."""
+        now = time.monotonic() if now is None else now
+        if state.deleting:
+            raise SandboxError(f"pod {self.name} is being deleted while starting (by someone else, or evicted)")
+        if state.ended:
+            raise SandboxError(f"pod {self.name} ended while starting ({state.ended})")
+        if state.running:
+            return True
+        if not state.scheduled:
+            if now - self.created > self.cfg.schedule_timeout_s:
+                raise SandboxError(
+                    f"pod {self.name} was not scheduled within {self.cfg.schedule_timeout_s:g}s "
+                    f"({state.message or 'no node took it'}): free or add nodes, lower runtime.cpus/memory, or "
+                    "check runtime.kubernetes.node_selector/tolerations"
+                )
+            return False
+        self.scheduled_at = self.scheduled_at or now
+        if state.waiting in CONFIG_FATAL:
+            raise SandboxError(
+                f"pod {self.name} cannot create its container: {state.waiting}: {state.message} "
+                "(a missing secret, or runAsNonRoot with an image whose user is root: set runtime.kubernetes.run_as_user)"
+            )
+        if state.waiting in PULL_FATAL:
+            raise SandboxError(f"pod {self.name} cannot use image {self.image!r}: {state.waiting}: {state.message}; {PUSH_HINT}")
+        if state.waiting in PULL_TRANSIENT:
+            self.pull_failing_since = self.pull_failing_since or now
+            if now - self.pull_failing_since > self.cfg.pull_retry_s:
+                raise SandboxError(
+                    f"pod {self.name} cannot pull image {self.image!r} ({state.waiting}: {state.message}) for "
+                    f"{self.cfg.pull_retry_s:g}s: is it in a registry the cluster can pull from? {PUSH_HINT}"
+                )
+        else:
+            self.pull_failing_since = None
+        if now - self.scheduled_at > self.cfg.start_timeout_s:
+            raise SandboxError(
+                f"pod {self.name} was scheduled but not Running after {self.cfg.start_timeout_s:g}s "
+                f"({state.waiting or 'no reason given'}); see `kubectl describe pod {self.name}`"
+            )
+        return False
+
+
+__all__ = ["PodState", "StartWatch", "read_state"]

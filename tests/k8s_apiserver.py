@@ -1,0 +1,440 @@
+"""A Kubernetes API server stand-in for tests: pods run as containers on the local Docker engine.
+
+HTTP on loopback (aiohttp), speaking what the runtime and the official client use:
+
+* pods: create (201; 409 when the name exists), read, list (equality label selectors), delete
+  (graceful: ``deletionTimestamp`` set, the container stopped with the grace period, then the object
+  removed), logs; networkpolicies: create, list, delete.
+* ``pods/exec`` over a websocket with the subprotocols ``v5.channel.k8s.io`` and
+  ``v4.channel.k8s.io`` (``protocols`` picks which are offered): binary frames whose first byte is
+  the channel (0 stdin, 1 stdout, 2 stderr, 3 error), an empty frame on stdout first (the API
+  server's "stream ready"), the error channel's ``metav1.Status`` JSON at the end (``Success``, or
+  ``NonZeroExitCode`` with the code in ``details.causes``), and ``255 <channel>`` closing stdin only
+  under v5. Messages over 32 MiB are refused, as the API server's websocket limit does. The command
+  runs with ``docker exec`` in the pod's container.
+* the pod's securityContext applied to the container: capabilities dropped/added, ``runAsUser``/
+  ``runAsGroup``, ``runAsNonRoot`` (refused for a root image: CreateContainerConfigError, as the
+  kubelet does), ``allowPrivilegeEscalation: false`` as ``no-new-privileges``; CPU and memory limits.
+  A missing image is an ErrImagePull then ImagePullBackOff (nothing is ever pulled).
+
+Not emulated: scheduling (a scripted status stands in for Unschedulable), NetworkPolicy enforcement,
+ephemeral-storage limits, auth. Faults: ``fail`` answers the next matching requests with a status
+(and ``Retry-After``), ``stall`` holds them before answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+V5 = "v5.channel.k8s.io"
+V4 = "v4.channel.k8s.io"
+MAX_MESSAGE = 32 * 1024 * 1024
+LABEL = "forgetui-test.k8s-standin"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
+    return web.json_response(body, status=code)
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9}
+    for suffix, mult in units.items():
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * mult)
+    return int(quantity)
+
+
+def _nano_cpus(quantity: str) -> int:
+    return int(float(quantity[:-1]) * 1e6) if quantity.endswith("m") else int(float(quantity) * 1e9)
+
+
+@dataclass
+class Fault:
+    method: str
+    path: re.Pattern[str]
+    times: int
+    status: int | None = None
+    retry_after: float | None = None
+    stall_s: float = 0.0
+
+
+@dataclass
+class Pod:
+    obj: dict[str, Any]
+    container: Any = None
+    killed: bool = False
+    script: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: list[tuple[str, str]]
+
+
+class ApiServerStandIn:
+    """Start with ``with ApiServerStandIn(docker_client) as server:``; ``server.url`` is the API's address."""
+
+    def __init__(self, docker_client: Any, *, protocols: tuple[str, ...] = (V5, V4), network_mode: str = "host") -> None:
+        self.docker = docker_client
+        self.protocols = protocols
+        self.network_mode = network_mode
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.policies: dict[tuple[str, str], dict[str, Any]] = {}
+        self.seen: list[Seen] = []
+        self.stdin_frames: list[int] = []  # sizes of the stdin messages received
+        self.stdin_closed: list[str] = []  # protocol of each exec whose stdin was closed with 255 0
+        self.exec_status: dict[str, Any] | None = None  # sent instead of the real status when set
+        self._faults: list[Fault] = []
+        self._scripts: list[list[tuple[float, dict[str, Any]]]] = []
+        self._lock = threading.RLock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self._id = uuid.uuid4().hex[:12]  # labels this server's containers (tests may run side by side)
+
+    # -- test controls --------------------------------------------------------------------
+
+    def fail(self, method: str, path: str, status: int, times: int = 1, retry_after: float | None = None) -> None:
+        """Answer the next ``times`` requests matching ``method`` and the ``path`` regex with ``status``."""
+        self._faults.append(Fault(method, re.compile(path), times, status=status, retry_after=retry_after))
+
+    def stall(self, method: str, path: str, seconds: float, times: int = 1) -> None:
+        """Hold the next ``times`` matching requests ``seconds`` before handling them (they still take effect)."""
+        self._faults.append(Fault(method, re.compile(path), times, stall_s=seconds))
+
+    def script_next_pod(self, statuses: list[tuple[float, dict[str, Any]]]) -> None:
+        """The next created pod shows each status for its seconds before its container starts."""
+        self._scripts.append(statuses)
+
+    def kill_pod(self, namespace: str, name: str, reason: str = "Evicted") -> None:
+        """Kill the pod's container (as an eviction or OOM would): phase Failed, execs end without a status."""
+        pod = self.pods[(namespace, name)]
+        pod.killed = True
+        with self._lock:
+            pod.obj["status"].update({"phase": "Failed", "reason": reason, "message": "The node was low on resource: memory."})
+        if pod.container is not None:
+            pod.container.kill()
+
+    def requests(self, method: str | None = None, path: str = "") -> list[Seen]:
+        return [r for r in self.seen if (method is None or r.method == method) and re.search(path, r.path)]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> ApiServerStandIn:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        import docker.errors
+
+        for c in self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self._id}"}):
+            try:
+                c.remove(force=True)
+            except docker.errors.NotFound:  # removed by a delete's grace period meanwhile
+                pass
+
+    async def _start(self) -> None:
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_MESSAGE)
+        pods = "/api/v1/namespaces/{ns}/pods"
+        pols = "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"
+        app.router.add_post(pods, self._create)
+        app.router.add_get(pods, self._list)
+        app.router.add_get(pods + "/{name}", self._read)
+        app.router.add_delete(pods + "/{name}", self._delete)
+        app.router.add_get(pods + "/{name}/log", self._log)
+        app.router.add_route("*", pods + "/{name}/exec", self._exec)
+        app.router.add_post(pols, self._policy_create)
+        app.router.add_get(pols, self._policy_list)
+        app.router.add_delete(pols + "/{name}", self._policy_delete)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.seen.append(Seen(request.method, request.path, list(request.query.items())))
+        for fault in self._faults:
+            if fault.times > 0 and fault.method == request.method and fault.path.search(request.path):
+                fault.times -= 1
+                if fault.stall_s:
+                    await asyncio.sleep(fault.stall_s)
+                    break
+                resp = _status(fault.status or 500, "TooManyRequests" if fault.status == 429 else "InternalError", "injected fault")
+                if fault.retry_after is not None:
+                    resp.headers["Retry-After"] = str(fault.retry_after)
+                return resp
+        return await handler(request)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def _json(self, obj: dict[str, Any], status: int = 200) -> web.Response:
+        with self._lock:
+            return web.json_response(json.loads(json.dumps(obj)), status=status)
+
+    async def _create(self, request: web.Request) -> web.Response:
+        ns, body = request.match_info["ns"], await request.json()
+        name = body["metadata"]["name"]
+        if (ns, name) in self.pods:
+            return _status(409, "AlreadyExists", f'pods "{name}" already exists')
+        meta = body["metadata"]
+        meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"})
+        body["status"] = {"phase": "Pending", "conditions": [], "qosClass": "Guaranteed"}
+        pod = Pod(body, script=self._scripts.pop(0) if self._scripts else [])
+        self.pods[(ns, name)] = pod
+        threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
+        return self._json(body, 201)
+
+    def _set_status(self, pod: Pod, **status: Any) -> None:
+        with self._lock:
+            pod.obj["status"].update(status)
+
+    def _container_status(self, pod: Pod, state: dict[str, Any], ready: bool = False) -> list[dict[str, Any]]:
+        c = pod.obj["spec"]["containers"][0]
+        return [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready, "restartCount": 0, "started": ready, "state": state}]
+
+    def _run_pod(self, pod: Pod) -> None:
+        """What scheduler + kubelet do: the scripted statuses, then the container (or why it cannot start)."""
+        import docker.errors
+
+        for seconds, status in pod.script:
+            self._set_status(pod, **status)
+            time.sleep(seconds)
+        scheduled = [{"type": "PodScheduled", "status": "True"}]
+        self._set_status(pod, conditions=scheduled, hostIP="127.0.0.1")
+        spec = pod.obj["spec"]
+        c = spec["containers"][0]
+        sc = {**spec.get("securityContext", {}), **c.get("securityContext", {})}
+        user = sc.get("runAsUser")
+        try:
+            image = self.docker.images.get(c["image"])
+        except docker.errors.ImageNotFound:
+            return self._pull_failure(pod, c)
+        if sc.get("runAsNonRoot") and user is None and (image.attrs["Config"].get("User") or "root") in ("", "root", "0"):
+            waiting = {"reason": "CreateContainerConfigError", "message": "container has runAsNonRoot and image will run as root"}
+            return self._set_status(pod, containerStatuses=self._container_status(pod, {"waiting": waiting}))
+        limits = c.get("resources", {}).get("limits", {})
+        caps = sc.get("capabilities", {})
+        with self._lock:
+            if pod.obj["metadata"].get("deletionTimestamp"):
+                return
+            pod.container = self.docker.containers.create(
+                c["image"],
+                command=c.get("command"),
+                name=f"k8s-standin-{uuid.uuid4().hex[:10]}",
+                labels={LABEL: self._id, "pod": pod.obj["metadata"]["name"]},
+                environment={e["name"]: e["value"] for e in c.get("env", [])},
+                working_dir=c.get("workingDir"),
+                user=None if user is None else f"{user}:{sc.get('runAsGroup', user)}",
+                cap_drop=caps.get("drop"),
+                cap_add=caps.get("add"),
+                security_opt=["no-new-privileges"] if sc.get("allowPrivilegeEscalation") is False else None,
+                privileged=bool(sc.get("privileged")),
+                mem_limit=_bytes(limits["memory"]) if "memory" in limits else None,
+                nano_cpus=_nano_cpus(limits["cpu"]) if "cpu" in limits else None,
+                network_mode=self.network_mode,
+            )
+        pod.container.start()
+        running = {"running": {"startedAt": _now()}}
+        self._set_status(
+            pod, phase="Running", podIP="127.0.0.1", startTime=_now(),
+            conditions=[*scheduled, {"type": "Ready", "status": "True"}],
+            containerStatuses=self._container_status(pod, running, ready=True),
+        )
+
+    def _pull_failure(self, pod: Pod, c: dict[str, Any]) -> None:
+        image = c["image"]
+        if c.get("imagePullPolicy") == "Never":
+            waiting = {"reason": "ErrImageNeverPull", "message": f'Container image "{image}" is not present with pull policy of Never'}
+            return self._set_status(pod, containerStatuses=self._container_status(pod, {"waiting": waiting}))
+        reasons = [("ErrImagePull", f'failed to pull and unpack image "{image}": not found'), ("ImagePullBackOff", f'Back-off pulling image "{image}"')]
+        for i in range(10_000):
+            if pod.obj["metadata"].get("deletionTimestamp") or (pod.obj["metadata"]["namespace"], pod.obj["metadata"]["name"]) not in self.pods:
+                return
+            reason, message = reasons[0 if i == 0 else i % 2]  # ErrImagePull, then back-off and retries
+            self._set_status(pod, containerStatuses=self._container_status(pod, {"waiting": {"reason": reason, "message": message}}))
+            time.sleep(0.3)
+
+    async def _read(self, request: web.Request) -> web.Response:
+        pod = self.pods.get((request.match_info["ns"], request.match_info["name"]))
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{request.match_info["name"]}" not found')
+        return self._json(pod.obj)
+
+    async def _list(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        sel = dict(p.split("=", 1) for p in request.query.get("labelSelector", "").split(",") if "=" in p)
+        items = [
+            p.obj for (pns, _), p in list(self.pods.items())
+            if pns == ns and all((p.obj["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
+        ]
+        limit = int(request.query.get("limit", "0") or 0)
+        return self._json({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items[:limit] if limit else items})
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        key = (request.match_info["ns"], request.match_info["name"])
+        pod = self.pods.get(key)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key[1]}" not found')
+        body = await request.json() if request.can_read_body else {}
+        grace = int(request.query.get("gracePeriodSeconds", body.get("gracePeriodSeconds", pod.obj["spec"].get("terminationGracePeriodSeconds", 30))))
+        with self._lock:
+            if not pod.obj["metadata"].get("deletionTimestamp"):
+                pod.obj["metadata"].update({"deletionTimestamp": _now(), "deletionGracePeriodSeconds": grace})
+        threading.Thread(target=self._terminate, args=(key, pod, grace), daemon=True).start()
+        return self._json(pod.obj)
+
+    def _terminate(self, key: tuple[str, str], pod: Pod, grace: int) -> None:
+        with self._lock:
+            container = pod.container
+        if container is not None:
+            try:
+                container.stop(timeout=grace)
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.pods.pop(key, None)
+
+    async def _log(self, request: web.Request) -> web.Response:
+        pod = self.pods.get((request.match_info["ns"], request.match_info["name"]))
+        if pod is None:
+            return _status(404, "NotFound", "pod not found")
+        text = await asyncio.to_thread(pod.container.logs) if pod.container else b""
+        return web.Response(body=text, content_type="text/plain")
+
+    # -- networkpolicies --------------------------------------------------------------------
+
+    async def _policy_create(self, request: web.Request) -> web.Response:
+        ns, body = request.match_info["ns"], await request.json()
+        key = (ns, body["metadata"]["name"])
+        if key in self.policies:
+            return _status(409, "AlreadyExists", "networkpolicy exists")
+        body["metadata"].update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now()})
+        self.policies[key] = body
+        return self._json(body, 201)
+
+    async def _policy_list(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        sel = dict(p.split("=", 1) for p in request.query.get("labelSelector", "").split(",") if "=" in p)
+        items = [p for (pns, _), p in self.policies.items() if pns == ns and all(p["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())]
+        return self._json({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicyList", "metadata": {}, "items": items})
+
+    async def _policy_delete(self, request: web.Request) -> web.Response:
+        obj = self.policies.pop((request.match_info["ns"], request.match_info["name"]), None)
+        return self._json(obj) if obj else _status(404, "NotFound", "networkpolicy not found")
+
+    # -- exec -------------------------------------------------------------------------------
+
+    async def _exec(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        pod = self.pods.get((request.match_info["ns"], name))
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{name}" not found')
+        if pod.container is None or pod.killed or pod.obj["status"].get("phase") != "Running":
+            return _status(400, "BadRequest", f"container sandbox is not valid for pod {name}")
+        command = request.query.getall("command", [])
+        stdin = request.query.get("stdin") == "true"
+        ws = web.WebSocketResponse(protocols=self.protocols, max_msg_size=MAX_MESSAGE, autoping=True)
+        await ws.prepare(request)
+        protocol = ws.ws_protocol or ""
+        api = self.docker.api
+        exec_id = await asyncio.to_thread(api.exec_create, pod.container.id, command, stdin=stdin, stdout=True, stderr=True, tty=False)
+        raw = (await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True))._sock
+        await ws.send_bytes(b"\x01")  # "stream ready": an empty message on the lowest output channel
+        loop = asyncio.get_running_loop()
+        output = asyncio.ensure_future(asyncio.to_thread(self._pump_output, raw, ws, loop))
+        inbound = asyncio.ensure_future(self._pump_input(ws, raw, protocol))
+        await output
+        inspect = await asyncio.to_thread(api.exec_inspect, exec_id["Id"])
+        if pod.killed or (request.match_info["ns"], name) not in self.pods:
+            pass  # the container died with the pod: the stream just ends, no status
+        else:
+            code = inspect.get("ExitCode")
+            await ws.send_bytes(b"\x03" + json.dumps(self.exec_status or self._exit_status(command, code)).encode())
+        inbound.cancel()
+        raw.close()
+        await ws.close()
+        return ws
+
+    @staticmethod
+    def _exit_status(command: list[str], code: int | None) -> dict[str, Any]:
+        if code == 0:
+            return {"metadata": {}, "status": "Success"}
+        return {
+            "metadata": {},
+            "status": "Failure",
+            "message": f"command terminated with non-zero exit code: error executing command {command}, exit code {code}",
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+        }
+
+    def _pump_output(self, raw: socket.socket, ws: web.WebSocketResponse, loop: asyncio.AbstractEventLoop) -> None:
+        """Docker's multiplexed exec output (8-byte headers) to channel-prefixed websocket messages."""
+
+        def read_exact(n: int) -> bytes:
+            buf = bytearray()
+            while len(buf) < n:
+                chunk = raw.recv(n - len(buf))
+                if not chunk:
+                    return b""
+                buf += chunk
+            return bytes(buf)
+
+        while True:
+            try:
+                header = read_exact(8)
+            except OSError:
+                return
+            if not header:
+                return
+            stream, size = header[0], struct.unpack(">I", header[4:])[0]
+            payload = read_exact(size)
+            if stream in (1, 2) and payload:
+                try:
+                    asyncio.run_coroutine_threadsafe(ws.send_bytes(bytes([stream]) + payload), loop).result(30)
+                except Exception:  # noqa: BLE001 - the client went away
+                    return
+
+    async def _pump_input(self, ws: web.WebSocketResponse, raw: socket.socket, protocol: str) -> None:
+        async for msg in ws:
+            if msg.type != WSMsgType.BINARY or not msg.data:
+                continue
+            data = msg.data
+            if data[0] == 255 and protocol == V5:  # v5 only: close a channel
+                if data[1:2] == b"\x00":
+                    self.stdin_closed.append(protocol)
+                    raw.shutdown(socket.SHUT_WR)
+                continue
+            if data[0] == 0:
+                self.stdin_frames.append(len(data))
+                try:
+                    await asyncio.to_thread(raw.sendall, data[1:])
+                except OSError:
+                    pass
