@@ -307,6 +307,8 @@ async def test_80x24_gives_the_calls_table_the_width(home: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(CallsTable)
         await settle(app, pilot, lambda: table.row_count == 3)
+        await pilot.press("c")
+        await pilot.pause()
         stores = app.query_one(StoreList)
         assert not stores.display or stores.size.width == 0
         assert table.size.width >= 70
@@ -330,7 +332,7 @@ async def test_holding_the_arrow_key_loads_one_call(home: Path, monkeypatch: pyt
     async with app.run_test(size=(180, 50)) as pilot:
         table = app.query_one(CallsTable)
         await settle(app, pilot, lambda: table.row_count == 3)
-        table.focus()
+        await pilot.press("c")
         await pilot.pause(0.3)
         loaded.clear()
         await pilot.press("down", "down", "up", "down")

@@ -16,31 +16,37 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, Input, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
-from forgetui.tui import data
+from forgetui.tui import data, run_data
 from forgetui.tui.messages import (
     CallLoaded,
     CallSelected,
     CallsLoaded,
     LoadFailed,
     RolloutFinished,
+    RolloutOpened,
     RolloutsLoaded,
     RunFailed,
     RunFinished,
     RunInterrupted,
+    RunOpened,
     RunPolled,
+    RunsLoaded,
     RunSql,
     RunStarted,
     SqlFinished,
     StoreSelected,
     StoresLoaded,
 )
+from forgetui.tui.screens.rollout_screen import RolloutScreen
+from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
 from forgetui.tui.widgets.rollouts_table import RolloutsTable
 from forgetui.tui.widgets.run_dashboard import RunDashboard
+from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.store_list import StoreList
 
@@ -50,7 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ACTIVE_RUN_STATES = frozenset({"starting", "running"})
-TAB_FOCUS = {"tab-calls": "#calls", "tab-sql": "#sql-input", "tab-rollouts": "#rollouts", "tab-run": "#run-rollouts"}
+TAB_FOCUS = {"tab-runs": "#runs", "tab-calls": "#calls", "tab-sql": "#sql-input", "tab-rollouts": "#rollouts", "tab-run": "#run-rollouts"}
 
 
 def _dropped_once_closed(handler: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
@@ -82,10 +88,15 @@ class ForgetuiApp(App[int]):
         Binding("q", "quit", "Quit"),
         Binding("r", "refresh", "Refresh"),
         Binding("s", "focus_stores", "Stores"),
+        Binding("u", "show_tab('tab-runs')", "Runs"),
         Binding("c", "show_tab('tab-calls')", "Calls"),
         Binding("e", "show_tab('tab-sql')", "SQL"),
         Binding("o", "show_tab('tab-rollouts')", "Rollouts"),
         Binding("d", "show_tab('tab-run')", "Run"),
+        Binding("slash", "filter_runs", "Filter", show=False),
+        Binding("S", "sort_runs", "Sort", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "clear_filter", show=False),
     ]
 
     def __init__(
@@ -117,6 +128,7 @@ class ForgetuiApp(App[int]):
         self._run_done = threading.Event()
         self._stamps: dict[str, tuple[Path, float]] = {}  # what → (store, last written) of its last load
         self.catalog = data.StoreCatalog(home)
+        self.run_catalog = run_data.RunCatalog(home)
         self.refresh_s = refresh_s
         self.stores_refresh_s = stores_refresh_s
         self.store: Path | None = None
@@ -128,10 +140,13 @@ class ForgetuiApp(App[int]):
         yield Header()
         with Horizontal(id="body"):
             yield StoreList(id="stores")
-            with TabbedContent(id="tabs", initial="tab-run" if self.run_config is not None else "tab-calls"):
+            with TabbedContent(id="tabs", initial="tab-run" if self.run_config is not None else "tab-runs"):
                 if self.run_config is not None:
                     with TabPane("Run", id="tab-run"):
                         yield RunDashboard(id="run")
+                with TabPane("Runs", id="tab-runs"), Vertical(id="runs-pane"):
+                    yield Input(placeholder="filter runs (any column; Esc clears)", id="runs-filter")
+                    yield RunsTable(id="runs")
                 with TabPane("Calls", id="tab-calls"), Vertical(id="calls-pane"):
                     yield CallsTable(id="calls")
                     yield CallInspector(id="inspector")
@@ -143,6 +158,7 @@ class ForgetuiApp(App[int]):
 
     def on_mount(self) -> None:
         self.load_stores()
+        self.load_runs()
         self.set_interval(self.stores_refresh_s, self._tick_stores)
         self.set_interval(self.refresh_s, self._tick_calls)
         self.set_interval(self.refresh_s, self._tick_rollouts)
@@ -217,6 +233,8 @@ class ForgetuiApp(App[int]):
     def _tick_stores(self) -> None:
         if not self._busy("stores"):  # a slow store must not pile up threads
             self.load_stores()
+        if not self._busy("runs"):
+            self.load_runs()
 
     def _tick_calls(self) -> None:
         if self.store is not None and not self._busy("calls"):
@@ -245,6 +263,17 @@ class ForgetuiApp(App[int]):
             self.post_message(LoadFailed("stores", str(exc)))
         else:
             self.post_message(StoresLoaded(stores))
+
+    @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
+    def load_runs(self) -> None:
+        try:
+            with self._catalog_lock:
+                runs = self.run_catalog.list()
+        except Exception as exc:  # a broken home folder must not take the TUI down
+            log.exception("listing runs failed")
+            self.post_message(LoadFailed("runs", str(exc)))
+        else:
+            self.post_message(RunsLoaded(runs))
 
     @work(thread=True, exclusive=True, group="calls", exit_on_error=False)
     def load_calls(self, path: Path, force: bool = False) -> None:
@@ -355,6 +384,62 @@ class ForgetuiApp(App[int]):
             self.select_store(message.stores[0].path)
         elif not message.stores:
             self.query_one(CallInspector).show_message(data.EMPTY_HOME_HINT.format(home=self.catalog.home_path()))
+
+    @on(RunsLoaded)
+    @_dropped_once_closed
+    def _runs_loaded(self, message: RunsLoaded) -> None:
+        table = self.query_one(RunsTable)
+        table.show_runs(message.runs)
+        if not message.runs:
+            table.border_subtitle = "no runs yet: forgetui run examples/demo.toml"
+
+    @on(RunOpened)
+    def _run_opened(self, message: RunOpened) -> None:
+        info = message.info
+        source = run_data.RunSource(info.path) if info.kind == "run" else run_data.RunSource(info.path.parent, store_file=info.path)
+        self.push_screen(RunScreen(source, info.run_id))
+
+    @on(RolloutOpened)
+    def _rollout_opened(self, message: RolloutOpened) -> None:
+        self.push_screen(RolloutScreen(message.source, message.rollout_id))
+
+    @on(DataTable.RowSelected, "#rollouts")
+    def _store_rollout_selected(self, event: DataTable.RowSelected) -> None:
+        if self.store is not None and event.row_key.value is not None:
+            self.push_screen(RolloutScreen(run_data.store_source(self.store), str(event.row_key.value)))
+
+    def action_filter_runs(self) -> None:
+        self.action_show_tab("tab-runs")
+        box = self.query_one("#runs-filter", Input)
+        box.add_class("-shown")
+        box.focus()
+
+    def action_sort_runs(self) -> None:
+        table = self.query_one(RunsTable)
+        keys = run_data.SORT_KEYS
+        table.set_sort(keys[(keys.index(table.sort_key) + 1) % len(keys)])
+
+    def action_help(self) -> None:
+        """Toggle Textual's keys panel: every binding of the focused widget and the app."""
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        if box.has_class("-shown"):
+            box.value = ""
+            box.remove_class("-shown")
+            self.query_one(RunsTable).focus()
+
+    @on(Input.Changed, "#runs-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.query_one(RunsTable).set_filter(event.value)
+
+    @on(Input.Submitted, "#runs-filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.query_one(RunsTable).focus()
 
     @on(StoreSelected)
     @_dropped_once_closed

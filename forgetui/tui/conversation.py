@@ -115,3 +115,19 @@ def request_turns(api: str, body: Any) -> list[Turn]:
 def response_turns(body: Any) -> list[Turn]:
     """What the response said (assistant text, tool calls)."""
     return generic_turns(body)
+
+
+def tools_offered(body: Any) -> list[tuple[str, str]]:
+    """(name, description) of the tools a request offers, in any wire protocol."""
+    if not isinstance(body, dict):
+        return []
+    out = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        for decl in tool.get("functionDeclarations") or tool.get("function_declarations") or []:  # gemini
+            out.append((str(decl.get("name")), str(decl.get("description") or "")))
+        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool  # chat | messages, responses
+        if fn.get("name"):
+            out.append((str(fn["name"]), str(fn.get("description") or "")))
+    return out

@@ -9,6 +9,7 @@ from textual.message import Message
 
 from core.store.query import QueryResult
 from forgetui.tui.data import CallDetail, CallRow, RolloutRow, StoreInfo
+from forgetui.tui.run_data import RolloutDetail, RunDetail, RunInfo, RunSource
 
 if TYPE_CHECKING:
     from core.run import RunSummary
@@ -139,3 +140,45 @@ class RunFailed(Message):
         super().__init__()
         self.error = error
         self.code = code
+
+
+# ---------------------------------------------------------------------- runs, a run, a rollout (drill-down)
+class RunsLoaded(Message):
+    """Every run under FORGETUI_HOME ."""
+
+    def __init__(self, runs: list[RunInfo]) -> None:
+        super().__init__()
+        self.runs = runs
+
+
+class RunOpened(Message):
+    """The user pressed Enter on a run."""
+
+    def __init__(self, info: RunInfo) -> None:
+        super().__init__()
+        self.info = info
+
+
+class RunLoaded(Message):
+    """A run in full for the Run screen."""
+
+    def __init__(self, detail: RunDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+
+class RolloutOpened(Message):
+    """The user pressed Enter on a rollout: its run folder (or store) and id."""
+
+    def __init__(self, source: RunSource, rollout_id: str) -> None:
+        super().__init__()
+        self.source = source
+        self.rollout_id = rollout_id
+
+
+class RolloutLoaded(Message):
+    """A rollout in full for the Rollout screen."""
+
+    def __init__(self, detail: RolloutDetail) -> None:
+        super().__init__()
+        self.detail = detail

@@ -1,0 +1,1 @@
+"""The TUI's drill-down screens: a run, a rollout."""

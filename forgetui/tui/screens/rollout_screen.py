@@ -1,0 +1,146 @@
+"""One rollout: the conversation call by call (tools offered, tool calls, results), the verifier's output and
+the sandbox log, the token view of its samples, and any call's raw JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, OptionList, Static, TabbedContent, TabPane
+from textual.widgets.option_list import Option
+
+from core.errors import ForgetuiError
+from forgetui.tui.conversation import request_turns, response_turns, tools_offered
+from forgetui.tui.messages import LoadFailed, RolloutLoaded
+from forgetui.tui.run_data import RolloutDetail, RunSource, fmt, load_rollout
+from forgetui.tui.widgets.call_inspector import heading, turns_text
+from forgetui.tui.widgets.call_json import CallJson
+from forgetui.tui.widgets.token_view import TokenView
+
+
+def conversation_text(calls: list[dict[str, Any]]) -> Text:
+    """Each call's new turns (what the harness added since the previous call), its response, and the tools
+    offered wherever they change."""
+    text = Text()
+    seen_turns, seen_tools = 0, None
+    for n, call in enumerate(calls):
+        turns = request_turns(str(call.get("api") or "chat"), call.get("request"))
+        flags = f"{call.get('api')} · {call.get('status')} · branch {call.get('branch')}"
+        if call.get("extends_parent") is False and n:
+            flags += " · NEW BRANCH (history rewritten)"
+        text.append_text(heading(f"call {n + 1}/{len(calls)}  ({flags})"))
+        tools = tools_offered(call.get("request"))
+        if tools != seen_tools:
+            text.append("tools offered: ", style="bold yellow")
+            text.append(", ".join(name for name, _ in tools) or "none", style="yellow")
+            text.append("\n")
+            seen_tools = tools
+        new = turns[seen_turns:] if call.get("extends_parent") and len(turns) >= seen_turns else turns
+        text.append_text(turns_text(new))
+        text.append("\n")
+        reply = response_turns(call.get("response")) if call.get("response") is not None else []
+        if reply:
+            text.append_text(turns_text(reply))
+        elif call.get("error"):
+            text.append(f"error: {call['error']}", style="bold red")
+        if call.get("tool_parse_error"):
+            text.append(f"\ntool call not parsed: {call['tool_parse_error']}", style="red")
+        text.append("\n\n")
+        seen_turns = len(turns) + len(reply)
+    return text if calls else Text("no calls recorded", style="dim")
+
+
+def verifier_text(d: RolloutDetail) -> Text:
+    r = d.rollout
+    text = Text()
+    text.append(f"{r.get('rollout_id')}\n", style="bold cyan")
+    text.append(f"status {r.get('status')} · reward {fmt(r.get('reward'), '.3g')} · passed {r.get('passed')} · "
+                f"attempt {r.get('attempt')} · step {r.get('step')}\n")
+    if r.get("error"):
+        text.append(f"{r['error']}\n", style="bold red")
+    meta = r.get("meta") if isinstance(r.get("meta"), dict) else {}
+    text.append_text(heading("Verifier"))
+    text.append(str(meta.get("verifier") or "(no verifier output recorded)") + "\n\n")
+    text.append_text(heading("Sandbox log"))
+    text.append(d.log_text or "(no log saved for this rollout)")
+    return text
+
+
+class RolloutScreen(Screen):
+    """Tabs: Conversation, Tokens, Verifier & log, Raw JSON. `b` shows the next branch's sample."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("b", "next_branch", "Next branch")]
+
+    def __init__(self, source: RunSource, rollout_id: str) -> None:
+        super().__init__()
+        self.source = source
+        self.rollout_id = rollout_id
+        self.detail: RolloutDetail | None = None
+        self.branch = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with TabbedContent(id="rollout-tabs"):
+            with TabPane("Conversation", id="tab-conv"), VerticalScroll(id="conv-scroll"):
+                yield Static(Text("loading…", style="dim"), id="conv")
+            with TabPane("Tokens", id="tab-tokens"):
+                yield TokenView(id="tokens")
+            with TabPane("Verifier & log", id="tab-verifier"), VerticalScroll():
+                yield Static("", id="verifier")
+            with TabPane("Raw JSON", id="tab-raw"), Horizontal():
+                yield OptionList(id="raw-calls")
+                yield CallJson(id="raw-json")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.rollout_id
+        self.load()
+
+    @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
+    def load(self) -> None:
+        try:
+            self.post_message(RolloutLoaded(load_rollout(self.source, self.rollout_id)))
+        except ForgetuiError as exc:
+            self.post_message(LoadFailed("rollout", str(exc)))
+
+    @on(RolloutLoaded)
+    def _loaded(self, message: RolloutLoaded) -> None:
+        d = self.detail = message.detail
+        self.query_one("#conv", Static).update(conversation_text(d.calls))
+        self.query_one("#verifier", Static).update(verifier_text(d))
+        self._show_branch()
+        calls = self.query_one("#raw-calls", OptionList)
+        calls.clear_options()
+        calls.add_options([Option(f"{c.get('seq')} {c.get('api')} {c.get('status')}", id=str(i)) for i, c in enumerate(d.calls)])
+        if d.calls:
+            calls.highlighted = 0
+            self.query_one(CallJson).show_call(d.calls[0])
+
+    def _show_branch(self) -> None:
+        d = self.detail
+        if d is None:
+            return
+        sample = d.samples[self.branch % len(d.samples)] if d.samples else None
+        note = d.tokenizer_note
+        if sample is not None and len(d.samples) > 1:
+            note = f"branch {self.branch % len(d.samples) + 1}/{len(d.samples)} (b: next)" + (f" · {note}" if note else "")
+        self.query_one(TokenView).show_sample(sample, note)
+
+    def action_next_branch(self) -> None:
+        self.branch += 1
+        self._show_branch()
+
+    @on(OptionList.OptionHighlighted, "#raw-calls")
+    def _raw_call(self, event: OptionList.OptionHighlighted) -> None:
+        if self.detail is not None and event.option.id is not None:
+            self.query_one(CallJson).show_call(self.detail.calls[int(event.option.id)])
+
+    @on(LoadFailed)
+    def _failed(self, message: LoadFailed) -> None:
+        message.stop()
+        self.query_one("#conv", Static).update(Text(message.error, style="bold red"))

@@ -1,0 +1,111 @@
+"""A run, live or finished: counts and throughput, pass@k/pass^k, training curves, recent errors, its rollouts."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from core.errors import ForgetuiError
+from forgetui.tui.messages import LoadFailed, RunLoaded
+from forgetui.tui.run_data import RunDetail, RunSource, fmt, load_run
+from forgetui.tui.widgets.pass_table import PassTable
+from forgetui.tui.widgets.rollout_lines import RolloutLines
+from forgetui.tui.widgets.train_curves import TrainCurves
+
+REFRESH_S = 2.0
+
+
+def summary_text(d: RunDetail, calls_per_s: float | None) -> Text:
+    """Status, progress, throughput, sandboxes busy, model; then the last errors."""
+    done = sum(1 for r in d.rollouts if r.status in ("done", "failed", "timeout", "infra_error"))
+    text = Text()
+    text.append(d.run_id, style="bold cyan")
+    text.append(f"  {d.status}", style={"done": "bold green", "running": "bold cyan", "failed": "bold red"}.get(d.status, "bold yellow"))
+    policy = (d.config.get("policy") or {}).get("backend", "")
+    env, harness = (d.config.get("env") or {}).get("name", ""), (d.config.get("harness") or {}).get("name", "")
+    text.append(f"\n{env} × {harness} × {policy}", style="dim")
+    text.append(f"\n{done}/{len(d.rollouts)} rollouts finished · {d.busy} in sandboxes · {d.n_calls} calls")
+    if calls_per_s is not None:
+        text.append(f" · {calls_per_s:.2f} calls/s")
+    if d.train_steps:
+        last = d.train_steps[-1]
+        text.append(f"\nstep {last['step']}: reward {fmt(last.get('reward_mean'))} · pass rate {fmt(last.get('pass_rate'))}"
+                    f" · loss {fmt(last.get('loss'), '.4g')} · logprob diff max {fmt(last.get('logprob_diff_max'), '.2g')}")
+    for err in d.errors[-3:]:
+        text.append(f"\n! {err[:200]}", style="red")
+    return text
+
+
+class RunScreen(Screen):
+    """Loads the run on a worker (and again every REFRESH_S while it runs); Enter on a rollout opens it."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "reload", "Refresh")]
+
+    def __init__(self, source: RunSource, run_id: str | None = None, refresh_s: float = REFRESH_S) -> None:
+        super().__init__()
+        self.source = source
+        self.run_id = run_id or source.run_id
+        self.refresh_s = refresh_s
+        self.detail: RunDetail | None = None
+        self._calls_seen: tuple[float, int] | None = None
+        self._calls_per_s: float | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="run-screen"):
+            with Horizontal(id="run-top"):
+                yield Static(Text(f"loading {self.run_id}…", style="dim"), id="run-summary-text")
+                yield PassTable(id="run-pass")
+            yield TrainCurves(id="run-curves")
+            yield RolloutLines(self.source, id="run-lines")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"run {self.run_id}"
+        self.query_one(RolloutLines).focus()
+        self.action_reload()
+        self.set_interval(self.refresh_s, self._tick)
+
+    def _tick(self) -> None:
+        live = self.detail is None or self.detail.status in ("running", "starting") or self.source.live()
+        if live and not any(w.is_running for w in self.workers):
+            self.action_reload()
+
+    def action_reload(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, group="run", exit_on_error=False)
+    def load(self) -> None:
+        try:
+            self.post_message(RunLoaded(load_run(self.source, self.run_id)))
+        except ForgetuiError as exc:
+            self.post_message(LoadFailed("run", str(exc)))
+
+    @on(RunLoaded)
+    def _loaded(self, message: RunLoaded) -> None:
+        d = message.detail
+        self.detail = d
+        now = time.monotonic()
+        if self._calls_seen is not None and now > self._calls_seen[0]:
+            self._calls_per_s = max(0, d.n_calls - self._calls_seen[1]) / (now - self._calls_seen[0])
+        self._calls_seen = (now, d.n_calls)
+        self.query_one("#run-summary-text", Static).update(
+            summary_text(d, self._calls_per_s if d.status == "running" else None))
+        self.query_one(PassTable).show_report(d.report)
+        curves = self.query_one(TrainCurves)
+        curves.display = bool(d.train_steps)
+        if d.train_steps:
+            curves.show_steps(d.train_steps)
+        self.query_one(RolloutLines).show_lines(d.rollouts)
+
+    @on(LoadFailed)
+    def _failed(self, message: LoadFailed) -> None:
+        message.stop()
+        self.query_one("#run-summary-text", Static).update(Text(message.error, style="bold red"))

@@ -1,0 +1,144 @@
+"""A sample's tokens, decoded: sampled tokens (loss mask 1) coloured by probability, inserted ones shaded grey,
+call boundaries marked; the cursor's token shows its id, logprob, mask and call below."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from forgetui.tui.run_data import SampleView
+from forgetui.tui.widgets.call_inspector import prob_colour
+
+WINDOW = 3000  # tokens rendered at once around the cursor: a 50k-token sample stays a few ms per key
+INSERTED = "rgb(150,150,150) on rgb(40,40,40)"
+
+
+def piece_text(sample: SampleView, i: int) -> str:
+    """What token `i` shows: its decoded text (control characters visible) or its id."""
+    if sample.pieces is None:
+        return f"{sample.token_ids[i]} "
+    piece = sample.pieces[i]
+    return piece.replace("\n", "↵\n").replace("\t", "→") or "∅"
+
+
+def window(sample: SampleView, cursor: int, size: int = WINDOW) -> range:
+    start = max(0, min(cursor - size // 2, len(sample.token_ids) - size))
+    return range(start, min(len(sample.token_ids), start + size))
+
+
+def tokens_text(sample: SampleView, cursor: int, size: int = WINDOW) -> Text:
+    """The window of tokens around `cursor` as styled text; a `│c1` marker where each merged call's completion starts."""
+    text = Text()
+    starts = {s: n for n, s in enumerate(sample.completion_starts)}
+    span = window(sample, cursor, size)
+    if span.start:
+        text.append(f"… {span.start} tokens before\n", style="dim")
+    for i in span:
+        if i in starts:
+            text.append(f"│call {starts[i] + 1}▸", style="bold magenta")
+        sampled = i < len(sample.loss_mask) and sample.loss_mask[i] == 1
+        style = f"black on {prob_colour(sample.logprobs[i])}" if sampled else INSERTED
+        if i == cursor:
+            style += " reverse underline"
+        text.append(piece_text(sample, i), style=style)
+    if span.stop < len(sample.token_ids):
+        text.append(f"\n… {len(sample.token_ids) - span.stop} tokens after", style="dim")
+    return text
+
+
+def cursor_text(sample: SampleView, i: int) -> Text:
+    """Token i's id, text, mask, logprob (and probability) and which call it belongs to."""
+    if not sample.token_ids:
+        return Text("empty sample", style="dim")
+    sampled = sample.loss_mask[i] == 1 if i < len(sample.loss_mask) else False
+    lp = sample.logprobs[i] if i < len(sample.logprobs) else math.nan
+    call = sample.call_at(i)
+    text = Text(f"token {i + 1}/{len(sample.token_ids)}  id {sample.token_ids[i]}", style="bold")
+    if sample.pieces is not None:
+        text.append(f"  {sample.pieces[i]!r}")
+    text.append("  sampled" if sampled else "  inserted (mask 0)", style="green" if sampled else "dim")
+    if sampled and not math.isnan(lp):
+        text.append(f"  logprob {lp:.4f} (p={math.exp(lp):.3f})")
+    if call is not None:
+        part = "completion" if i >= sample.completion_starts[call] else "prompt"
+        text.append(f"  call {call + 1}/{len(sample.call_ids)} {part}", style="magenta")
+    return text
+
+
+class TokenView(Vertical, can_focus=True):
+    """←/→ move one token, ↑/↓ a line's worth, PgUp/PgDn 200, Home/End, n/p the next/previous sampled token."""
+
+    BORDER_TITLE = "Tokens"
+    BINDINGS = [
+        Binding("right,l", "move(1)", "Next token", show=False),
+        Binding("left,h", "move(-1)", "Prev token", show=False),
+        Binding("down,j", "move(20)", show=False),
+        Binding("up,k", "move(-20)", show=False),
+        Binding("pagedown", "move(200)", show=False),
+        Binding("pageup", "move(-200)", show=False),
+        Binding("home", "jump(0)", show=False),
+        Binding("end", "jump(-1)", show=False),
+        Binding("n", "next_sampled(1)", "Next sampled"),
+        Binding("p", "next_sampled(-1)", "Prev sampled"),
+    ]
+    cursor: reactive[int] = reactive(0)
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.sample: SampleView | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="token-cursor")
+        with VerticalScroll(id="token-scroll"):
+            yield Static("", id="token-body")
+
+    def show_sample(self, sample: SampleView | None, note: str | None = None) -> None:
+        self.sample = sample
+        if sample is None:
+            self.query_one("#token-body", Static).update(Text(note or "no samples", style="dim"))
+            self.query_one("#token-cursor", Static).update("")
+            return
+        self.border_subtitle = (f"{sample.sample_id} · {len(sample.token_ids)} tokens · {sum(sample.loss_mask)} sampled"
+                                + (f" · {note}" if note else ""))
+        first = next((i for i, m in enumerate(sample.loss_mask) if m), 0)
+        if self.cursor == first:
+            self._render_cursor()
+        self.cursor = first
+
+    def watch_cursor(self) -> None:
+        self._render_cursor()
+
+    def _render_cursor(self) -> None:
+        if self.sample is None:
+            return
+        self.query_one("#token-body", Static).update(tokens_text(self.sample, self.cursor))
+        self.query_one("#token-cursor", Static).update(cursor_text(self.sample, self.cursor))
+
+    def _clamp(self, i: int) -> int:
+        n = len(self.sample.token_ids) if self.sample else 0
+        return max(0, min(i, n - 1)) if n else 0
+
+    def action_move(self, delta: int) -> None:
+        self.cursor = self._clamp(self.cursor + delta)
+
+    def action_jump(self, where: int) -> None:
+        self.cursor = self._clamp(where if where >= 0 else len(self.sample.token_ids) - 1 if self.sample else 0)
+
+    def action_next_sampled(self, direction: int) -> None:
+        """To the first token of the next (or previous) run of sampled tokens."""
+        if self.sample is None:
+            return
+        mask, i = self.sample.loss_mask, self.cursor
+        while 0 <= i + direction < len(mask) and mask[i + direction] == 1:  # leave this sampled run
+            i += direction
+        while 0 <= i + direction < len(mask):
+            i += direction
+            if mask[i] == 1:
+                break
+        self.cursor = self._clamp(i)

@@ -1,0 +1,187 @@
+"""The drill-down: Runs (filter, sort) → Run (pass@k, training curves, rollouts) → Rollout (conversation, tools,
+verifier, token view, raw JSON), on stores written by the real writer; and a veRL run's shards read as one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input, Static, TabbedContent
+
+from core.models.resolve import load_tokenizer, resolve_model
+from core.models.tiny import ensure_tiny_model
+from forgetui.tui import run_data
+from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.screens.rollout_screen import RolloutScreen
+from forgetui.tui.screens.run_screen import RunScreen
+from forgetui.tui.widgets.call_json import CallJson
+from forgetui.tui.widgets.pass_table import PassTable
+from forgetui.tui.widgets.rollout_lines import RolloutLines
+from forgetui.tui.widgets.runs_table import RunsTable
+from forgetui.tui.widgets.token_view import TokenView
+from forgetui.tui.widgets.train_curves import TrainCurves
+from tests.tui_stores import build_run
+
+SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(resolve_model("tiny"))
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer) -> Path:
+    """Two runs: `train-run` (3 training steps) and `eval-run`; models shared with the session's home."""
+    (tmp_path / "models").symlink_to(ensure_tiny_model(SESSION_HOME / "models").parent, target_is_directory=True)
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    build_run(tmp_path, "eval-run", tasks=3, samples=2, tokenizer=tokenizer)
+    build_run(tmp_path, "train-run", tasks=2, samples=4, steps=3, tokenizer=tokenizer)
+    return tmp_path
+
+
+def text_of(widget: Static) -> str:
+    content = widget.content
+    return getattr(content, "plain", None) or str(content)
+
+
+async def until(pilot, cond, what: str, tries: int = 400) -> None:
+    for _ in range(tries):
+        if cond():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"the TUI never reached: {what}")
+
+
+def cells(table: DataTable) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+# ---------------------------------------------------------------------- data (no textual)
+def test_run_catalog_rows(home: Path) -> None:
+    runs = {r.run_id: r for r in run_data.RunCatalog().list()}
+    train, ev = runs["train-run"].cells(), runs["eval-run"].cells()
+    # eval-run: 6 rollouts with statuses done, done, failed, timeout, done, infra_error; passed where (t+i) even
+    assert ev["progress"] == "6/6" and ev["status"] == "done" and ev["model"] == "builtin:tiny"
+    assert ev["pass rate"] == "0.400" and ev["reward"] == "0.400"  # 2 of the 5 scored (infra error excluded)
+    assert train["step"] == "2/3" and train["progress"] == "24/24"
+    assert [r.run_id for r in run_data.filter_runs(list(runs.values()), "train")] == ["train-run"]
+
+
+def test_shards_read_as_one_run(home: Path, tokenizer) -> None:
+    """A veRL run: the driver's store and two workers' shards, each holding part of the rollouts."""
+    run_dir = home / "runs" / "verl-run"
+    build_run(home, "verl-run", tasks=1, samples=2, tokenizer=tokenizer, store_path=run_dir / "store.duckdb")
+    for n in (1, 2):
+        build_run(home, "verl-run", tasks=1, samples=2, tokenizer=tokenizer, seed=n,
+                  store_path=run_dir / "shards" / f"worker-{n}" / "store.duckdb")
+    detail = run_data.load_run(run_data.RunSource(run_dir))
+    assert len(detail.rollouts) == 6  # 2 per store: the same ids under different stores count apart
+    info = [r for r in run_data.RunCatalog().list() if r.run_id == "verl-run"]
+    assert len(info) == 1 and info[0].total == 6 and info[0].shards == 2
+
+
+def test_rollout_detail_tokens_and_samples(home: Path) -> None:
+    d = run_data.load_rollout(run_data.RunSource(home / "runs" / "eval-run"), "eval-run/task-0/0")
+    assert [c["seq"] for c in d.calls] == [0, 1, 2]
+    (sample,) = d.samples  # built from the 3 calls, which extend each other: one branch
+    assert sample.pieces is not None and "".join(sample.pieces).startswith("You are terse.")
+    completions = [c["completion_token_ids"] for c in d.calls]
+    assert sum(sample.loss_mask) == sum(len(c) for c in completions)
+    for call, start, end in zip(d.calls, sample.completion_starts, sample.completion_ends, strict=True):
+        assert sample.token_ids[start:end] == list(call["completion_token_ids"])
+        assert sample.logprobs[start:end] == pytest.approx(list(call["completion_logprobs"]))
+    assert d.rollout["meta"]["verifier"] == "hello.txt found"
+
+
+# ---------------------------------------------------------------------- the screens
+async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(160, 48)) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.row_count == 2, "two runs listed")
+        assert app.query_one("#tabs", TabbedContent).active == "tab-runs"
+        await pilot.press("slash", *"eval")
+        await until(pilot, lambda: runs.row_count == 1, "filtered to one run")
+        assert cells(runs)[0][0] == "eval-run"
+        await pilot.press("escape")
+        await until(pilot, lambda: runs.row_count == 2, "filter cleared")
+        await pilot.press("S", "S", "S", "S")  # created → run → status → pass rate → reward
+        assert runs.sort_key == "reward"
+        runs.focus()
+        target = [i for i, r in enumerate(runs.shown) if r.run_id == "train-run"][0]
+        runs.move_cursor(row=target)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        screen = app.screen
+        lines = screen.query_one(RolloutLines)
+        await until(pilot, lambda: lines.row_count == 24, "24 rollouts on the Run screen")
+        assert cells(screen.query_one(PassTable))[0][:4] == ["toy", "react", "2", "21"]  # 3 infra errors left out
+        assert screen.query_one(TrainCurves).display
+        assert screen.query_one(TrainCurves).border_subtitle == "3 steps"
+        assert "step 2: reward 0.650" in text_of(screen.query_one("#run-summary-text", Static))
+        first = cells(lines)[0]
+        assert first[:6] == ["done", "task-0", "0", "0", "1", "3"]
+        lines.focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the Rollout screen")
+        rollout = app.screen
+        conv = rollout.query_one("#conv", Static)
+        await until(pilot, lambda: "call 3/3" in text_of(conv), "the conversation")
+        body = text_of(conv)
+        assert "tools offered: shell" in body and 'shell({"command": "echo hi > hello0.txt"})' in body
+        assert "Say hello." in body and "ok 0" in body  # the user turn and a tool result
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), "back on the Run screen")
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, RunScreen), "back home")
+
+
+async def test_token_view_cursor_and_raw_json(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RolloutScreen(run_data.RunSource(home / "runs" / "eval-run"), "eval-run/task-0/0"))
+        screen = app.screen
+        view = screen.query_one(TokenView)
+        await until(pilot, lambda: view.sample is not None, "the sample")
+        screen.query_one("#rollout-tabs", TabbedContent).active = "tab-tokens"
+        view.focus()
+        sample = view.sample
+        first = sample.loss_mask.index(1)
+        cursor = screen.query_one("#token-cursor", Static)
+        assert view.cursor == first and "sampled" in text_of(cursor) and "call 1/3 completion" in text_of(cursor)
+        assert f"logprob {sample.logprobs[first]:.4f}" in text_of(cursor)
+        await pilot.press("n")  # to the next call's completion, past the inserted tool result
+        assert view.cursor == sample.completion_starts[1]
+        await pilot.press("left")
+        assert "inserted (mask 0)" in text_of(cursor) and "call 2/3 prompt" in text_of(cursor)
+        body = view.query_one("#token-body", Static).content
+        assert "│call 2▸" in body.plain and "hello" in body.plain
+        screen.query_one("#rollout-tabs", TabbedContent).active = "tab-raw"
+        raw = screen.query_one(CallJson)
+        await until(pilot, lambda: '"call_id": "eval-run/task-0/0#c0"' in raw.text, "the first call's JSON")
+        screen.query_one("#raw-calls").focus()
+        await pilot.press("down")
+        await until(pilot, lambda: '"call_id": "eval-run/task-0/0#c1"' in raw.text, "the second call's JSON")
+
+
+async def test_rollouts_tab_enter_opens_the_rollout(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one("#rollouts", DataTable)
+        await until(pilot, lambda: table.row_count > 0, "the store's rollouts")
+        await pilot.press("o")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the Rollout screen")
+
+
+async def test_filter_input_is_hidden_until_slash(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        box = app.query_one("#runs-filter", Input)
+        assert box.size.height == 0
+        await pilot.press("slash")
+        await pilot.pause()
+        assert box.has_focus and box.size.height > 0
