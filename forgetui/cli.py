@@ -204,7 +204,19 @@ def cmd_images(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.set)
         env = load_env(config.env.name, **config.env.options)
         harness = load_harness(config.harness.name, **config.harness.options)
-        print(build_image(pick_runtime(config), config, env, harness))
+        runtime = pick_runtime(config)
+        if runtime.name == "kubernetes":  # pods run what this engine builds, once pushed (or `kind load`ed)
+            from core.runtime import make_runtime
+
+            runtime = make_runtime("docker")
+        tag = build_image(runtime, config, env, harness)
+        if args.push:
+            if not config.runtime.registry:
+                from core.errors import ConfigError
+
+                raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
+            tag = images.push_image(tag, config.runtime.registry)
+        print(tag)
     elif args.images_command == "push":
         print(images.push_image(args.tag, args.registry))
     return 0
@@ -290,9 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--suite", default="bookworm")
     b.add_argument("--mirror", default="http://deb.debian.org/debian")
     isub.add_parser("list", help="list forgetui images")
-    b = isub.add_parser("build", help="build the env+harness image of a config")
+    b = isub.add_parser("build", help="build the env+harness image of a config (on the local engine, also for kubernetes)")
     b.add_argument("config")
     b.add_argument("--set", action="append", default=[])
+    b.add_argument("--push", action="store_true", help="then push it to runtime.registry and print the name pods pull")
     b = isub.add_parser("push", help="push an image to a registry (for Kubernetes)")
     b.add_argument("tag")
     b.add_argument("registry")

@@ -15,7 +15,9 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -424,3 +426,95 @@ def test_exec_url_carries_only_the_command_and_flags():
         ("command", "sh"), ("command", "-c"), ("command", "a b"), ("container", "sandbox"),
         ("stdin", "true"), ("stdout", "true"), ("stderr", "true"), ("tty", "false"),
     ]
+
+
+# --- a whole run on the stand-in, and the image a pod pulls ---------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_run_on_kubernetes_survives_a_killed_pod(standin, base_image, tmp_path, monkeypatch):
+    """kubeconfig → official client → stand-in pods; the killed pod is an infra error, retried, and nothing is left."""
+    from core.config import load_config
+    from core.run import execute_run
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+        "clusters": [{"name": "standin", "cluster": {"server": standin.url}}],
+        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "me"}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+    }))
+    port = _free_port()
+    cfg = load_config(None, [
+        "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(kubeconfig))}", f"runtime.kubernetes.namespace={NS}",
+        f"runtime.base_image={json.dumps(base_image)}", "policy.backend=builtin:tiny", "env.name=toy", 'env.tasks=["hello"]',
+        "harness.name=tests.harness_fixtures:ShellHarness", "run.max_retries=2", f"proxy.port={port}",
+        f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
+    ])
+    cfg.harness.options = {"command": "sleep 4; echo hi > hello.txt"}
+    killed: list[str] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not killed:
+            for (ns, name), pod in list(standin.pods.items()):
+                if pod.obj["status"].get("phase") == "Running" and len(standin.requests("GET", f"/pods/{name}/exec$")) >= 2:
+                    time.sleep(1.0)
+                    standin.kill_pod(ns, name)
+                    killed.append(name)
+                    return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    summary = asyncio.run(execute_run(cfg))
+    thread.join()
+    assert killed, "the test never saw a pod to kill"
+    from tests.test_run_docker import rows
+
+    ((status, attempt, passed),) = rows(summary.store, "SELECT status, attempt, passed FROM rollouts")
+    assert (status, attempt, passed) == ("done", 1, True) and summary.infra_errors == 0
+    exec_args = [v for r in standin.requests("GET", "/exec$") for _, v in r.query]
+    assert exec_args and not any("/r/" in v for v in exec_args)  # the rollout's proxy token never in a URL
+    assert not [k for k, p in standin.pods.items() if not p.obj["metadata"].get("deletionTimestamp") and p.obj["status"]["phase"] != "Failed"]
+    assert not standin.policies  # the run's NetworkPolicy went with it
+
+
+def test_images_build_push_names_the_image_pods_pull(docker_client, base_image, tmp_path):
+    import subprocess
+    import sys
+
+    from core.config import load_config
+    from core.proxy.server import BackgroundServer
+    from core.registry import load_env, load_harness
+    from core.run_setup import RunImages
+    from tests.test_images_push import Registry
+
+    sets = ["runtime.kind=kubernetes", f"runtime.base_image={json.dumps(base_image)}", "env.name=toy", "harness.name=react"]
+    env = {**os.environ, "FORGETUI_HOME": str(tmp_path / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    (tmp_path / "run.toml").write_text("")
+    cli = [sys.executable, "-m", "forgetui.cli", "images", "build", str(tmp_path / "run.toml"), *[a for s in sets for a in ("--set", s)]]
+    refused = subprocess.run([*cli, "--push"], capture_output=True, text=True, env=env, timeout=600)
+    assert refused.returncode != 0 and "--push needs runtime.registry" in refused.stderr
+    registry = Registry()
+    with BackgroundServer(registry) as server:
+        address = server.url.removeprefix("http://")
+        out = subprocess.run([*cli, "--push", "--set", f"runtime.registry={address}"], capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+    pushed = out.stdout.strip()
+    config = load_config(None, [*sets, f"runtime.registry={address}", "proxy.public_url=http://10.0.0.1:1"])
+    from core.run_setup import pick_runtime
+
+    runtime = pick_runtime(config)
+    tag = RunImages(runtime, config, load_env("toy"), load_harness("react")).default_blocking()
+    pod = runtime.build_pod_manifest(_spec(image=tag))  # type: ignore[attr-defined]
+    assert pod["spec"]["containers"][0]["image"] == pushed == f"{address}/{tag}"
+    repo, _, version = tag.rpartition(":")
+    assert (repo, version) in registry.manifests
+    docker_client.images.remove(pushed)
