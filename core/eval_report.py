@@ -9,9 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from core.metrics import pass_at_k, pass_hat_k
-from core.rollout.status import Outcome, Status, outcome_of
+from core.rollout.status import Outcome, Tally, outcome_of
 
-BREAKDOWN_KEYS = ("level", "domain", "family", "split")
+BREAKDOWN_KEYS = ("level", "domain", "family", "split", "category", "difficulty", "tags")
+
+
+def breakdown_values(task_meta: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    """(key, value) pairs a task counts under: its meta's breakdown keys, and those of a nested
+    `metadata` table (harbor's task.toml); a list (tags) counts the task once under each item."""
+    nested = task_meta.get("metadata") if isinstance(task_meta.get("metadata"), dict) else {}
+    for key in BREAKDOWN_KEYS:
+        value = task_meta.get(key, nested.get(key))
+        if value is None:
+            continue
+        for item in dict.fromkeys(value) if isinstance(value, list | tuple) else (value,):
+            yield key, str(item)
 
 
 def pass_metrics(per_task: dict[str, list[bool]], scores: list[float], ks: Iterable[int]) -> dict[str, Any]:
@@ -39,18 +51,23 @@ def build_report(rows: list[dict[str, Any]], ks: list[int], model: str) -> dict[
         scores: list[float] = []
         by: dict[str, dict[str, tuple[dict[str, list[bool]], list[float]]]] = defaultdict(dict)
         for r in counted:
-            per_task[r["task_id"]].append(outcome_of(r["status"], r["passed"]) == Outcome.PASSED)
+            ok = outcome_of(r["status"], r["passed"]) == Outcome.PASSED
+            per_task[r["task_id"]].append(ok)
             scores.append(float(r["reward"] or 0.0))
             task_meta = ((r.get("meta") or {}).get("task_meta") or {}) if isinstance(r.get("meta"), dict) else {}
-            for key in BREAKDOWN_KEYS:
-                if key in task_meta:
-                    tasks, vals = by[key].setdefault(str(task_meta[key]), (defaultdict(list), []))
-                    tasks[r["task_id"]].append(outcome_of(r["status"], r["passed"]) == Outcome.PASSED)
-                    vals.append(float(r["reward"] or 0.0))
+            for key, value in breakdown_values(task_meta):
+                tasks, vals = by[key].setdefault(value, (defaultdict(list), []))
+                tasks[r["task_id"]].append(ok)
+                vals.append(float(r["reward"] or 0.0))
+        tally = Tally()
+        for r in members:
+            tally.add(r["status"], r["passed"])
         group = {"env": env, "harness": harness, "model": model, **pass_metrics(per_task, scores, ks)}
-        group["timeouts"] = sum(1 for r in members if r["status"] == Status.TIMEOUT)
-        group["infra_errors"] = sum(1 for r in members if r["status"] == Status.INFRA_ERROR)
-        group["unfinished"] = sum(1 for r in members if outcome_of(r["status"], r["passed"]) is None)
+        group["below_threshold"] = tally.below_threshold
+        group["harness_failed"] = tally.harness_failed
+        group["timeouts"] = tally.timeout
+        group["infra_errors"] = tally.infra_error
+        group["unfinished"] = len(members) - tally.finished
         group["breakdown"] = {key: {value: pass_metrics(t, v, ks) for value, (t, v) in sorted(values.items())} for key, values in by.items()}
         report["groups"].append(group)
     return report

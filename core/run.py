@@ -33,6 +33,8 @@ class RunSummary:
     pass_hat_k: dict[str, float]
     store: str
     status: str = "done"
+    below_threshold: int = 0  # `failed` split: the harness finished under the threshold ...
+    harness_failed: int = 0  # ... or the harness itself failed
     extra: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] | None = None  # the eval report (also written to eval.json), not part of the JSON summary
 
@@ -67,17 +69,17 @@ async def execute_run(
         assert session.store is not None
         summary = summarize(session.store, session.run_id, session.store_path, ks or list(range(1, config.run.n_samples + 1)))
         summary.extra["max_concurrent_sandboxes"] = session.max_concurrent_sandboxes
-        summary.extra.update(write_eval_report(session.store, session.run_id, session.run_dir, summary, config))
+        summary.extra.update(write_eval_report(session.store, session.run_id, session.run_dir, summary, config, model=session.model_name))
         session.finish("done")
         return summary
 
 
-def write_eval_report(store: Store, run_id: str, run_dir: Path, summary: RunSummary, config: RunConfig) -> dict[str, Any]:
+def write_eval_report(store: Store, run_id: str, run_dir: Path, summary: RunSummary, config: RunConfig, *, model: str | None = None) -> dict[str, Any]:
     """eval.json (per env × harness × model, with level/domain breakdowns) and eval.png in the run folder."""
     from core.eval_report import build_report, report_rows, write_plot
 
     ks = [int(k) for k in summary.pass_at_k] or [1]
-    report = build_report(report_rows(store, run_id), ks, model=config.policy.backend)
+    report = build_report(report_rows(store, run_id), ks, model=model or config.policy.backend)
     report["run_id"] = run_id
     summary.report = report
     out = {"eval_json": str(run_dir / "eval.json")}
@@ -114,6 +116,8 @@ def summarize(store: Store, run_id: str, store_path: Path, ks: list[int] | None 
         store=str(store_path),
         passed=tally.passed,
         failed=tally.failed,
+        below_threshold=tally.below_threshold,
+        harness_failed=tally.harness_failed,
         timeouts=tally.timeout,
         infra_errors=tally.infra_error,
     )

@@ -37,33 +37,43 @@ class Outcome(StrEnum):
     """What a finished rollout counts as, everywhere: run summary, eval report, progress, TUI."""
 
     PASSED = "passed"
-    FAILED = "failed"
+    BELOW_THRESHOLD = "below_threshold"  # the harness finished; the verifier's score is under the task's threshold
+    HARNESS_FAILED = "harness_failed"  # the harness itself failed (crashed, non-zero exit) and the workspace did not pass
     TIMEOUT = "timeout"
     INFRA_ERROR = "infra_error"
+
+
+FAILED_OUTCOMES = frozenset({Outcome.BELOW_THRESHOLD, Outcome.HARNESS_FAILED})
 
 
 def outcome_of(status: str | Status | None, passed: bool | None) -> Outcome | None:
     """The outcome of a rollout row; None while it is not finished.
 
     The verifier decides: a `failed` rollout (the harness exited non-zero) whose workspace the
-    verifier passed counts as passed, as it does in pass@k. A timeout is never passed; an
-    infrastructure error is not a score at all.
+    verifier passed counts as passed, as it does in pass@k. A rollout that did not pass is
+    `below_threshold` when its harness finished (a partial score) and `harness_failed` when the
+    harness crashed. A timeout is never passed; an infrastructure error is not a score at all.
     """
     if status == Status.INFRA_ERROR:
         return Outcome.INFRA_ERROR
     if status == Status.TIMEOUT:
         return Outcome.TIMEOUT
-    if status in (Status.DONE, Status.FAILED):
-        return Outcome.PASSED if passed else Outcome.FAILED
+    if passed and status in (Status.DONE, Status.FAILED):
+        return Outcome.PASSED
+    if status == Status.DONE:
+        return Outcome.BELOW_THRESHOLD
+    if status == Status.FAILED:
+        return Outcome.HARNESS_FAILED
     return None
 
 
 @dataclass
 class Tally:
-    """Finished rollouts counted by outcome."""
+    """Finished rollouts counted by outcome; `failed` is both kinds of not passing together."""
 
     passed: int = 0
-    failed: int = 0
+    below_threshold: int = 0
+    harness_failed: int = 0
     timeout: int = 0
     infra_error: int = 0
 
@@ -72,6 +82,11 @@ class Tally:
         if outcome is not None:
             setattr(self, str(outcome), getattr(self, str(outcome)) + 1)
         return outcome
+
+    @property
+    def failed(self) -> int:
+        """Scored rollouts that did not pass (below the threshold, or the harness failed)."""
+        return self.below_threshold + self.harness_failed
 
     @property
     def finished(self) -> int:
