@@ -25,6 +25,7 @@ ephemeral-storage limits, auth. Faults: ``fail`` answers the next matching reque
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -155,7 +156,7 @@ class ApiServerStandIn:
         for c in self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self._id}"}):
             try:
                 c.remove(force=True)
-            except docker.errors.NotFound:  # removed by a delete's grace period meanwhile
+            except docker.errors.APIError:  # removed (or being removed) by a delete's grace period meanwhile
                 pass
 
     async def _start(self) -> None:
@@ -375,9 +376,12 @@ class ApiServerStandIn:
         inspect = await asyncio.to_thread(api.exec_inspect, exec_id["Id"])
         if pod.killed or (request.match_info["ns"], name) not in self.pods:
             pass  # the container died with the pod: the stream just ends, no status
-        else:
+        elif not ws.closed:
             code = inspect.get("ExitCode")
-            await ws.send_bytes(b"\x03" + json.dumps(self.exec_status or self._exit_status(command, code)).encode())
+            try:
+                await ws.send_bytes(b"\x03" + json.dumps(self.exec_status or self._exit_status(command, code)).encode())
+            except ConnectionError:  # the client left first
+                pass
         inbound.cancel()
         raw.close()
         await ws.close()
@@ -438,3 +442,5 @@ class ApiServerStandIn:
                     await asyncio.to_thread(raw.sendall, data[1:])
                 except OSError:
                     pass
+        with contextlib.suppress(OSError):  # the client went away: its stdin ends, as the kubelet does
+            raw.shutdown(socket.SHUT_WR)

@@ -484,6 +484,35 @@ def test_a_run_on_kubernetes_survives_a_killed_pod(standin, base_image, tmp_path
     assert exec_args and not any("/r/" in v for v in exec_args)  # the rollout's proxy token never in a URL
     assert not [k for k, p in standin.pods.items() if not p.obj["metadata"].get("deletionTimestamp") and p.obj["status"]["phase"] != "Failed"]
     assert not standin.policies  # the run's NetworkPolicy went with it
+    needed = {_rbac_need(r) for r in standin.seen}
+    assert ("", "pods/exec", "get") in needed and needed <= _rbac_granted()  # the documented Role is enough
+
+
+def _rbac_need(seen: Any) -> tuple[str, str, str]:
+    """(API group, resource, verb) a request needs from RBAC."""
+    group = "networking.k8s.io" if seen.path.startswith("/apis/networking.k8s.io/") else ""
+    parts = seen.path.split("/namespaces/", 1)[1].split("/")  # ns, resource, [name, [subresource]]
+    resource = parts[1] + (f"/{parts[3]}" if len(parts) > 3 else "")
+    verb = {"POST": "create", "DELETE": "delete", "GET": "get" if len(parts) > 2 else "list"}[seen.method]
+    return group, resource, verb
+
+
+def _rbac_granted() -> set[tuple[str, str, str]]:
+    import yaml
+
+    docs = yaml.safe_load_all((Path(__file__).resolve().parents[1] / "examples" / "kubernetes-rbac.yaml").read_text())
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+@pytest.mark.parametrize("name", ["kubernetes-rbac.yaml", "kubernetes-proxy-service.yaml"])
+def test_example_manifests_validate(name):
+    import yaml
+
+    docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[1] / "examples" / name).read_text()))
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
 def test_images_build_push_names_the_image_pods_pull(docker_client, base_image, tmp_path):
