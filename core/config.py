@@ -21,7 +21,8 @@ class EnvConfig(_Section):
     tasks: list[str] | None = Field(None, description="task ids or globs (comma-separated with --set)")
     limit: int | None = Field(None, ge=1, description="at most this many tasks (after filtering)")
     path: str | None = Field(None, description="a folder of tasks, for envs that load one (harbor)")
-    options: dict[str, Any] = Field(default_factory=dict, description="passed to the environment as keyword arguments")
+    options: dict[str, Any] = Field(default_factory=dict, description="passed to the environment as keyword arguments (an option the env does not take is an error)")
+    strict: bool = Field(False, description="fail on any task that does not load (harbor), instead of skipping it with a warning")
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -54,6 +55,7 @@ class RuntimeConfig(_Section):
     network: Literal["isolated", "host", "bridge"] = Field("isolated", description="docker: isolated = the sandbox reaches the proxy and nothing else; host = the host's network (a warning); bridge = Docker's bridge")
     workdir: str = "/workspace"
     ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
+    shared_harness: bool = Field(True, description="docker: tasks with their own image mount the harness from one read-only volume instead of a copy baked into each task image")
     registry: str | None = Field(None, description="kubernetes: the registry pods pull from (`forgetui images build CONFIG --push` pushes there)")
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
@@ -74,7 +76,8 @@ class ProxyConfig(_Section):
 class RunSettings(_Section):
     n_samples: int = Field(1, ge=1, description="rollouts per task (a GRPO group)")
     concurrency: int = Field(4, ge=1)
-    timeout_s: float = Field(600.0, gt=0, description="wall clock per rollout")
+    timeout_s: float | None = Field(None, gt=0, description="a cap on every rollout's wall clock, and the wall clock of tasks that set none (unset: no cap, 600 s for those)")
+    timeout_scale: float = Field(1.0, gt=0, description="multiplies a task's own timeout (before the run.timeout_s cap)")
     call_timeout_s: float | None = Field(300.0, gt=0, description="per model call")
     max_retries: int = Field(2, ge=0, description="retries of infrastructure failures only")
     seed: int = 0

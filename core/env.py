@@ -50,12 +50,18 @@ class Task:
     image: TaskImage | None = None  # the task's own image recipe; None = the run's base image
     workdir: str | None = None  # where the agent works, when the task fixes it (harbor: the image's WORKDIR)
     solution: str | None = None  # host path of the reference solution script (the oracle harness); not task content
+    verifier: str | None = None  # content hash of the verifier's own files (harbor's tests/): part of task_hash
+    threshold: float | None = None  # the score that passes this task; None = the environment's threshold
 
     @property
     def content_hash(self) -> str:
         """What the agent and the verifier get, hashed: the same on every machine (no host paths)."""
         h = hashlib.sha256()
         h.update(orjson.dumps({"id": self.id, "instruction": self.instruction, "setup": self.setup, "meta": self.meta}, option=orjson.OPT_SORT_KEYS, default=str))
+        if self.verifier is not None:
+            h.update(b"verifier\0" + self.verifier.encode())
+        if self.threshold is not None:
+            h.update(b"threshold\0" + repr(float(self.threshold)).encode())
         if self.image is not None:
             h.update(self.image.digest().encode())
         for path in sorted(self.files):
@@ -78,6 +84,8 @@ class Environment(ABC):
     name: ClassVar[str]
     version: ClassVar[str] = "0"
     threshold: ClassVar[float] = 1.0
+    # the keyword options it takes (None: not declared, anything is passed through); `load_env` rejects others
+    accepted_options: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -94,6 +102,8 @@ class Environment(ABC):
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
         """Score the workspace after the harness exited; runs in the sandbox."""
 
-    def score(self, value: float, detail: str = "") -> Score:
+    def score(self, value: float, detail: str = "", task: Task | None = None) -> Score:
+        """A score clamped into [0, 1]; passed when it reaches the task's threshold (else the env's)."""
         value = min(1.0, max(0.0, float(value)))
-        return Score(score=value, passed=value >= self.threshold, detail=detail)
+        threshold = task.threshold if task is not None and task.threshold is not None else self.threshold
+        return Score(score=value, passed=value >= threshold, detail=detail)

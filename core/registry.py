@@ -38,5 +38,13 @@ def load_harness(name: str, **options: Any) -> Harness:
 
 
 def load_env(name: str, **options: Any) -> Environment:
+    """The environment `name` with `options`; an option it does not declare is an error naming those it takes."""
     cls = _load(ENV_GROUP, name)
+    accepted = getattr(cls, "accepted_options", None)
+    unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
+    if unknown:
+        raise ConfigError(
+            f"env {name!r} has no option {', '.join(map(repr, unknown))}; it accepts: {', '.join(sorted(accepted)) or 'none'} "
+            "(remove the option from [env.options], or set it for the env it was meant for)"
+        )
     return cls(**options)

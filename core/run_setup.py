@@ -7,8 +7,10 @@ import fnmatch
 import logging
 import secrets
 import tomllib
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from core.config import RunConfig
 from core.env import Environment, Task
@@ -17,6 +19,9 @@ from core.harness import Harness
 from core.paths import runs_dir
 from core.runtime import make_runtime
 from core.runtime.base import Runtime
+
+if TYPE_CHECKING:
+    from core.runtime.images import ImageLayer
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,16 @@ def select_tasks(env: Environment, patterns: list[str] | None, limit: int | None
     return tasks[:limit] if limit else tasks
 
 
+def env_kwargs(config: RunConfig) -> dict[str, Any]:
+    """The keyword options the config's environment is loaded with (`path`, `strict`, `[env.options]`)."""
+    out: dict[str, Any] = dict(config.env.options)
+    if config.env.path:
+        out["path"] = config.env.path
+    if config.env.strict:
+        out["strict"] = True
+    return out
+
+
 def pick_runtime(config: RunConfig) -> Runtime:
     rc = config.runtime
     if rc.kind == "kubernetes":
@@ -49,52 +64,85 @@ def pick_runtime(config: RunConfig) -> Runtime:
     return make_runtime("local")
 
 
-class RunImages:
-    """The run's images: env + harness layers on the configured base, or on a task's own Dockerfile image.
+@dataclass(frozen=True)
+class SandboxImage:
+    """What a task's sandbox runs: the image, what the rollout row records of it, and the shared harness mount."""
 
-    Each distinct image is built once (cached by content hash on the engine) and never twice at once.
+    tag: str
+    identity: str  # `tag@sha256:…` on Docker (rollouts.image_digest), the tag elsewhere
+    volumes: dict[str, str] = field(default_factory=dict)  # harness volume → mount path (read-only)
+    env: dict[str, str] = field(default_factory=dict)  # PATH with the mounted harness's commands first
+
+    @property
+    def harness_volume(self) -> str | None:
+        return next(iter(self.volumes), None)
+
+
+class RunImages:
+    """The run's images: env + harness layers on the configured base, or a task's own Dockerfile image.
+
+    A task with its own image gets the env layers on top of it and, on Docker with
+    `runtime.shared_harness`, the harness from one read-only volume (core.runtime.harness_volume)
+    instead of a copy of the harness in every task image. Each distinct image is built once (cached
+    by content hash on the engine) and never twice at once.
     """
 
     def __init__(self, runtime: Runtime, config: RunConfig, env: Environment, harness: Harness) -> None:
         self.runtime = runtime
         self.config = config
-        self.layers = [layer for layer in (env.image_layer(), harness.image_layer()) if layer is not None]
+        self.env_layers = [x for x in (env.image_layer(),) if x is not None]
+        self.harness_layers = [x for x in (harness.image_layer(),) if x is not None]
+        self.layers = self.env_layers + self.harness_layers
         self.ca = Path(config.runtime.ca_bundle) if config.runtime.ca_bundle else None
-        self._built: dict[str, str] = {}
+        self._built: dict[str, SandboxImage] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def default_blocking(self) -> str:
-        return self._on_base(self.config.runtime.base_image)
+    @property
+    def shares_harness(self) -> bool:
+        """Whether tasks with their own image mount the harness from a volume."""
+        return self.runtime.name == "docker" and self.config.runtime.shared_harness and bool(self.harness_layers)
 
-    def _on_base(self, base: str) -> str:
+    def default_blocking(self) -> str:
+        return self._on_base(self.config.runtime.base_image, self.layers)
+
+    def _on_base(self, base: str, layers: list[ImageLayer]) -> str:
         from core.runtime import images
 
         if self.runtime.name == "local":
             return "local"
         if self.runtime.name == "kubernetes":
-            return images.image_tag(base, self.layers, self.ca.read_bytes() if self.ca else None) if self.layers else base
+            return images.image_tag(base, layers, self.ca.read_bytes() if self.ca else None) if layers else base
         client = self.runtime.client  # type: ignore[attr-defined]
         if not images.image_exists(client, base):
             raise SandboxError(f"base image {base} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
-        return images.ensure_image(client, base, self.layers, self.ca) if self.layers or self.ca else base
+        return images.ensure_image(client, base, layers, self.ca) if layers or self.ca else base
 
-    def _for_task_blocking(self, task: Task) -> str:
-        from core.runtime import images
+    def _for_task_blocking(self, task: Task) -> SandboxImage:
+        from core.runtime import harness_volume, images
 
-        assert task.image is not None
+        if task.image is None:
+            return self._describe(self.default_blocking())
         if self.runtime.name != "docker":
             raise SandboxError(f"task {task.id} brings its own Dockerfile: only the docker runtime builds those (build and push it for {self.runtime.name})")
-        base = images.ensure_dockerfile_image(self.runtime.client, task.id, task.image.dockerfile, task.image.context)  # type: ignore[attr-defined]
-        return self._on_base(base)
+        client = self.runtime.client  # type: ignore[attr-defined]
+        task_base = images.ensure_dockerfile_image(client, task.id, task.image.dockerfile, task.image.context)
+        if not self.shares_harness:
+            return self._describe(self._on_base(task_base, self.layers))
+        tag = images.ensure_image(client, task_base, self.env_layers, self.ca) if self.env_layers or self.ca else task_base
+        volume = harness_volume.ensure_harness_volume(client, self.config.runtime.base_image, self.harness_layers, self.ca)
+        return self._describe(tag, {volume: harness_volume.MOUNT}, {"PATH": harness_volume.sandbox_path(client, tag)})
 
-    async def for_task(self, task: Task) -> str:
-        key = "" if task.image is None else task.image.dockerfile + str(task.image.context)
+    def _describe(self, tag: str, volumes: dict[str, str] | None = None, env: dict[str, str] | None = None) -> SandboxImage:
+        return SandboxImage(tag, image_identity(self.runtime, tag), volumes or {}, env or {})
+
+    async def for_task(self, task: Task) -> SandboxImage:
+        """The sandbox image of `task` (built on first use; concurrent callers wait for the one build)."""
+        key = "" if task.image is None else task.image.dockerfile + "\0" + str(task.image.context)
         if key in self._built:
             return self._built[key]
         async with self._locks.setdefault(key, asyncio.Lock()):
             if key not in self._built:
-                build = self.default_blocking if task.image is None else (lambda: self._for_task_blocking(task))
-                self._built[key] = await asyncio.to_thread(build)
+                self._built[key] = await asyncio.to_thread(self._for_task_blocking, task)
         return self._built[key]
 
 

@@ -21,6 +21,7 @@ from core.harness import Harness
 from core.paths import runs_dir
 from core.proxy.app import ProxyApp
 from core.proxy.factory import make_policy
+from core.proxy.no_model import NO_MODEL, NoModelPolicy, calls_model
 from core.proxy.policy import DeferredPolicy, Policy
 from core.proxy.server import BackgroundServer
 from core.proxy.sessions import SessionRegistry
@@ -29,9 +30,10 @@ from core.rollout.attempt import RolloutItem, RolloutResult, RunContext
 from core.rollout.engine import RolloutEngine, RolloutEvent
 from core.rollout.orphans import reap_dead_runs, remove_pid_file, write_pid_file
 from core.rollout.status import TERMINAL_VALUES, Status
+from core.rollout.trajectory import recorded_trajectory
 from core.run_setup import (
     RunImages,
-    image_identity,
+    env_kwargs,
     new_run_id,
     pick_runtime,
     proxy_url_for_sandboxes,
@@ -108,16 +110,17 @@ class RunSession:
         write_pid_file(self.run_dir)
         self.store.insert_run(self.run_id, config.model_dump(), status="running")
         self.store.serve_queries()
+        self.runtime = pick_runtime(config)
+        await reap_dead_runs(self.runtime)
+        self.env = load_env(config.env.name, **env_kwargs(config))
+        self.harness = load_harness(config.harness.name, **({"binary": config.harness.binary} if config.harness.binary else {}), **config.harness.options)
+        self.images = RunImages(self.runtime, config, self.env, self.harness)
+        if self.policy is None and not calls_model(self.harness):
+            self.policy = NoModelPolicy(self.harness.name)  # oracle/noop: no model is loaded, none is reported
         if self.policy is None:
             self.policy = DeferredPolicy(  # loads while the sandboxes start; the first model call waits for it
                 lambda: make_policy(config.policy.backend, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
             )
-        self.runtime = pick_runtime(config)
-        await reap_dead_runs(self.runtime)
-        self.env = load_env(config.env.name, **({"path": config.env.path} if config.env.path else {}), **config.env.options)
-        self.harness = load_harness(config.harness.name, **({"binary": config.harness.binary} if config.harness.binary else {}), **config.harness.options)
-        self.images = RunImages(self.runtime, config, self.env, self.harness)
-        self.image = await self.images.for_task(Task(id="", instruction=""))  # the shared image, built before any sandbox starts
         sessions = SessionRegistry(run_id=self.run_id, adhoc=False)
         app = ProxyApp(self.policy, sessions, self.store, max_body_bytes=config.proxy.max_body_bytes, call_timeout_s=config.run.call_timeout_s, served_model=config.policy.model_name)
         self.server = BackgroundServer(app, host=config.proxy.host, port=config.proxy.port)
@@ -134,9 +137,24 @@ class RunSession:
             model_name=config.policy.model_name,
             workdir=config.runtime.workdir,
             timeout_s=config.run.timeout_s,
+            timeout_scale=config.run.timeout_scale,
+            trajectory=self._trajectory,
             sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network, "proxy": self.server.url},
             logs_dir=self.run_dir / "logs",
         )
+
+    async def _trajectory(self, rollout_id: str, attempt: int) -> list[dict[str, Any]] | None:
+        """The attempt's recorded conversation (what graders read at /logs/agent/trajectory.jsonl)."""
+        if self.store is None:
+            return None
+        return await recorded_trajectory(self.store, rollout_id, attempt)
+
+    @property
+    def model_name(self) -> str:
+        """The model the run evaluates, as reports name it: `none` when the harness calls no model."""
+        if self.harness is not None and not calls_model(self.harness):
+            return NO_MODEL
+        return self.config.policy.backend
 
     def tasks(self) -> list[Task]:
         """The config's tasks (env.tasks filter and env.limit applied)."""
@@ -170,9 +188,8 @@ class RunSession:
 
     def add_pending(self, items: list[RolloutItem]) -> None:
         """Write the planned rollouts as `pending` rows (what the TUI and `--resume` see first)."""
-        assert self.store is not None and self.env is not None and self.harness is not None and self.runtime is not None
-        image = image_identity(self.runtime, self.image)
-        for item in items:
+        assert self.store is not None and self.env is not None and self.harness is not None
+        for item in items:  # image_digest is set when the rollout starts: the image it really runs in
             self.store.upsert_rollout(
                 {
                     "rollout_id": item.rollout_id,
@@ -185,7 +202,6 @@ class RunSession:
                     "status": str(Status.PENDING),
                     "attempt": item.first_attempt,
                     "harness_version": self.harness.version,
-                    "image_digest": image,
                     "env_version": self.env.version,
                     "task_hash": item.task.content_hash,
                     "meta": {"task_meta": item.task.meta},
@@ -194,7 +210,9 @@ class RunSession:
 
     async def run_rollouts(self, items: list[RolloutItem]) -> dict[str, RolloutResult]:
         """Run planned rollouts to a terminal status; a policy that fails to load stops them with its error."""
-        assert self.ctx is not None and self.policy is not None
+        assert self.ctx is not None and self.policy is not None and self.images is not None
+        if any(item.task.image is None for item in items):  # the shared image: built (or its absence reported) before any sandbox starts
+            self.image = (await self.images.for_task(Task(id="", instruction=""))).tag
         self.add_pending(items)
         engine = RolloutEngine(self.ctx, concurrency=self.config.run.concurrency, max_retries=self.config.run.max_retries, on_event=self.on_event)
         try:

@@ -60,7 +60,7 @@ def test_loader_edge_cases(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a folder"):
         HarborEnv(path=str(tmp_path / "missing"))
     _task(tmp_path / "other", "c", test_sh=False)
-    with pytest.raises(ConfigError, match="no tests/test.sh"):
+    with pytest.raises(ConfigError, match="no task of .* loads:\n  c: c: no tests/test.sh"):
         HarborEnv(path=str(tmp_path / "other"))
     _task(tmp_path / "third", "d", dockerfile=None)
     with pytest.raises(ConfigError, match="neither environment/Dockerfile"):

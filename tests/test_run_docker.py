@@ -210,7 +210,7 @@ def test_rollout_meta_keeps_task_meta_and_timings(docker_client, base_image):
     ((meta,),) = rows(summary.store, "SELECT meta FROM rollouts")
     meta = json.loads(meta)
     assert meta["task_meta"]["family"] == "hello" or meta["task_meta"]
-    assert set(meta["timings"]) == {"sandbox_start_s", "harness_s", "verify_s"} and all(v >= 0 for v in meta["timings"].values())
+    assert set(meta["timings"]) == {"build_s", "sandbox_start_s", "harness_s", "verify_s"} and all(v >= 0 for v in meta["timings"].values())
     report = json.loads(Path(summary.extra["eval_json"]).read_text())
     assert report["groups"][0]["breakdown"]  # the eval report breaks down by the task's family/split
 

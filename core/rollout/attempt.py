@@ -8,7 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from core.env import Environment, Task
 from core.errors import SandboxError
@@ -18,10 +20,24 @@ from core.rollout.status import Status, can_move
 from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec, as_bytes
 from core.store.writer import utcnow
 
+if TYPE_CHECKING:
+    from core.run_setup import SandboxImage
+
 log = logging.getLogger(__name__)
 
 SETUP_TIMEOUT_S = 300.0
 VERIFY_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = 600.0  # a task that sets no timeout, with no run.timeout_s
+TRAJECTORY_PATH = "/logs/agent/trajectory.jsonl"  # the recorded conversation, written before the verifier runs
+
+
+def rollout_timeout(task_timeout_s: float | None, run_timeout_s: float | None, scale: float = 1.0) -> float:
+    """The harness's wall clock: the task's own timeout × `scale`, capped by `run_timeout_s`.
+
+    A task that sets none gets `run_timeout_s` (600 s when that is unset too).
+    """
+    own = task_timeout_s * scale if task_timeout_s else (run_timeout_s or DEFAULT_TIMEOUT_S)
+    return min(own, run_timeout_s) if run_timeout_s else own
 
 
 class Stopwatch:
@@ -67,14 +83,17 @@ class RunContext:
     env: Environment
     harness: Harness
     runtime: Runtime
-    image_for: Callable[[Task], Awaitable[str]]  # the image a task's sandbox runs (built once per recipe)
+    image_for: Callable[[Task], Awaitable[SandboxImage]]  # the image a task's sandbox runs (built once per recipe)
     proxy_url: str  # the proxy as sandboxes see it
     sessions: SessionRegistry
     update: Callable[[dict[str, Any]], None]  # writes a (partial) rollouts row
     model_name: str = "policy"
     workdir: str = "/workspace"
-    timeout_s: float = 600.0
+    timeout_s: float | None = None  # run.timeout_s: caps every rollout (see rollout_timeout)
+    timeout_scale: float = 1.0
     sandbox: dict[str, Any] = field(default_factory=dict)  # cpus, memory, pids_limit, network
+    # the rollout attempt's recorded conversation as OpenAI chat messages (None: nothing recorded)
+    trajectory: Callable[[str, int], Awaitable[list[dict[str, Any]] | None]] | None = None
     logs_dir: Path | None = None
     removals: set[asyncio.Future] = field(default_factory=set)  # sandbox removals still in flight
 
@@ -97,24 +116,30 @@ class Attempt:
     async def run(self) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
         session = ctx.sessions.register(self.item.rollout_id, attempt=self.attempt_no)
-        timeout = task.timeout_s or ctx.timeout_s
-        self._move(Status.STARTING, started_at=utcnow(), attempt=self.attempt_no, token=session.token, error=None)
+        timeout = rollout_timeout(task.timeout_s, ctx.timeout_s, ctx.timeout_scale)
+        clock = Stopwatch()
+        self._move(Status.STARTING, attempt=self.attempt_no, token=session.token, error=None)
         try:
             image = await ctx.image_for(task)
         except SandboxError as exc:
             ctx.sessions.unregister(session.token)
             raise InfraError(str(exc)) from exc
+        clock.lap("build_s")  # building (or finding) the image is its own phase, before the rollout starts
+        # the image this rollout really runs in (a task's own image, not the run's shared one)
+        ctx.update({"rollout_id": self.item.rollout_id, "started_at": utcnow(), "image_digest": image.identity})
         spec = SandboxSpec(
-            image=image,
+            image=image.tag,
             run_id=ctx.run_id,
             rollout_id=self.item.rollout_id,
             workdir=task.workdir or ctx.workdir,
             timeout_s=timeout + SETUP_TIMEOUT_S + VERIFY_TIMEOUT_S,
+            env=dict(image.env),
+            volumes=dict(image.volumes),
             **ctx.sandbox,
         )
         sandbox = ctx.runtime.create(spec)
         try:
-            return await self._run_in(sandbox, session.token, timeout)
+            return await self._run_in(sandbox, session.token, timeout, clock, image)
         except SandboxError as exc:
             raise InfraError(str(exc)) from exc
         finally:
@@ -134,10 +159,9 @@ class Attempt:
         except Exception:  # noqa: BLE001 - the reaper removes what stop could not
             log.warning("could not stop sandbox of %s; the reaper will remove it", self.item.rollout_id, exc_info=True)
 
-    async def _run_in(self, sandbox: Any, token: str, timeout: float) -> RolloutResult:
+    async def _run_in(self, sandbox: Any, token: str, timeout: float, clock: Stopwatch, image: SandboxImage) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
         workdir = task.workdir or ctx.workdir
-        clock = Stopwatch()
         endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
         launch = ctx.harness.launch(task, endpoint, workdir)
         files = [SandboxFile(str(PurePosixPath(workdir) / rel), as_bytes(data)) for rel, data in task.files.items()]
@@ -165,7 +189,10 @@ class Attempt:
             "stdout_tail": result.stdout[-4000:],
             "stderr_tail": result.stderr[-4000:],
             "timings": clock.laps,
+            "timeout_s": timeout,
         }
+        if image.harness_volume:
+            meta["harness_volume"] = image.harness_volume
         if result.timed_out:
             self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)
             return RolloutResult(Status.TIMEOUT, 0.0, False, f"timeout after {timeout:g} s", meta)
@@ -173,6 +200,7 @@ class Attempt:
             await self._require_alive(sandbox, result.exit_code)
         outcome = ctx.harness.outcome(result)
         self._move(Status.VERIFYING)
+        meta["trajectory_messages"] = await self._write_trajectory(sandbox)
         try:
             score = await asyncio.wait_for(ctx.env.verify(sandbox, task, workdir), VERIFY_TIMEOUT_S)
         except TimeoutError:
@@ -185,6 +213,15 @@ class Attempt:
         error = None if outcome.ok else f"harness failed (exit {result.exit_code}): {outcome.detail[-500:]}"
         self._move(status, ended_at=utcnow(), reward=score.score, passed=score.passed, error=error, meta=meta)
         return RolloutResult(status, score.score, score.passed, error, meta)
+
+    async def _write_trajectory(self, sandbox: Any) -> int:
+        """Put the recorded conversation at TRAJECTORY_PATH for graders (one OpenAI chat message per line); how many messages."""
+        if self.ctx.trajectory is None:
+            return 0
+        messages = await self.ctx.trajectory(self.item.rollout_id, self.attempt_no) or []
+        data = b"".join(orjson.dumps(m) + b"\n" for m in messages)
+        await sandbox.put_file(TRAJECTORY_PATH, data, 0o644)
+        return len(messages)
 
     async def _require_alive(self, sandbox: Any, exit_code: int) -> None:
         """A harness that died with its sandbox (killed, OOM, evicted) is an infrastructure error, not an agent failure."""

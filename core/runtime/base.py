@@ -42,6 +42,7 @@ class SandboxSpec:
     proxy: str | None = None  # the proxy's URL on the host: an isolated sandbox reaches it, and only it
     labels: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
+    volumes: dict[str, str] = field(default_factory=dict)  # named volume → mount path, read-only (the shared harness)
 
     def all_labels(self) -> dict[str, str]:
         """The spec's extra labels plus the forgetui run/rollout/owner keys."""

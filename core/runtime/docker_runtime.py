@@ -140,6 +140,8 @@ class DockerSandbox:
         }
         if spec.network == "bridge":
             kwargs["extra_hosts"] = {"host.docker.internal": "host-gateway"}
+        if spec.volumes:  # the shared harness: one volume for every task's sandbox, never writable from one
+            kwargs["volumes"] = {name: {"bind": path, "mode": "ro"} for name, path in spec.volumes.items()}
         return kwargs
 
     def _ensure_image(self) -> None:

@@ -2,7 +2,7 @@
 
 One task per folder::
 
-    task.toml             [agent].timeout_sec, [verifier].timeout_sec, [metadata], [environment]
+    task.toml             [agent].timeout_sec, [verifier].timeout_sec and .pass_threshold, [metadata], [environment]
     instruction.md        what the agent is told
     environment/Dockerfile  the task's image (its folder is the build context)
     tests/test.sh         the verifier: writes a reward in [0, 1] to /logs/verifier/reward.txt
@@ -11,14 +11,22 @@ One task per folder::
 
 Each task brings its own image (`Task.image`): the engine builds the Dockerfile (its FROM must be
 pullable or already present on the Docker engine; nothing is pulled here when no registry is
-reachable) and puts the harness layer on top. A task.toml with `[environment].docker_image` and no
+reachable). On Docker the harness is not copied into it: it is mounted read-only from one shared
+volume (core.runtime.harness_volume). A task.toml with `[environment].docker_image` and no
 Dockerfile uses that prebuilt image. The verifier runs after the harness exits: tests/ is copied to
 /tests (absent until then), /logs/verifier is emptied, then `bash /tests/test.sh` runs from the
-image's WORKDIR.
+image's WORKDIR; the rollout's recorded conversation is at /logs/agent/trajectory.jsonl.
+
+A task passes when its reward reaches `[verifier].pass_threshold` (else the env's `threshold`
+option, else 1.0). `[metadata]` category, difficulty and tags feed the eval report's breakdown.
+A task folder that does not load (bad task.toml, no tests/test.sh, no image) is skipped with a
+warning naming it and why; only a folder where none loads is an error (or any, with `strict`).
+The task hash covers the verifier's files, so editing tests/ changes `rollouts.task_hash`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -57,26 +65,48 @@ class HarborTask:
 
 
 def is_task_dir(path: Path) -> bool:
-    return (path / "task.toml").is_file() and (path / "instruction.md").is_file()
+    """A folder meant as a task: it has a task.toml or an instruction.md (a broken one is reported, not ignored)."""
+    return (path / "task.toml").is_file() or (path / "instruction.md").is_file()
 
 
-def load_folder(path: Path) -> list[HarborTask]:
-    """The tasks in `path` (a task folder itself, or a folder of task folders), sorted by name."""
+def task_folders(path: Path) -> list[Path]:
+    """The task folders of `path` (a task folder itself, or a folder of them), sorted by name."""
     if not path.is_dir():
         raise ConfigError(f"harbor: {path} is not a folder of tasks")
     folders = [path] if is_task_dir(path) else sorted(p for p in path.iterdir() if p.is_dir() and is_task_dir(p))
     if not folders:
         raise ConfigError(f"harbor: no tasks in {path} (a task folder has task.toml, instruction.md, environment/Dockerfile, tests/test.sh)")
-    out = []
-    for folder in folders:
-        try:
-            config = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"harbor: cannot read {folder / 'task.toml'}: {exc}") from exc
-        if not (folder / "tests" / "test.sh").is_file():
-            raise ConfigError(f"harbor: {folder} has no tests/test.sh")
-        out.append(HarborTask(folder, config))
-    return out
+    return folders
+
+
+def read_task(folder: Path) -> HarborTask:
+    """One task folder; ConfigError saying what is wrong with it."""
+    if not (folder / "task.toml").is_file():
+        raise ConfigError(f"{folder.name}: no task.toml")
+    if not (folder / "instruction.md").is_file():
+        raise ConfigError(f"{folder.name}: no instruction.md")
+    try:
+        config = tomllib.loads((folder / "task.toml").read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{folder.name}: cannot read task.toml: {exc}") from exc
+    if not (folder / "tests" / "test.sh").is_file():
+        raise ConfigError(f"{folder.name}: no tests/test.sh")
+    return HarborTask(folder, config)
+
+
+def load_folder(path: Path) -> list[HarborTask]:
+    """Every task in `path`; the first unreadable one raises ConfigError (`HarborEnv` skips them instead)."""
+    return [read_task(folder) for folder in task_folders(path)]
+
+
+def verifier_digest(tests: Path) -> str:
+    """sha256 of the verifier's files (tests/, by relative path): part of the task's content hash."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in tests.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = path.relative_to(tests).as_posix().encode()
+        data = path.read_bytes()
+        h.update(len(rel).to_bytes(8, "big") + rel + len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()
 
 
 def image_of(task: HarborTask) -> TaskImage:
@@ -114,28 +144,57 @@ def read_reward(text: str, kind: str) -> float:
 
 
 class HarborEnv(Environment):
-    """Options: ``path`` (a folder of harbor tasks, or one task; default: the two shipped examples)."""
+    """Options: ``path`` (a folder of harbor tasks, or one task; default: the two shipped examples),
+    ``strict`` (fail on the first task that does not load instead of skipping it with a warning),
+    ``threshold`` (the score that passes, for every task without its own ``[verifier].pass_threshold``).
+    """
 
     name = "harbor"
     version = "1"
+    accepted_options = frozenset({"path", "strict", "threshold"})
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.path = Path(str(options.get("path") or EXAMPLES)).expanduser()
-        self._tasks = {t.id: t for t in load_folder(self.path)}
+        self.strict = bool(options.get("strict", False))
+        self.default_threshold = float(options["threshold"]) if options.get("threshold") is not None else None
+        self._tasks: dict[str, HarborTask] = {}
+        self._made: dict[str, Task] = {}
+        self.skipped: dict[str, str] = {}  # task folder name → why it did not load
+        for folder in task_folders(self.path):
+            try:
+                ht = read_task(folder)
+                self._made[ht.id] = self.make_task(ht)
+                self._tasks[ht.id] = ht
+            except (ConfigError, ValueError, TypeError, OSError) as exc:
+                if self.strict:
+                    raise ConfigError(f"harbor (env.strict): task {folder.name} does not load: {exc}") from exc
+                self.skipped[folder.name] = str(exc)
+        if self.skipped:
+            log.warning(
+                "harbor: skipped %d task(s) of %s that do not load (env.strict = true makes this an error):\n%s",
+                len(self.skipped), self.path, "\n".join(f"  {name}: {why}" for name, why in sorted(self.skipped.items())),
+            )
+        if not self._made:
+            raise ConfigError(f"harbor: no task of {self.path} loads:\n" + "\n".join(f"  {n}: {w}" for n, w in sorted(self.skipped.items())))
 
     def tasks(self) -> list[Task]:
-        return [self.make_task(t) for t in self._tasks.values()]
+        return list(self._made.values())
 
     def make_task(self, ht: HarborTask) -> Task:
         image = image_of(ht)
         agent, verifier = ht.section("agent"), ht.section("verifier")
-        meta: dict[str, Any] = {"metadata": ht.section("metadata"), "verifier_timeout_s": float(verifier.get("timeout_sec", DEFAULT_VERIFY_TIMEOUT_S))}
+        metadata = ht.section("metadata")
+        meta: dict[str, Any] = {"metadata": metadata, "verifier_timeout_s": float(verifier.get("timeout_sec", DEFAULT_VERIFY_TIMEOUT_S))}
+        for key in ("category", "difficulty", "tags"):  # what the eval report breaks scores down by
+            if metadata.get(key) is not None:
+                meta[key] = metadata[key]
         workdir = image_workdir(image.dockerfile)
         if workdir:
             meta["workdir"] = workdir
         solution = ht.path / "solution" / "solve.sh"
         timeout = agent.get("timeout_sec")
+        threshold = verifier.get("pass_threshold", self.default_threshold)
         return Task(
             id=ht.id,
             instruction=(ht.path / "instruction.md").read_text(encoding="utf-8"),
@@ -144,12 +203,14 @@ class HarborEnv(Environment):
             image=image,
             workdir=workdir,
             solution=str(solution) if solution.is_file() else None,
+            verifier=verifier_digest(ht.path / "tests"),
+            threshold=float(threshold) if threshold is not None else None,
         )
 
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
         ht = self._tasks.get(task.id)
         if ht is None:
-            return self.score(0.0, f"harbor: {task.id!r} is not a task of {self.path}")
+            return self.score(0.0, f"harbor: {task.id!r} is not a task of {self.path}", task)
         await sandbox.exec(["bash", "-c", f"rm -rf {TESTS_DIR} {LOGS_DIR} && mkdir -p {TESTS_DIR} {LOGS_DIR}"], timeout_s=60)
         tests = ht.path / "tests"
         for path in sorted(tests.rglob("*")):
@@ -159,7 +220,7 @@ class HarborEnv(Environment):
         result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], timeout_s=timeout, workdir=task.workdir or workdir)
         tail = (result.stdout + ("\n" + result.stderr if result.stderr else ""))[-1500:]
         if result.timed_out:
-            return self.score(0.0, f"tests/test.sh ran past {timeout:g} s\n{tail}")
+            return self.score(0.0, f"tests/test.sh ran past {timeout:g} s\n{tail}", task)
         for kind in ("txt", "json"):
             try:
                 text = (await sandbox.get_file(f"{LOGS_DIR}/reward.{kind}")).decode("utf-8", "replace")
@@ -168,9 +229,9 @@ class HarborEnv(Environment):
             try:
                 value = read_reward(text, kind)
             except (ValueError, IndexError, json.JSONDecodeError) as exc:
-                return self.score(0.0, f"unreadable {LOGS_DIR}/reward.{kind}: {exc}\n{tail}")
-            return self.score(value, f"reward {value:g} (test.sh exit {result.exit_code})\n{tail}")
-        return self.score(0.0, f"tests/test.sh (exit {result.exit_code}) wrote no {LOGS_DIR}/reward.txt or reward.json\n{tail}")
+                return self.score(0.0, f"unreadable {LOGS_DIR}/reward.{kind}: {exc}\n{tail}", task)
+            return self.score(value, f"reward {value:g} (test.sh exit {result.exit_code})\n{tail}", task)
+        return self.score(0.0, f"tests/test.sh (exit {result.exit_code}) wrote no {LOGS_DIR}/reward.txt or reward.json\n{tail}", task)
 
 
-__all__ = ["HarborEnv", "image_workdir", "load_folder", "read_reward"]
+__all__ = ["HarborEnv", "image_workdir", "load_folder", "read_reward", "verifier_digest"]
