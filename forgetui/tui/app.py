@@ -47,7 +47,9 @@ from forgetui.tui.widgets.calls_table import CallsTable
 from forgetui.tui.widgets.rollouts_table import RolloutsTable
 from forgetui.tui.widgets.run_dashboard import RunDashboard
 from forgetui.tui.widgets.runs_table import RunsTable
-from forgetui.tui.widgets.sql_console import SqlConsole
+from forgetui.tui.sql_history import SqlHistory
+from forgetui.tui.widgets.result_table import ResultTable
+from forgetui.tui.widgets.sql_console import CancelSql, ExportSql, SqlConsole
 from forgetui.tui.widgets.store_list import StoreList
 
 if TYPE_CHECKING:
@@ -135,6 +137,7 @@ class ForgetuiApp(App[int]):
         self.call_id: str | None = None
         self._catalog_lock = threading.Lock()
         self._last_error: str | None = None
+        self._sql_seq = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -153,7 +156,7 @@ class ForgetuiApp(App[int]):
                 with TabPane("Rollouts", id="tab-rollouts"):
                     yield RolloutsTable(data.STORE_ROLLOUT_COLUMNS, id="rollouts")
                 with TabPane("SQL", id="tab-sql"):
-                    yield SqlConsole(id="sql")
+                    yield SqlConsole(SqlHistory(self.catalog.home_path() / "tui" / "sql_history.json"), id="sql")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -364,16 +367,31 @@ class ForgetuiApp(App[int]):
             self.post_message(CallLoaded(detail))
 
     @work(thread=True, exclusive=True, group="sql", exit_on_error=False)
-    def run_sql(self, path: Path, sql: str) -> None:
+    def run_sql(self, path: Path, sql: str, seq: int = 0) -> None:
+        """A console query on a worker thread; a run's store reads together with its veRL shards."""
+        started = time.monotonic()
         try:
-            result = data.run_sql(path, sql)
+            if not sql.strip():
+                raise ForgetuiError("type a query first, e.g. SELECT count(*) FROM calls")
+            result = run_data.query_store(path, sql, max_rows=data.SQL_MAX_ROWS)
         except ForgetuiError as exc:
-            self.post_message(SqlFinished(sql, error=str(exc)))
+            self.post_message(SqlFinished(sql, error=str(exc), seq=seq))
         except Exception as exc:
             log.exception("console query failed")
-            self.post_message(SqlFinished(sql, error=f"{type(exc).__name__}: {exc}"))
+            self.post_message(SqlFinished(sql, error=f"{type(exc).__name__}: {exc}", seq=seq))
         else:
-            self.post_message(SqlFinished(sql, result=result))
+            self.post_message(SqlFinished(sql, result=result, seq=seq, seconds=time.monotonic() - started))
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    def export_sql(self, result: Any, path: Path) -> None:
+        from forgetui.tui.export import export_result
+
+        try:
+            written = export_result(result, path)
+        except (ForgetuiError, OSError) as exc:
+            self.call_from_thread(self.notify, str(exc), title="export failed", severity="error", markup=False)
+        else:
+            self.call_from_thread(self.notify, f"{len(result.rows)} rows → {written}", title="exported", markup=False)
 
     # ------------------------------------------------------------------ message handlers (widgets change here)
     @on(StoresLoaded)
@@ -558,16 +576,38 @@ class ForgetuiApp(App[int]):
     @on(RunSql)
     def _run_sql(self, message: RunSql) -> None:
         if self.store is None:
-            self.query_one(SqlConsole).show_error("select a store first (left)")
+            self.query_one(SqlConsole).show_error("select a store first (s)")
             return
-        self.run_sql(self.store, message.sql)
+        self._sql_seq += 1
+        self.run_sql(self.store, message.sql, self._sql_seq)
+
+    @on(CancelSql)
+    def _cancel_sql(self, message: CancelSql) -> None:
+        """Stop waiting for the query: its answer is dropped (a read-only query left running in its thread
+        finishes there and changes nothing)."""
+        self._sql_seq += 1
+        self.workers.cancel_group(self, "sql")
+
+    @on(ExportSql)
+    def _export_sql(self, message: ExportSql) -> None:
+        from forgetui.tui.export import export_path
+
+        result = self.query_one(ResultTable).result
+        if result is None or self.store is None:
+            self.notify("run a query first", title="nothing to export", severity="warning")
+            return
+        source = run_data.store_source(self.store)
+        folder = (source.run_dir if source.store_file is None else self.catalog.home_path()) / "exports"
+        self.export_sql(result, export_path(folder, message.fmt))
 
     @on(SqlFinished)
     @_dropped_once_closed
     def _sql_finished(self, message: SqlFinished) -> None:
+        if message.seq != self._sql_seq:
+            return  # cancelled, or a newer query is running
         console = self.query_one(SqlConsole)
         if message.result is not None:
-            console.show_result(message.result)
+            console.show_result(message.result, message.seconds)
         else:
             console.show_error(message.error or "query failed")
 

@@ -254,11 +254,7 @@ def _full_prompt(path: Path, call_id: str) -> list[int] | None:
     return result.rows[0][0] if result.rows else None
 
 
-def run_sql(path: Path, sql: str, max_rows: int = 10_000) -> QueryResult:
-    """Read-only SQL typed by the user; StoreError says what is wrong."""
-    if not sql.strip():
-        raise StoreError("type a query first, e.g. SELECT count(*) FROM calls")
-    return run_query(path, sql, max_rows=max_rows)
+SQL_MAX_ROWS = 100_000  # the console keeps this many rows of a result (shown a page at a time)
 
 
 def is_live(path: Path) -> bool:

@@ -1,0 +1,42 @@
+"""The store's schema as a tree: tables and views, their columns with types and the README's meanings.
+Selecting a node posts SchemaPicked with the name to insert into the query."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import Tree
+
+from core.store.schema import TABLES, VIEWS
+
+
+class SchemaPicked(Message):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+
+class SchemaTree(Tree[str]):
+    """Tables → columns; Enter on a table or column inserts its name into the editor."""
+
+    BORDER_TITLE = "Schema"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("store", **kwargs)  # type: ignore[arg-type]
+        self.show_root = False
+        for name, about, columns, _ in TABLES:
+            node = self.root.add(Text(name, style="bold"), data=name)
+            node.add_leaf(Text(about, style="dim italic"), data=None)
+            for column, kind, meaning in columns:
+                label = Text(column)
+                label.append(f" {kind}", style="cyan")
+                label.append(f"  {meaning}", style="dim")
+                node.add_leaf(label, data=column)
+        for name, about, _ in VIEWS:
+            node = self.root.add(Text(name, style="bold magenta"), data=name)
+            node.add_leaf(Text(about, style="dim italic"), data=None)
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+        event.stop()
+        if event.node.data:
+            self.post_message(SchemaPicked(event.node.data))

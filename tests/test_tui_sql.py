@@ -1,0 +1,171 @@
+"""The SQL console: run keys that work in every terminal, errors replacing results, paging, the cell viewer,
+history, the schema browser, cancel and export, on a store written by the real writer."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+from textual.widgets import Static
+
+from core.store.writer import Store
+from forgetui.tui import run_data
+from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.screens.cell_viewer import CellViewer
+from forgetui.tui.widgets.result_table import CELL_CHARS, PAGE, ResultTable
+from forgetui.tui.widgets.schema_tree import SchemaTree
+from forgetui.tui.widgets.sql_console import SqlConsole
+from tests.tui_stores import build_run
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    build_run(tmp_path, "run-q", tasks=2, samples=2)
+    return tmp_path
+
+
+def status_of(console: SqlConsole) -> str:
+    content = console.query_one("#sql-status", Static).content
+    return getattr(content, "plain", None) or str(content)
+
+
+async def until(pilot, cond, what: str, tries: int = 400) -> None:
+    for _ in range(tries):
+        if cond():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"the TUI never reached: {what}")
+
+
+async def open_console(app: ForgetuiApp, pilot) -> tuple[SqlConsole, ResultTable]:
+    await until(pilot, lambda: app.store is not None, "a store selected")
+    await pilot.press("e")
+    return app.query_one(SqlConsole), app.query_one(ResultTable)
+
+
+async def test_f5_and_ctrl_r_run_and_the_footer_shows_f5(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        shown = {b.binding.key for b in app.active_bindings.values() if b.binding.show}
+        assert "f5" in shown  # in the footer while the editor has focus
+        console.sql = "SELECT count(*) AS n FROM rollouts"
+        await pilot.press("f5")
+        await until(pilot, lambda: table.row_count == 1, "F5's result")
+        assert str(table.get_row_at(0)[0]) == "4"
+        console.sql = "SELECT 7 AS seven"
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: str(table.get_row_at(0)[0]) == "7", "Ctrl+R's result")
+
+
+async def test_error_replaces_the_result(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        console.sql = "SELECT rollout_id FROM rollouts"
+        await pilot.press("f5")
+        await until(pilot, lambda: table.row_count == 4, "4 rows")
+        console.sql = "SELECT nope FROM rollouts"
+        await pilot.press("f5")
+        await until(pilot, lambda: "nope" in status_of(console), "the error")
+        assert table.row_count == 0 and not table.columns
+
+
+async def test_10000_rows_are_paged_and_json_cells_open_in_the_viewer(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        console.sql = ("SELECT i, json_object('i', i, 'words', ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta']) AS j "
+                       "FROM range(10000) t(i)")
+        await pilot.press("f5")
+        await until(pilot, lambda: table.row_count == PAGE, "the first page")
+        assert "10000 rows" in status_of(console)
+        assert len(table.get_row_at(0)[1].plain) == CELL_CHARS  # cut, not tens of thousands of columns wide
+        table.focus()
+        await pilot.press("ctrl+end")
+        assert table.row_count == 10_000 and table.cursor_row == 9_999
+        assert str(table.get_row_at(9_999)[0]) == "9999"
+        await pilot.press("right", "enter")
+        await until(pilot, lambda: isinstance(app.screen, CellViewer), "the cell viewer")
+        viewer = app.screen
+        assert json.loads(viewer.text) == {"i": 9999, "words": ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]}
+        assert viewer.text.count("\n") > 5  # pretty-printed
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, CellViewer), "the viewer closed")
+
+
+async def test_history_survives_a_restart_and_schema_inserts_names(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        for sql in ("SELECT 1 AS a", "SELECT 2 AS b"):
+            console.sql = sql
+            await pilot.press("f5")
+            await until(pilot, lambda sql=sql: table.columns and str(list(table.columns.values())[0].label) in sql,
+                        "the result")
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        await pilot.press("ctrl+up")
+        assert console.sql == "SELECT 2 AS b"
+        await pilot.press("ctrl+up")
+        assert console.sql == "SELECT 1 AS a"
+        await pilot.press("ctrl+down")
+        assert console.sql == "SELECT 2 AS b"
+        console.sql = "SELECT * FROM "
+        editor = console.query_one("#sql-input")
+        editor.move_cursor(editor.document.end)  # names go in at the editor's cursor
+        tree = app.query_one(SchemaTree)
+        tree.focus()
+        tree.move_cursor(next(n for n in tree.root.children if n.data == "train_steps"))
+        await pilot.press("enter")
+        assert console.sql.endswith("train_steps") and console.query_one("#sql-input").has_focus
+
+
+async def test_cancel_drops_the_answer(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    real = run_data.query_store
+
+    def slow(path, sql, max_rows=100_000):
+        release.wait(10)
+        return real(path, sql, max_rows)
+
+    monkeypatch.setattr(run_data, "query_store", slow)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        console.sql = "SELECT 42 AS answer"
+        await pilot.press("f5")
+        await until(pilot, lambda: "running" in status_of(console), "running")
+        await pilot.press("escape")
+        assert "cancelled" in status_of(console)
+        release.set()
+        await pilot.pause(0.5)
+        assert table.row_count == 0 and "cancelled" in status_of(console)
+        console.sql = "SELECT 43 AS answer"  # the console still works
+        await pilot.press("f5")
+        await until(pilot, lambda: table.row_count == 1, "the next query")
+        assert str(table.get_row_at(0)[0]) == "43"
+
+
+async def test_export_csv_and_parquet(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        console.sql = "SELECT rollout_id, reward, [1, 2] AS ids FROM rollouts ORDER BY rollout_id"
+        await pilot.press("f5")
+        await until(pilot, lambda: table.row_count == 4, "the result")
+        folder = home / "runs" / "run-q" / "exports"
+        await pilot.press("f8")
+        await until(pilot, lambda: list(folder.glob("*.csv")), "the CSV")
+        await pilot.press("f9")
+        await until(pilot, lambda: list(folder.glob("*.parquet")), "the Parquet file")
+    lines = next(folder.glob("*.csv")).read_text().splitlines()
+    assert lines[0] == "rollout_id,reward,ids" and lines[1].startswith("run-q/task-0/0,") and len(lines) == 5
+    rows = duckdb.sql(f"SELECT rollout_id, ids FROM '{next(folder.glob('*.parquet'))}' ORDER BY 1").fetchall()
+    assert rows[0] == ("run-q/task-0/0", [1, 2]) and len(rows) == 4
+    assert Store  # the writer made the store above
