@@ -135,13 +135,13 @@ async def test_verify_timeout_scores_zero() -> None:
 # --- the real engine, in Docker --------------------------------------------------------------
 
 
-def _run(harness: str, path: Path) -> tuple[object, dict[str, tuple]]:
+def _run(harness: str, path: Path, *extra: str) -> tuple[object, dict[str, tuple]]:
     import duckdb
 
     from core.config import load_config
     from core.run import execute_run
 
-    cfg = load_config(None, ["env.name=harbor", f"env.path={json.dumps(str(path))}", f'harness.name="{harness}"', "runtime.kind=docker", "run.concurrency=2", "run.max_retries=0"])
+    cfg = load_config(None, ["env.name=harbor", f"env.path={json.dumps(str(path))}", f'harness.name="{harness}"', "runtime.kind=docker", "run.concurrency=2", "run.max_retries=0", *extra])
     summary = asyncio.run(execute_run(cfg))
     con = duckdb.connect(summary.store, read_only=True)
     try:
@@ -153,11 +153,15 @@ def _run(harness: str, path: Path) -> tuple[object, dict[str, tuple]]:
 
 @pytest.mark.docker
 def test_examples_oracle_passes_noop_fails_in_docker(docker_client, base_image) -> None:
-    summary, got = _run("oracle", EXAMPLES)
+    # a policy that cannot load: oracle and noop call no model, so the run must not load one, nor report it
+    no_such_model = 'policy.backend="builtin:/nonexistent/model"'
+    summary, got = _run("oracle", EXAMPLES, no_such_model)
     assert summary.infra_errors == 0 and set(got) == {"count-harbor", "region-totals"}
+    assert [g["model"] for g in summary.report["groups"]] == ["none"]
     assert all(row[:3] == ("done", 1.0, True) for row in got.values()), got
-    summary, got = _run("noop", EXAMPLES)
-    assert summary.infra_errors == 0
+    summary, got = _run("noop", EXAMPLES, no_such_model)
+    assert summary.infra_errors == 0 and summary.report["groups"][0]["model"] == "none"
+    assert (summary.below_threshold, summary.harness_failed) == (2, 0)
     assert all(row[:3] == ("done", 0.0, False) for row in got.values()), got
     assert "expected 4" in got["count-harbor"][3]
 
@@ -181,3 +185,91 @@ def test_content_hash_follows_the_files_the_dockerfile_copies(tmp_path: Path) ->
     before = HarborEnv(path=str(copy)).tasks()[0].content_hash
     (copy / "environment" / "extra.csv").write_text("region,total\n")
     assert HarborEnv(path=str(copy)).tasks()[0].content_hash != before
+
+
+# --- suites at scale: bad tasks, provenance, thresholds, metadata, options, timeouts --------------
+
+
+def test_bad_tasks_are_skipped_with_a_warning_naming_each(tmp_path: Path, caplog) -> None:
+    _task(tmp_path, "good", toml='[metadata]\ncategory = "c"\n')
+    _task(tmp_path, "no-tests", test_sh=False)
+    _task(tmp_path, "bad-toml", toml="this is = = not toml")
+    (tmp_path / "no-instruction").mkdir()
+    (tmp_path / "no-instruction" / "task.toml").write_text("")
+    with caplog.at_level("WARNING", logger="envs.harbor"):
+        env = HarborEnv(path=str(tmp_path))
+    assert [t.id for t in env.tasks()] == ["good"]
+    assert set(env.skipped) == {"no-tests", "bad-toml", "no-instruction"}
+    assert "no tests/test.sh" in env.skipped["no-tests"] and "cannot read task.toml" in env.skipped["bad-toml"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "skipped 3 task(s)" in warning and all(name in warning for name in env.skipped)
+    with pytest.raises(ConfigError, match="env.strict.*bad-toml"):
+        HarborEnv(path=str(tmp_path), strict=True)
+
+
+def test_unknown_env_options_are_an_error_naming_the_accepted_ones() -> None:
+    from core.config import load_config
+    from core.registry import load_env
+    from core.run_setup import env_kwargs
+
+    with pytest.raises(ConfigError, match=r"env 'harbor' has no option 'seed', 'split'; it accepts: path, strict, threshold"):
+        load_env("harbor", split="train", seed=3)
+    cfg = load_config(None, ["env.name=harbor", "env.strict=true", "env.options.threshold=0.5"])
+    env = load_env("harbor", **env_kwargs(cfg))
+    assert env.strict and env.default_threshold == 0.5
+
+
+def test_task_hash_covers_the_verifier(tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "region-totals"
+    shutil.copytree(EXAMPLES / "region-totals", copy)
+    before = HarborEnv(path=str(copy)).tasks()[0]
+    (copy / "tests" / "test.sh").write_text((copy / "tests" / "test.sh").read_text() + "\n# stricter now\n")
+    after = HarborEnv(path=str(copy)).tasks()[0]
+    assert after.verifier != before.verifier and after.content_hash != before.content_hash
+    (copy / "tests" / "helper.py").write_text("x = 1\n")  # any file of tests/, not only test.sh
+    assert HarborEnv(path=str(copy)).tasks()[0].content_hash != after.content_hash
+
+
+async def test_a_task_declares_its_own_pass_threshold(tmp_path: Path) -> None:
+    _task(tmp_path, "lenient", toml="[verifier]\npass_threshold = 0.8\n")
+    _task(tmp_path, "strict")
+    env = HarborEnv(path=str(tmp_path))
+    lenient, strict = sorted(env.tasks(), key=lambda t: t.id)
+    assert (lenient.threshold, strict.threshold) == (0.8, None) and lenient.content_hash != HarborEnv(path=str(tmp_path)).tasks()[1].content_hash
+    reward = {"/logs/verifier/reward.txt": b"0.8\n"}
+    got = await env.verify(FakeSandbox(reward), lenient, "/workspace")  # type: ignore[arg-type]
+    assert (got.score, got.passed) == (0.8, True)
+    got = await env.verify(FakeSandbox(reward), strict, "/workspace")  # type: ignore[arg-type]
+    assert (got.score, got.passed) == (0.8, False)  # the env's threshold (1.0)
+    suite_wide = HarborEnv(path=str(tmp_path), threshold=0.5)
+    got = await suite_wide.verify(FakeSandbox(reward), next(t for t in suite_wide.tasks() if t.id == "strict"), "/workspace")  # type: ignore[arg-type]
+    assert got.passed and next(t for t in suite_wide.tasks() if t.id == "lenient").threshold == 0.8  # the task's own wins
+
+
+def test_metadata_feeds_the_eval_breakdown() -> None:
+    from core.eval_report import build_report
+
+    count, totals = HarborEnv().tasks()
+    assert (count.meta["category"], count.meta["difficulty"], count.meta["tags"]) == ("text-processing", "easy", ["grep", "files"])
+    rows = [
+        {"task_id": t.id, "env": "harbor", "harness": "h", "status": "done", "passed": ok, "reward": float(ok), "meta": {"task_meta": t.meta}}
+        for t, ok in ((count, True), (totals, False))
+    ]
+    (group,) = build_report(rows, [1], model="m")["groups"]
+    by = group["breakdown"]
+    assert by["category"]["text-processing"]["pass_at_k"]["1"] == 1.0 and by["category"]["data-processing"]["pass_at_k"]["1"] == 0.0
+    assert by["tags"]["grep"]["samples"] == 1 and by["tags"]["files"]["samples"] == 1  # a task counts once under each tag
+    assert sum(v["samples"] for v in by["difficulty"].values()) == 2
+
+
+@pytest.mark.parametrize(
+    ("task_s", "run_s", "scale", "expected"),
+    [(120.0, None, 1.0, 120.0), (120.0, 60.0, 1.0, 60.0), (120.0, 600.0, 2.0, 240.0), (120.0, 200.0, 2.0, 200.0),
+     (None, None, 3.0, 600.0), (None, 30.0, 1.0, 30.0)],
+)
+def test_run_timeout_caps_and_scale_scales(task_s, run_s, scale, expected) -> None:
+    from core.rollout.attempt import rollout_timeout
+
+    assert rollout_timeout(task_s, run_s, scale) == expected
