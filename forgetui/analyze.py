@@ -29,7 +29,7 @@ def _render(*renderables: Any) -> str:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from core.analytics.metrics import GROUPINGS, METRICS, behaviour_table, format_estimate, tool_usage
+    from core.analytics.metrics import GROUPINGS, behaviour_table, display_rows, tool_usage
     from core.analytics.plot import group_label, write_behaviour_plot
 
     table = behaviour_table(args.runs, by=args.by)
@@ -40,9 +40,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.format == "json":
         _print(json.dumps(out, indent=2, default=str))
         return 0
-    grid = Table("metric (mean [95% CI])", *(f"{group_label(row, keys)}\nn={row['rollouts']}" for row in table), title="behaviour")
-    for metric in METRICS:
-        grid.add_row(metric.label, *(format_estimate(row[metric.key]) for row in table))
+    header, rows = display_rows(table, args.by)
+    grid = Table(header[0], *(f"{group_label(row, keys)}\nn={row['rollouts']}" for row in table), title="behaviour")
+    for cells in rows:
+        grid.add_row(*cells)
     tools = Table("run", "harness", "tool", "class", "calls", "rollouts", "failed", title="calls per tool")
     for row in out["tool_usage"]:
         tools.add_row(str(row["run_id"])[-24:], row["harness"], row["tool"], row["class"], str(row["calls"]), str(row["rollouts"]), str(row["failed"]))

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from core.analytics.compare import compare_runs
+from core.analytics.metrics import behaviour_table, display_rows
 from core.analytics.stats import bootstrap_mean, paired_bootstrap
 from core.store.writer import Store
 from forgetui.cli import main
@@ -81,3 +82,6 @@ def test_cli_compare_and_analyze(runs, tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["analyze", *runs, "--by", "model"]) == 0
     assert "pass rate" in capsys.readouterr().out
+    header, rows = display_rows(behaviour_table(runs, by="model"), by="model")  # what the TUI's run screen shows
+    assert header[1:] == ["toy · builtin:model-A (n=20)", "toy · builtin:model-B (n=20)"]
+    assert rows[0][0] == "pass rate" and rows[0][1].startswith("0.50 [")

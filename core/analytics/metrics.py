@@ -137,6 +137,13 @@ def tool_usage(runs: Iterable[str | Path]) -> list[dict[str, Any]]:
     return out
 
 
+def display_rows(table: list[dict[str, Any]], by: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """`behaviour_table`'s rows as text, metrics down and groups across: (header, rows) for a table widget."""
+    keys = GROUPINGS[by]
+    header = ["metric (mean [95% CI])"] + [" · ".join(str(row[k]) for k in keys) + f" (n={row['rollouts']})" for row in table]
+    return header, [[m.label] + [format_estimate(row[m.key]) for row in table] for m in METRICS]
+
+
 def format_estimate(est: dict[str, Any] | Estimate, digits: int = 2) -> str:
     """`0.50 [0.25, 0.75]`, `0.50` without an interval, `-` without a value."""
     d = est.to_dict() if isinstance(est, Estimate) else est
