@@ -39,6 +39,7 @@ _ERROR_TYPES = {
     "authentication": "authentication_error",
     "permission": "permission_error",
     "not_found": "not_found_error",
+    "method_not_allowed": "invalid_request_error",
     "too_large": "request_too_large",
     "rate_limit": "rate_limit_error",
     "overloaded": "overloaded_error",

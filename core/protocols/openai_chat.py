@@ -40,6 +40,7 @@ _ERROR_TYPES = {
     "authentication": "authentication_error",
     "permission": "permission_error",
     "not_found": "not_found_error",
+    "method_not_allowed": "invalid_request_error",
     "rate_limit": "rate_limit_error",
 }
 _ERROR_CODES = {

@@ -25,6 +25,7 @@ KIND_STATUS: dict[str, int] = {
     "authentication": 401,
     "permission": 403,
     "not_found": 404,
+    "method_not_allowed": 405,
     "too_large": 413,
     "rate_limit": 429,
     "server": 500,

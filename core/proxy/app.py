@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
-from core.errors import BackendError, ForgetuiError, ProtocolError
+from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError
 from core.protocols.base import WireProtocol
 from core.protocols.registry import get_protocol
 from core.proxy.asgi import (
@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 _ID_PREFIX = {"chat": "chatcmpl-", "responses": "resp_", "messages": "msg_", "gemini": "gem-"}
+_HEALTH = ("/", "/health", "/healthz")
+_MODEL_LISTS = ("/v1/models", "/models")
+_COUNT_TOKENS = ("/v1/messages/count_tokens", "/messages/count_tokens")
+_GEMINI_PREFIXES = ("/v1beta/models/", "/v1/models/", "/v1beta1/models/")
 _ROUTES = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -104,37 +108,54 @@ class ProxyApp:
         if scope["type"] != "http":
             return
         token, path = split_token(scope["path"])
-        method = scope["method"]
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            if method == "POST":
-                api = _ROUTES.get(path)
-                if api is not None:
-                    await self._generate(scope, receive, send, api, token, model=None, stream=None)
-                    return
-                if path in ("/v1/messages/count_tokens", "/messages/count_tokens"):
-                    await self._count_tokens(scope, receive, send, "messages", token, None)
-                    return
-                gemini = _gemini_route(path)
-                if gemini is not None:
-                    model, action = gemini
-                    if action == "countTokens":
-                        await self._count_tokens(scope, receive, send, "gemini", token, model)
-                    elif action in ("generateContent", "streamGenerateContent"):
-                        await self._generate(scope, receive, send, "gemini", token, model=model, stream=action == "streamGenerateContent")
-                    else:
-                        await self._error(send, get_protocol("gemini"), 404, "not_found", f"unknown Gemini method {action!r}")
-                    return
-            elif method in ("GET", "HEAD"):
-                if path in ("/", "/health", "/healthz"):
-                    body = b"" if method == "HEAD" else orjson.dumps({"status": "ok", "service": "forgetui-proxy"})
-                    await send_bytes(send, 200, body)
-                    return
-                if path in ("/v1/models", "/models"):
-                    await send_json(send, 200, {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "forgetui"}]})
-                    return
-            await self._error(send, get_protocol("chat"), 404, "not_found", f"no route for {method} {path}")
+            await self._route(scope, receive, tracked, token, path)
         except ClientGone:
             log.debug("client left before its request was read")
+        except Exception as exc:  # noqa: BLE001 - the last net: an answer in the route's protocol, never uvicorn's plain-text 500
+            status, kind, message, headers = _classify(exc)
+            if started:
+                log.error("failed after the answer started (%s %s): %s", scope["method"], path, message)
+                return
+            await self._error(send, get_protocol(_error_api(path)), status, kind, message, headers)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send, token: str | None, path: str) -> None:
+        method = scope["method"]
+        allowed = _allowed_methods(path)
+        if allowed is None:
+            await self._error(send, get_protocol(_error_api(path)), 404, "not_found", f"no route for {method} {path}")
+            return
+        if method not in allowed:
+            await self._error(send, get_protocol(_error_api(path)), 405, "method_not_allowed", f"{path} takes {' or '.join(sorted(allowed))}, not {method}", [(b"allow", ", ".join(sorted(allowed)).encode())])
+            return
+        if method in ("GET", "HEAD"):
+            if path in _MODEL_LISTS:
+                await send_json(send, 200, {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "forgetui"}]})
+            else:
+                body = b"" if method == "HEAD" else orjson.dumps({"status": "ok", "service": "forgetui-proxy"})
+                await send_bytes(send, 200, body)
+            return
+        api = _ROUTES.get(path)
+        if api is not None:
+            await self._generate(scope, receive, send, api, token, model=None, stream=None)
+            return
+        if path in _COUNT_TOKENS:
+            await self._count_tokens(scope, receive, send, "messages", token, None)
+            return
+        model, action = _gemini_route(path) or ("", "")
+        if action == "countTokens":
+            await self._count_tokens(scope, receive, send, "gemini", token, model)
+        elif action in ("generateContent", "streamGenerateContent"):
+            await self._generate(scope, receive, send, "gemini", token, model=model, stream=action == "streamGenerateContent")
+        else:
+            await self._error(send, get_protocol("gemini"), 404, "not_found", f"unknown Gemini method {action!r}")
 
     # -- generation -------------------------------------------------------------------------
 
@@ -143,21 +164,21 @@ class ProxyApp:
         try:
             session = self.sessions.resolve(token, _api_key(scope))
             body = await read_body(scope, receive, self.max_body_bytes)
-            data = _loads(body)
-            request = proto.parse_request(data, model=model, stream=stream)
+            request = proto.parse_request(_loads(body), model=model, stream=stream)
+            tools_hash = _tools_hash(request)
         except ProtocolError as exc:
             await self._error(send, proto, exc.status, exc.kind, str(exc))
             return
         policy = await ready_policy(self.policy)
         if session.tools_hash is None:
-            session.tools_hash = tools_key(request.tools)
+            session.tools_hash = tools_hash
         call = CallInFlight(
             call_id="call-" + uuid.uuid4().hex,
             session=session,
             seq=session.next_seq(),
             api=api,
             request=request,
-            body=data,
+            body=body,  # stored as sent: valid JSON (it parsed), and storable however deep it nests
             backend=policy.name,
         )
         response_id = _ID_PREFIX[api] + uuid.uuid4().hex[:24]
@@ -166,21 +187,42 @@ class ProxyApp:
             if request.stream:
                 await self._stream(send, receive, proto, request, call, events, response_id)
             else:
-                await self._answer(send, proto, request, call, events, response_id)
+                await self._answer(send, receive, proto, request, call, events, response_id)
         finally:
             await events.aclose()
 
-    async def _answer(self, send: Send, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
+    async def _answer(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
+        # generation runs as its own task, watched against the client leaving: a client that gave up
+        # must not keep the model busy (and everything queued behind it) for an answer nobody reads
+        collect = asyncio.create_task(self._with_timeout(_collect(events)))
+        self.inflight.add(collect)
+        watcher = asyncio.create_task(_wait_disconnect(receive))
         try:
-            completion = await self._with_timeout(_collect(events))
-        except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error and a recorded call
-            status, kind, message = _classify(exc)
-            self._record(call, "error", None, {"partial_text": call.trace.partial_text}, message)
-            await self._error(send, proto, status, kind, message)
+            await asyncio.wait({collect, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            collect.cancel()
+            raise
+        finally:
+            watcher.cancel()
+            self.inflight.discard(collect)
+        if not collect.done() or collect.cancelled():
+            reason = "client disconnected before the answer" if watcher.done() else "the proxy is shutting down"
+            collect.cancel()
+            with contextlib.suppress(BaseException):
+                await collect
+            self._record(call, "cancelled", None, {"partial_text": call.trace.partial_text}, f"{reason}; generation cancelled")
             return
-        response = proto.render_response(request, completion, response_id)
-        self._record(call, "ok", completion, response, None)
-        await send_json(send, 200, response)
+        completion: Completion | None = None
+        try:
+            completion = collect.result()
+            payload = orjson.dumps(proto.render_response(request, completion, response_id))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error and a recorded call
+            status, kind, message, headers = _classify(exc)
+            self._record(call, "error", completion, {"partial_text": completion.text if completion else call.trace.partial_text}, message)
+            await self._error(send, proto, status, kind, message, headers)
+            return
+        self._record(call, "ok", completion, payload, None)
+        await send_bytes(send, 200, payload)
 
     async def _stream(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
         # wait for the first event before sending headers, so a prompt that does not fit or an
@@ -190,9 +232,9 @@ class ProxyApp:
         except StopAsyncIteration:
             first = Finished(Completion())
         except Exception as exc:  # noqa: BLE001
-            status, kind, message = _classify(exc)
+            status, kind, message, headers = _classify(exc)
             self._record(call, "error", None, {"partial_text": call.trace.partial_text}, message)
-            await self._error(send, proto, status, kind, message)
+            await self._error(send, proto, status, kind, message, headers)
             return
         if call.trace.prompt_ids is not None:
             request.extra["prompt_tokens"] = len(call.trace.prompt_ids)  # message_start reports it up front
@@ -231,14 +273,17 @@ class ProxyApp:
             self._record(call, "cancelled", completion, {"partial_text": call.trace.partial_text}, "client disconnected mid-stream; generation cancelled")
             raise
         except Exception as exc:  # noqa: BLE001 - the stream ends with the protocol's error event
-            _, kind, message = _classify(exc)
+            _, kind, message, _ = _classify(exc)
             self._record(call, "error", completion, {"partial_text": call.trace.partial_text}, message)
             with contextlib.suppress(Exception):
                 await _send_chunk(send, renderer.error(kind, message))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         assert completion is not None
-        self._record(call, "ok", completion, proto.render_response(request, completion, response_id), None)
+        try:
+            self._record(call, "ok", completion, orjson.dumps(proto.render_response(request, completion, response_id)), None)
+        except Exception as exc:  # noqa: BLE001 - the client has its answer; the store still gets the call
+            self._record(call, "error", completion, {"partial_text": completion.text}, f"the answer was sent but could not be rendered for the store: {exc!r}")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _with_timeout(self, awaitable: Any) -> Any:
@@ -274,8 +319,8 @@ class ProxyApp:
         except Exception:  # noqa: BLE001 - recording must never take the server down
             log.exception("could not record call %s", call.call_id)
 
-    async def _error(self, send: Send, proto: WireProtocol, status: int, kind: str, message: str) -> None:
-        await send_json(send, status, proto.error_body(status, kind, message))
+    async def _error(self, send: Send, proto: WireProtocol, status: int, kind: str, message: str, headers: list | None = None) -> None:
+        await send_json(send, status, proto.error_body(status, kind, message), extra=headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -296,8 +341,16 @@ def _loads(body: bytes) -> Any:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
 
 
+def _tools_hash(request: ChatRequest) -> str:
+    """The request's tool-schema hash; a 400 for schemas nested too deep to serialise (orjson's limit)."""
+    try:
+        return tools_key(request.tools)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise ProtocolError(f"the tool schemas nest too deep to handle ({exc}); at most about 250 levels of objects and lists are supported") from None
+
+
 def _gemini_route(path: str) -> tuple[str, str] | None:
-    for prefix in ("/v1beta/models/", "/v1/models/", "/v1beta1/models/"):
+    for prefix in _GEMINI_PREFIXES:
         if path.startswith(prefix):
             model, sep, action = path[len(prefix) :].rpartition(":")
             if sep and model:
@@ -305,15 +358,36 @@ def _gemini_route(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _classify(exc: BaseException) -> tuple[int, str, str]:
+def _allowed_methods(path: str) -> frozenset[str] | None:
+    """The methods a path answers; None for a path the proxy does not serve."""
+    if path in _HEALTH or path in _MODEL_LISTS:
+        return frozenset(("GET", "HEAD"))
+    if path in _ROUTES or path in _COUNT_TOKENS or _gemini_route(path) is not None:
+        return frozenset(("POST",))
+    return None
+
+
+def _error_api(path: str) -> str:
+    """Whose error shape a path gets: Anthropic's and Gemini's routes answer in their own protocol."""
+    if path.startswith(("/v1/messages", "/messages")):
+        return "messages"
+    if path.startswith(("/v1beta/", "/v1beta1/")) or _gemini_route(path) is not None:
+        return "gemini"
+    return "chat"
+
+
+def _classify(exc: BaseException) -> tuple[int, str, str, list[tuple[bytes, bytes]] | None]:
+    """(HTTP status, error kind, message, extra headers) for a failure."""
+    if isinstance(exc, RateLimitedError):
+        return 429, "rate_limit", str(exc), [(b"retry-after", exc.retry_after.encode("latin-1"))] if exc.retry_after else None
     if isinstance(exc, ProtocolError):
-        return exc.status, exc.kind, str(exc)
+        return exc.status, exc.kind, str(exc), None
     if isinstance(exc, BackendError):
-        return 502, "backend", str(exc)
+        return 502, "backend", str(exc), None
     if isinstance(exc, ForgetuiError):
-        return 500, "server", str(exc)
-    log.exception("unexpected error while answering a call", exc_info=exc)
-    return 500, "server", f"internal error in forgetui proxy: {type(exc).__name__}: {exc}"
+        return 500, "server", str(exc), None
+    log.error("unexpected error while answering a call", exc_info=exc)
+    return 500, "server", f"internal error in forgetui proxy: {type(exc).__name__}: {exc}", None
 
 
 async def _collect(events: AsyncIterator[StreamEvent]) -> Completion:

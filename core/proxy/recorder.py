@@ -49,7 +49,7 @@ class CallInFlight:
     seq: int
     api: str
     request: ChatRequest
-    body: Any
+    body: bytes | Any  # the request body as sent (JSON bytes) or parsed
     backend: str
     trace: CallTrace = field(default_factory=CallTrace)
     started_wall: datetime = field(default_factory=utcnow)
