@@ -177,7 +177,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
     total = 0
     for kind in args.runtime:
-        runtime = make_runtime(kind)
+        if kind == "kubernetes" and args.config:  # the cluster, context and namespace the runs used
+            from core.config import load_config
+
+            runtime = make_runtime(kind, config=load_config(args.config, args.set).runtime.kubernetes)
+        else:
+            runtime = make_runtime(kind)
         if not runtime.available():
             log.info("runtime %s is not available; skipped", kind)
             continue
@@ -293,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9)")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
     p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included")
+    p.add_argument("--config", help="kubernetes: the run config whose [runtime.kubernetes] names the cluster and namespace")
+    p.add_argument("--set", action="append", default=[])
     p.set_defaults(func=cmd_gc)
 
     p = sub.add_parser("images", help="build, list and push sandbox images")

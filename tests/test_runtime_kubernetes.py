@@ -437,19 +437,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _kubeconfig(tmp_path: Path, standin: ApiServerStandIn) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+        "clusters": [{"name": "standin", "cluster": {"server": standin.url}}],
+        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "me"}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+    }))
+    return path
+
+
 def test_a_run_on_kubernetes_survives_a_killed_pod(standin, base_image, tmp_path, monkeypatch):
     """kubeconfig → official client → stand-in pods; the killed pod is an infra error, retried, and nothing is left."""
     from core.config import load_config
     from core.run import execute_run
 
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "standin",
-        "clusters": [{"name": "standin", "cluster": {"server": standin.url}}],
-        "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "me"}}],
-        "users": [{"name": "me", "user": {"token": "t0ken"}}],
-    }))
+    kubeconfig = _kubeconfig(tmp_path, standin)
     port = _free_port()
     cfg = load_config(None, [
         "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(kubeconfig))}", f"runtime.kubernetes.namespace={NS}",
@@ -547,3 +552,17 @@ def test_images_build_push_names_the_image_pods_pull(docker_client, base_image, 
     repo, _, version = tag.rpartition(":")
     assert (repo, version) in registry.manifests
     docker_client.images.remove(pushed)
+
+
+def test_gc_reaps_the_configured_namespace(standin, base_image, tmp_path, monkeypatch, capsys):
+    from forgetui.cli import main
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    kubeconfig = _kubeconfig(tmp_path, standin)
+    sb = _runtime(standin).create(_live(base_image, run_id="died", owner=L.default_owner()))
+    asyncio.run(sb.start())
+    config = tmp_path / "run.toml"
+    config.write_text(f'[runtime]\nkind = "kubernetes"\n[runtime.kubernetes]\nkubeconfig = "{kubeconfig}"\nnamespace = "{NS}"\n')
+    assert main(["gc", "--runtime", "kubernetes", "--all", "--config", str(config)]) == 0
+    assert capsys.readouterr().out.strip() == "1"
+    assert standin.pods[(NS, sb.name)].obj["metadata"]["deletionTimestamp"]
