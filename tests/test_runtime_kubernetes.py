@@ -566,3 +566,37 @@ def test_gc_reaps_the_configured_namespace(standin, base_image, tmp_path, monkey
     assert main(["gc", "--runtime", "kubernetes", "--all", "--config", str(config)]) == 0
     assert capsys.readouterr().out.strip() == "1"
     assert standin.pods[(NS, sb.name)].obj["metadata"]["deletionTimestamp"]
+
+
+class _SilentApiServer:
+    """Completes the exec websocket handshake, counts what arrives, then never answers (a half-open connection)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.received = bytearray()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import base64
+
+        conn, _ = self.sock.accept()
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += conn.recv(4096)
+        key = next(line.split(b":", 1)[1].strip() for line in request.split(b"\r\n") if line.lower().startswith(b"sec-websocket-key"))
+        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: " + V5.encode() + b"\r\n\r\n")
+        while chunk := conn.recv(4096):
+            self.received += chunk
+
+
+def test_a_silent_connection_is_pinged_then_given_up():
+    server = _SilentApiServer()
+    conf = client.Configuration(host=f"http://127.0.0.1:{server.sock.getsockname()[1]}")
+    ws = exec_ws.connect(conf, exec_ws.exec_url(conf, NS, "p", "sandbox", ["true"], False), 5)
+    with pytest.raises(exec_ws.ExecStreamError, match="sent nothing, not even a pong"):  # a deadline would return
+        exec_ws.run(ws, None, 600, ping_s=0.3, stall_s=0.5)
+    assert server.received[0] & 0x0F == 0x9  # the first frame the server got is a ping (opcode 9)
