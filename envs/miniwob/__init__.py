@@ -113,7 +113,7 @@ class MiniWoBEnv(Environment):
             instruction=INSTRUCTION,
             setup=start_command(name, seed, self.timeout, self.mode),
             timeout_s=self.timeout + 30.0,
-            meta={"task": name, "instance": index, "seed": seed, "mode": self.mode, "family": name},
+            meta={"task": name, "instance": index, "seed": seed, "mode": self.mode, "family": name, "gui": "browser"},
             solution=str(ORACLE) if name in ORACLE_TASKS else None,
         )
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from core.env import Task
+from core.errors import ConfigError
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
@@ -15,6 +16,7 @@ IMAGE_AGENT_PATH = "/opt/forgetui/react_agent.py"  # baked into the image by ima
 RUN_DIR = "/tmp/forgetui-react"  # written by LaunchSpec.files on every launch (works without an image)
 AGENT_PATH = f"{RUN_DIR}/react_agent.py"
 INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
+GUI_MODES = ("auto", "off", "text", "image", "both")
 EXIT_MEANING = {
     0: "final answer",
     2: "bad arguments or unreadable instruction/workdir",
@@ -37,7 +39,9 @@ def agent_source() -> str:
 
 
 class ReactHarness(Harness):
-    """Options: ``max_steps`` (20), ``temperature``, ``max_tokens``, ``stream`` (False), ``command_timeout`` (60 s)."""
+    """Options: ``max_steps`` (20), ``temperature``, ``max_tokens``, ``stream`` (False), ``command_timeout`` (60 s),
+    ``gui``: ``auto`` (GUI mode with the text observation for tasks whose meta says ``gui``), ``off``, or the
+    observation a GUI-mode turn shows: ``text`` (for text-only models), ``image`` (the screenshot), ``both``."""
 
     name = "react"
     version = "1"
@@ -50,6 +54,9 @@ class ReactHarness(Harness):
         self.max_tokens = options.get("max_tokens")
         self.stream = bool(options.get("stream", False))
         self.command_timeout = float(options.get("command_timeout", 60.0))
+        self.gui = str(options.get("gui", "auto"))
+        if self.gui not in GUI_MODES:
+            raise ConfigError(f"react harness: gui must be one of {', '.join(GUI_MODES)}, got {self.gui!r}")
 
     def image_layer(self) -> ImageLayer:
         return ImageLayer(
@@ -77,9 +84,17 @@ class ReactHarness(Harness):
             args.append("--stream")
         return args
 
+    def gui_mode(self, task: Task) -> str | None:
+        """The observation GUI mode shows for `task` (None: the shell agent)."""
+        if self.gui == "auto":
+            return "text" if task.meta.get("gui") else None
+        return None if self.gui == "off" else self.gui
+
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        mode = self.gui_mode(task)
+        gui = ["--gui", mode] if mode else []
         return LaunchSpec(
-            command=["sh", "-c", LAUNCHER, "react_agent", *self.agent_args(endpoint, workdir)],
+            command=["sh", "-c", LAUNCHER, "react_agent", *self.agent_args(endpoint, workdir), *gui],
             env={"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
             files={AGENT_PATH: agent_source(), INSTRUCTION_PATH: task.instruction},
             workdir=workdir,

@@ -8,6 +8,7 @@ printed on stdout), 2 bad arguments, 3 the step limit was reached, 4 the model e
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -90,6 +91,38 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
+GUI_SYSTEM_PROMPT = """You are an autonomous agent operating a graphical interface (a web page or a desktop) in a sandbox.
+Each turn you are shown the screen: the task, its elements as [id] tag "text" @ x,y, and/or a screenshot.
+Act with the tools (click an element by its id, click at x,y, type, press a key, scroll, select, drag).
+After each action you see the screen again. The episode ends when the interface judges your work;
+when you believe the task is done, reply with a short final answer and no tool call."""
+
+
+def _fn(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
+
+
+_ID = {"type": "integer", "description": "An element id from the screen's element list."}
+_NUM = {"type": "number"}
+GUI_TOOLS: list[dict[str, Any]] = [
+    _fn("click", "Click an element by its id.", {"id": _ID}, ["id"]),
+    _fn("click_xy", "Click at screen coordinates (pixels of the screenshot).", {"x": _NUM, "y": _NUM}, ["x", "y"]),
+    _fn("type_text", "Type text into the focused element, or into element `into` (clicked first).",
+        {"text": {"type": "string"}, "into": _ID}, ["text"]),
+    _fn("press_key", "Press a key or combination: Enter, Tab, Backspace, ctrl+a, ...", {"key": {"type": "string"}}, ["key"]),
+    _fn("scroll", "Scroll by dy pixels (positive = down), optionally inside element `at`.", {"dy": {"type": "integer"}, "at": _ID}, ["dy"]),
+    _fn("select_option", "Choose an option (by its text) of a select/list element.", {"id": _ID, "option": {"type": "string"}}, ["id", "option"]),
+    _fn("drag", "Drag with the left button from (x1, y1) to (x2, y2).", {"x1": _NUM, "y1": _NUM, "x2": _NUM, "y2": _NUM}, ["x1", "y1", "x2", "y2"]),
+]  # fmt: skip
+
+
 class EndpointError(Exception):
     """The model endpoint failed for good (after retries, or with a non-retryable status)."""
 
@@ -132,10 +165,13 @@ class Tools:
             return path
         return os.path.join(self.workdir, path)
 
+    tools: list[dict[str, Any]] = TOOLS
+
     def run(self, name: str, raw_args: Any) -> str:
-        handler = getattr(self, f"tool_{name}", None) if isinstance(name, str) else None
+        known_names = [t["function"]["name"] for t in self.tools]
+        handler = getattr(self, f"tool_{name}", None) if isinstance(name, str) and name in known_names else None
         if handler is None:
-            known = ", ".join(t["function"]["name"] for t in TOOLS)
+            known = ", ".join(known_names)
             return f"error: unknown tool {name!r}; available tools: {known}"
         if isinstance(raw_args, dict):
             args = raw_args
@@ -206,6 +242,75 @@ class Tools:
         with open(target, "w", encoding="utf-8") as fh:
             fh.write(text.replace(old, new, 1))
         return f"edited {path}"
+
+
+class GuiTools(Tools):
+    """The GUI tools: each one runs the sandbox's `gui` CLI (the same commands an external harness uses)."""
+
+    tools = GUI_TOOLS
+    gui_command = "gui"
+
+    def gui(self, *args: Any) -> str:
+        """Run `gui ARGS`; its output, with the exit status when it failed."""
+        try:
+            proc = subprocess.run(
+                [self.gui_command, *map(str, args)], capture_output=True, text=True, timeout=self.command_timeout
+            )
+        except FileNotFoundError:
+            return f"error: the `{self.gui_command}` command is not installed in this sandbox"
+        except subprocess.TimeoutExpired:
+            return f"error: the action did not finish within {self.command_timeout:g}s"
+        out = (proc.stdout + proc.stderr).strip()
+        return out if proc.returncode == 0 else f"{out}\n(exit code {proc.returncode})"
+
+    def tool_click(self, id: Any) -> str:  # noqa: A002 - the tool's parameter name
+        return self.gui("click", int(id))
+
+    def tool_click_xy(self, x: Any, y: Any) -> str:
+        return self.gui("click-xy", float(x), float(y))
+
+    def tool_type_text(self, text: Any, into: Any = None) -> str:
+        return self.gui("type", str(text), *(["--into", int(into)] if into is not None else []))
+
+    def tool_press_key(self, key: Any) -> str:
+        return self.gui("key", str(key))
+
+    def tool_scroll(self, dy: Any, at: Any = None) -> str:
+        return self.gui("scroll", int(dy), *(["--at", int(at)] if at is not None else []))
+
+    def tool_select_option(self, id: Any, option: Any) -> str:  # noqa: A002
+        return self.gui("select", int(id), str(option))
+
+    def tool_drag(self, x1: Any, y1: Any, x2: Any, y2: Any) -> str:
+        return self.gui("drag", float(x1), float(y1), float(x2), float(y2))
+
+    def observation(self, mode: str) -> list[dict[str, Any]]:
+        """The screen as chat content parts: the text form (modes text, both) and the screenshot (image, both)."""
+        args = ["observe"] if mode in ("image", "both") else ["observe", "--no-screenshot"]
+        text = self.gui(*args)
+        parts: list[dict[str, Any]] = []
+        shot = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("screenshot:")), None)
+        if mode in ("text", "both"):
+            parts.append({"type": "text", "text": text})
+        else:
+            task = next((ln for ln in text.splitlines() if ln.startswith("task:")), "")
+            parts.append({"type": "text", "text": task or "The screen:"})
+        if mode in ("image", "both") and shot:
+            try:
+                with open(rerooted(shot), "rb") as fh:
+                    data = base64.b64encode(fh.read()).decode()
+                parts.append({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}})
+            except OSError as exc:
+                parts.append({"type": "text", "text": f"(the screenshot {shot} could not be read: {exc})"})
+        return parts
+
+    def episode_over(self) -> bool:
+        """Whether the interface has judged the episode (`gui status --json` says done)."""
+        try:
+            proc = subprocess.run([self.gui_command, "status", "--json"], capture_output=True, text=True, timeout=30)
+            return bool(json.loads(proc.stdout).get("done")) if proc.returncode == 0 else False
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return False
 
 
 class Client:
@@ -301,14 +406,19 @@ def run_agent(args: argparse.Namespace, instruction: str) -> int:
     if not os.path.isdir(workdir):
         log(f"working directory {workdir} does not exist")
         return EXIT_USAGE
-    tools = Tools(workdir, args.workdir, args.command_timeout, args.max_output)
+    gui = GuiTools(workdir, args.workdir, args.command_timeout, args.max_output) if args.gui else None
+    tools = gui or Tools(workdir, args.workdir, args.command_timeout, args.max_output)
     client = Client(args.base_url, args.api_key, args.request_timeout, args.retries, args.env_proxy)
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT.format(workdir=args.workdir)},
-        {"role": "user", "content": instruction},
-    ]
+    if gui is not None:
+        first = [{"type": "text", "text": instruction}, *gui.observation(args.gui)]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": GUI_SYSTEM_PROMPT}, {"role": "user", "content": first}]
+    else:
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=args.workdir)},
+            {"role": "user", "content": instruction},
+        ]
     for step in range(1, args.max_steps + 1):
-        body: dict[str, Any] = {"model": args.model, "messages": messages, "tools": TOOLS}
+        body: dict[str, Any] = {"model": args.model, "messages": messages, "tools": tools.tools}
         if args.temperature is not None:
             body["temperature"] = args.temperature
         if args.max_tokens is not None:
@@ -340,6 +450,12 @@ def run_agent(args: argparse.Namespace, instruction: str) -> int:
             result = tools.run(name, raw_args)
             log(f"step {step}: {name}({clip(str(raw_args), 200)}) -> {clip(result, 200)!r}")
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        if gui is not None:
+            if gui.episode_over():
+                log(f"step {step}: the interface judged the episode; stopping")
+                print("episode over", flush=True)
+                return EXIT_DONE
+            messages.append({"role": "user", "content": gui.observation(args.gui)})
     log(f"step limit of {args.max_steps} model calls reached without a final answer")
     return EXIT_STEPS
 
@@ -360,6 +476,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per model call")
     p.add_argument("--retries", type=int, default=2, help="retries on 5xx and connection errors")
     p.add_argument("--env-proxy", action="store_true", help="honour HTTP(S)_PROXY for the model endpoint")
+    p.add_argument("--gui", choices=("text", "image", "both"), default=None,
+                   help="GUI mode: act through the sandbox's `gui` CLI; each turn shows the screen as text, image or both")
     return p.parse_args(argv)
 
 
