@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
-from forgetui.tui import data, run_data
+from forgetui.tui import data, launcher, run_data, settings
 from forgetui.tui.messages import (
     CallLoaded,
     CallSelected,
@@ -40,6 +40,8 @@ from forgetui.tui.messages import (
     StoreSelected,
     StoresLoaded,
 )
+from forgetui.tui.screens.confirm import Confirm, Prompt
+from forgetui.tui.screens.new_run import NewRunScreen
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.widgets.call_inspector import CallInspector
@@ -98,6 +100,11 @@ class ForgetuiApp(App[int]):
         Binding("slash", "filter_runs", "Filter", show=False),
         Binding("S", "sort_runs", "Sort", show=False),
         Binding("question_mark", "help", "Help"),
+        Binding("n", "new_run", "New run"),
+        Binding("x", "stop_selected", "Stop", show=False),
+        Binding("R", "resume_selected", "Resume", show=False),
+        Binding("D", "delete_selected", "Delete", show=False),
+        Binding("g", "gc", "gc", show=False),
         Binding("escape", "clear_filter", show=False),
     ]
 
@@ -138,6 +145,10 @@ class ForgetuiApp(App[int]):
         self._catalog_lock = threading.Lock()
         self._last_error: str | None = None
         self._sql_seq = 0
+        self.launched: list[launcher.Launched] = []  # runs started here: they outlive the TUI unless stopped
+        self.settings = settings.Settings(self.catalog.home_path() / "tui" / "settings.json")
+        if self.settings.theme in self.available_themes:
+            self.theme = self.settings.theme
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -160,6 +171,7 @@ class ForgetuiApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, lambda theme: self.settings.save_theme(theme.name))
         self.load_stores()
         self.load_runs()
         self.set_interval(self.stores_refresh_s, self._tick_stores)
@@ -193,13 +205,128 @@ class ForgetuiApp(App[int]):
         return True
 
     async def action_quit(self) -> None:
-        """Quit; while a run is going, stop it first (its sandboxes are removed) and quit when it stopped."""
+        """Quit; while a run is going, stop it first (its sandboxes are removed) and quit when it stopped.
+        Runs launched from here as their own processes: ask whether they keep running."""
+        alive = [p for p in self.launched if p.alive()]
+        if alive and self.run_state not in ACTIVE_RUN_STATES:
+            self.push_screen(Confirm(
+                f"{len(alive)} run(s) launched here are still running. They can keep running headless "
+                "(reopen forgetui later to watch them) or be stopped now (their sandboxes are removed).",
+                (("keep", "Keep running and quit"), ("stop", "Stop them and quit"), ("cancel", "Cancel"))),
+                self._quit_answer)
+            return
         if self.run_state in ACTIVE_RUN_STATES:
             self.stop_run()
         elif self.run_state == "stopping":
             self.notify("stopping the run: removing its sandboxes…", title="please wait")
         else:
             self.exit(self.run_exit_code)
+
+    def _quit_answer(self, answer: str | None) -> None:
+        if answer == "stop":
+            for p in self.launched:
+                launcher.terminate(p.pid)
+        if answer in ("keep", "stop"):
+            self.exit(self.run_exit_code)
+
+    # ------------------------------------------------------------------ run actions (Runs tab and palette)
+    def get_system_commands(self, screen: Any) -> Any:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Runs", "every run under FORGETUI_HOME", lambda: self.action_show_tab("tab-runs"))
+        yield SystemCommand("New run…", "a form over the run config; launches `forgetui run --no-ui`", self.action_new_run)
+        yield SystemCommand("Resume the selected run", "`forgetui run --resume RUN_ID --no-ui`", self.action_resume_selected)
+        yield SystemCommand("Stop the selected run", "SIGTERM to its writer: sandboxes removed, run interrupted",
+                            self.action_stop_selected)
+        yield SystemCommand("Delete the selected run", "its folder: store, logs, checkpoints (asks first)",
+                            self.action_delete_selected)
+        yield SystemCommand("gc", "remove sandboxes left behind by runs that died", self.action_gc)
+        yield SystemCommand("Open a store by path…", "any DuckDB store file", self.action_open_store)
+        yield SystemCommand("SQL console", "read-only SQL on the selected store", lambda: self.action_show_tab("tab-sql"))
+
+    def _selected_run(self) -> run_data.RunInfo | None:
+        info = self.query_one(RunsTable).selected()
+        if info is None or info.kind != "run":
+            self.notify("select a run in the Runs tab (u) first", severity="warning")
+            return None
+        return info
+
+    def action_new_run(self) -> None:
+        self.push_screen(NewRunScreen(self.catalog.home_path() / "tui" / "configs"), self._launch_config)
+
+    def _launch_config(self, path: Path | None) -> None:
+        if path is not None:
+            self.launch_in_background(["run", str(path), "--no-ui"], f"run of {path.name}")
+
+    def action_resume_selected(self) -> None:
+        info = self._selected_run()
+        if info is not None:
+            self.launch_in_background(["run", "--resume", info.run_id, "--no-ui"], f"resume of {info.run_id}")
+
+    @work(thread=True, group="launch", exit_on_error=False)
+    def launch_in_background(self, args: list[str], what: str) -> None:
+        try:
+            started = launcher.launch(args, self.catalog.home_path())
+        except (ForgetuiError, OSError) as exc:
+            self.call_from_thread(self.notify, str(exc), title=f"cannot start the {what}", severity="error", markup=False)
+            return
+        self.launched.append(started)
+        self.call_from_thread(self.notify, f"pid {started.pid}; it keeps running if you quit. Output: {started.log_path}",
+                              title=f"started the {what}", markup=False)
+        self.call_from_thread(self.load_runs)
+
+    def action_stop_selected(self) -> None:
+        info = self._selected_run()
+        if info is None:
+            return
+        try:
+            pid = launcher.stop_run(info.path)
+        except ForgetuiError as exc:
+            self.notify(str(exc), title="cannot stop", severity="error", markup=False)
+        else:
+            self.notify(f"sent SIGTERM to pid {pid}: its sandboxes are being removed", title=f"stopping {info.run_id}")
+
+    def action_delete_selected(self) -> None:
+        info = self._selected_run()
+        if info is None:
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice != "yes":
+                return
+            try:
+                launcher.delete_run(info.path)
+            except ForgetuiError as exc:
+                self.notify(str(exc), title="cannot delete", severity="error", markup=False)
+            else:
+                self.notify(f"removed {info.path}", title=f"deleted {info.run_id}", markup=False)
+                self.load_runs()
+                self.load_stores()
+
+        self.push_screen(Confirm(f"Delete run {info.run_id}? Its folder goes: store, logs, checkpoints.\n{info.path}",
+                                 (("yes", "Delete"), ("no", "Keep"))), answer)
+
+    @work(thread=True, group="gc", exit_on_error=False)
+    def action_gc(self) -> None:
+        self.call_from_thread(self.notify, "looking for sandboxes of runs that died…", title="gc")
+        try:
+            said = launcher.gc(self.catalog.home_path())
+        except (ForgetuiError, OSError) as exc:
+            self.call_from_thread(self.notify, str(exc), title="gc failed", severity="error", markup=False)
+        else:
+            self.call_from_thread(self.notify, said, title="gc")
+
+    def action_open_store(self) -> None:
+        def opened(path: str | None) -> None:
+            if not path:
+                return
+            store = Path(path).expanduser()
+            if not store.is_file():
+                self.notify(f"no store at {store}", severity="error", markup=False)
+                return
+            self.select_store(store.resolve())
+            self.action_show_tab("tab-calls")
+
+        self.push_screen(Prompt("Open a store file (DuckDB):", "~/.forgetui/stores/NAME.duckdb"), opened)
 
     def action_help_quit(self) -> None:
         """Ctrl-C stops a live run (as q does); otherwise Textual's hint on how to quit."""
