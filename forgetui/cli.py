@@ -7,7 +7,9 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from core.errors import ForgetuiError
 
@@ -103,7 +105,18 @@ def cmd_sql(args: argparse.Namespace) -> int:
     result = run_query(store, args.query)
     text = format_result(result, args.format)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _warn_store_problems(store, run_query)
     return 0
+
+
+def _warn_store_problems(store: Path, run_query: Callable[..., Any]) -> None:
+    """Say on stderr when the store kept rows it could not store as given (`store_errors`, `dead_letters`)."""
+    try:
+        rows = run_query(store, "SELECT kept_in, rows FROM store_problems WHERE rows > 0").rows
+    except ForgetuiError:  # a store from before these tables
+        return
+    for kept_in, n in rows:
+        log.warning("this store holds %d row(s) in %s that could not be stored as given: SELECT * FROM %s", n, kept_in, kept_in)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -153,6 +153,18 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
         ],
         None,
     ),
+    (
+        "dead_letters",
+        "Rows that could not be stored even in `store_errors` (e.g. JSON nested deeper than a JSON encoder takes): their bytes, which the store never parses, so taking them cannot fail. `SELECT * FROM store_problems` counts these and `store_errors`; `forgetui sql` warns when either holds rows.",
+        [
+            ("at", "TIMESTAMP", "When the write failed (UTC)."),
+            ("table_name", "VARCHAR", "Table the row was meant for."),
+            ("row_key", "VARCHAR", "The row's primary key value (e.g. its `call_id`), when it has one."),
+            ("raw", "BLOB", "The whole row as JSON bytes, written without a depth limit (read with `decode(raw)`)."),
+            ("error", "VARCHAR", "Why the row and its `store_errors` entry failed."),
+        ],
+        None,
+    ),
 ]
 
 # (name, description, DDL): views and macros over the tables, created (or replaced) on every open after the tables.
@@ -197,6 +209,14 @@ WITH RECURSIVE up(call_id, depth) AS (
 SELECT id AS call_id,
        CASE WHEN arg_max(is_root, depth) AND bool_and(fits) THEN flatten(list(part ORDER BY depth DESC)) END AS prompt_token_ids
 FROM checked;""",
+    ),
+    (
+        "store_problems",
+        "How many rows the writer could not store as given: `store_errors` (kept as JSON) and `dead_letters` (kept as bytes); "
+        "both 0 in a healthy store.",
+        """CREATE OR REPLACE VIEW store_problems AS
+SELECT 'store_errors' AS kept_in, count(*) AS rows FROM store_errors
+UNION ALL SELECT 'dead_letters', count(*) FROM dead_letters;""",
     ),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import datetime as dt
 import logging
+import os
 import queue
 import secrets
 import signal
@@ -20,6 +21,8 @@ import numpy as np
 import orjson
 
 from core.errors import StoreError
+from core.secrets import redact
+from core.store.deadletter import dead_letter_bytes
 from core.store.schema import (
     COLUMNS,
     JSON_COLUMNS,
@@ -34,6 +37,7 @@ from core.store.schema import (
 log = logging.getLogger(__name__)
 
 BACKLOG_WARNING = 50_000
+FILE_MODE = 0o600  # a store holds prompts, answers and configs: its owner's only
 _FLUSH = object()  # queue marker type tag for flush requests
 _STOP = object()
 
@@ -160,6 +164,8 @@ class Store:
             except duckdb.Error as exc:
                 raise StoreError(f"cannot open store {path}: {exc}") from exc
         try:
+            owner_only(path)
+            arm_wal(path)
             create_schema(con)
         except BaseException:
             con.close()
@@ -179,7 +185,7 @@ class Store:
 
     def insert_run(self, run_id: str, config: dict[str, Any], status: str = "running") -> None:
         """Create the run's row (or refresh its config and status when it already exists, e.g. on resume)."""
-        self._enqueue("upsert", "runs", {"run_id": run_id, "config": config, "status": status, "created_at": utcnow()})
+        self._enqueue("upsert", "runs", {"run_id": run_id, "config": redact(config), "status": status, "created_at": utcnow()})
 
     def update_run_status(self, run_id: str, status: str) -> None:
         self._enqueue("run_status", "runs", {"run_id": run_id, "status": status})
@@ -332,6 +338,7 @@ class Store:
             pass
 
     def _write_batch(self, cur: duckdb.DuckDBPyConnection, batch: list[_Op]) -> None:
+        arm_wal(self.path)  # a checkpoint removed it: the next commit would create it with the umask's mode
         try:
             cur.execute("BEGIN TRANSACTION")
             self._apply(cur, batch)
@@ -358,6 +365,7 @@ class Store:
                 self._dead(cur, op, exc)
 
     def _dead(self, cur: duckdb.DuckDBPyConnection, op: _Op, exc: Exception) -> None:
+        """Keep a row that failed: as JSON in `store_errors`, else as bytes in `dead_letters` (which cannot refuse them)."""
         pk = PRIMARY_KEYS.get(op.table)
         key = op.row.get(pk) if pk else None
         log.error("store: dropped a %s row (%s=%r) into store_errors: %s", op.table, pk, key, exc)
@@ -368,8 +376,22 @@ class Store:
                 "INSERT INTO store_errors VALUES (?, ?, ?, ?)",
                 [entry["at"], op.table, to_json_text(op.row), str(exc)],
             )
-        except Exception as exc2:
-            log.error("store: could not record the failed row in store_errors either: %s", exc2)
+            return
+        except Exception as exc2:  # noqa: BLE001 - the row itself cannot be JSON here: keep its bytes
+            error = f"{exc}; and as JSON in store_errors: {exc2}"
+        try:
+            cur.execute(
+                "INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?)",
+                [entry["at"], op.table, None if key is None else str(key), dead_letter_bytes(op.row), error],
+            )
+            log.error("store: kept the %s row %r as raw bytes in dead_letters (%s)", op.table, key, error)
+        except Exception as exc3:  # noqa: BLE001 - only a broken database gets here; the row stays in memory
+            log.error("store: could not keep the failed %s row %r even as bytes: %s", op.table, key, exc3)
+
+    def problem_counts(self) -> dict[str, int]:
+        """Rows kept because they could not be stored as given: {'store_errors': n, 'dead_letters': m} (after a flush)."""
+        self.flush()
+        return dict(self.cursor().execute("SELECT kept_in, rows FROM store_problems").fetchall())
 
     def _apply(self, cur: duckdb.DuckDBPyConnection, ops: list[_Op]) -> None:
         inserts: dict[str, list[dict[str, Any]]] = {}
@@ -477,6 +499,30 @@ def migrate(con: duckdb.DuckDBPyConnection) -> None:
         for column, sql_type in columns.items():
             if column not in have:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {q(column)} {sql_type}")
+
+
+def owner_only(path: Path) -> None:
+    """Make a store file readable and writable by its owner only (a warning where that is not allowed)."""
+    try:
+        os.chmod(path, FILE_MODE)
+    except OSError as exc:
+        log.warning("could not make %s readable by its owner only: %s", path, exc)
+
+
+def arm_wal(path: Path) -> None:
+    """Create the store's write-ahead log owner-only before DuckDB does: DuckDB keeps an existing file's mode."""
+    wal = Path(f"{path}.wal")
+    try:
+        fd = os.open(wal, os.O_CREAT | os.O_WRONLY, FILE_MODE)
+    except OSError as exc:
+        log.warning("could not create %s owner-only: %s", wal, exc)
+        return
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def install_signal_flush(store: Store, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:

@@ -1,0 +1,96 @@
+"""The store never loses a row (dead letters as bytes), keeps its files owner-only, and never stores a key."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+import uuid
+
+import pytest
+
+from core.store.writer import Store
+
+
+def deep(n: int) -> dict:
+    d: dict = {"leaf": 1}
+    for _ in range(n):
+        d = {"a": d}
+    return d
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "s.duckdb")
+    yield s
+    s.close()
+
+
+def call_row(**extra) -> dict:
+    return {"call_id": "call-" + uuid.uuid4().hex, "rollout_id": "r", "seq": 0, "status": "ok", **extra}
+
+
+def test_a_row_too_deep_for_json_is_kept_as_bytes(store):
+    row = call_row(response=deep(300))
+    store.record_call(row)
+    store.record_call(call_row(response={"fine": True}))
+    assert store.problem_counts() == {"store_errors": 0, "dead_letters": 1}
+    cur = store.cursor()
+    assert cur.execute("SELECT count(*) FROM calls").fetchone() == (1,)  # the healthy row is unharmed
+    table, key, raw, error = cur.execute("SELECT table_name, row_key, raw, error FROM dead_letters").fetchone()
+    assert (table, key) == ("calls", row["call_id"]) and "Recursion" in error
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 5000))
+    try:
+        kept = json.loads(raw)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert kept["call_id"] == row["call_id"] and kept["response"] == row["response"]
+
+
+def test_a_row_with_a_bad_value_goes_to_store_errors_as_json(store):
+    row = call_row(seq="not a number")
+    store.record_call(row)
+    assert store.problem_counts() == {"store_errors": 1, "dead_letters": 0}
+    (kept,) = store.cursor().execute("SELECT row ->> 'call_id' FROM store_errors").fetchone()
+    assert kept == row["call_id"]
+
+
+def test_store_files_are_owner_only(tmp_path):
+    path = tmp_path / "s.duckdb"
+    store = Store.open(path)
+    try:
+        store.record_call(call_row(response={"secret": "prompt"}))
+        store.flush()
+        wal = tmp_path / "s.duckdb.wal"
+        assert mode(path) == 0o600 and mode(wal) == 0o600
+        store.cursor().execute("CHECKPOINT")  # the log goes away; the next write makes a new one
+        assert not wal.exists()
+        store.record_call(call_row())
+        store.flush()
+        assert wal.exists() and mode(wal) == 0o600
+    finally:
+        store.close()
+    assert mode(path) == 0o600
+    again = Store.open(path)  # reopened: still owner-only, even for a file someone widened
+    try:
+        path.chmod(0o644)
+        again.close()
+        again = Store.open(path)
+        assert mode(path) == 0o600
+    finally:
+        again.close()
+
+
+def test_runs_config_never_holds_a_key(store):
+    config = {"policy": {"backend": "litellm:openai/gpt-4o?api_base=http://user:pw@127.0.0.1:9/v1&api_key=sk-live-123&token_ids=1", "api_key": "sk-other"}}
+    store.insert_run("run-1", config)
+    store.flush()
+    (text,) = store.cursor().execute("SELECT config::VARCHAR FROM runs").fetchone()
+    assert "sk-live-123" not in text and "sk-other" not in text and ":pw@" not in text
+    stored = json.loads(text)
+    assert stored["policy"]["backend"] == "litellm:openai/gpt-4o?api_base=http://user:***@127.0.0.1:9/v1&api_key=***&token_ids=1"
