@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -145,8 +146,6 @@ def describe(exc: BaseException) -> str:
     status = status_of(exc)
     if status is None:
         return f"{type(exc).__name__}: {exc}".strip()
-    import json
-
     message = ""
     try:
         message = json.loads(getattr(exc, "body", "") or "{}").get("message", "")

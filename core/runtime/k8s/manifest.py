@@ -33,11 +33,10 @@ def cpu_quantity(cpus: float) -> str:
 
 def _container_security(cfg: KubernetesConfig) -> dict[str, Any]:
     restricted = cfg.pod_security == "restricted"
+    caps: dict[str, Any] = {"drop": ["ALL"]}
     if restricted:
-        caps: dict[str, Any] = {"drop": ["ALL"]}
         added = [c for c in cfg.add_capabilities if c == "NET_BIND_SERVICE"]  # the only one "restricted" allows
     else:
-        caps = {"drop": ["ALL"]}
         added = list(dict.fromkeys([*KEEP_CAPS, *cfg.add_capabilities]))
     if added:
         caps["add"] = added
