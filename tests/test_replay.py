@@ -74,9 +74,11 @@ def calls_of(store: str, rollout_id: str) -> list[tuple]:
 
 @pytest.mark.docker
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("harness", ["react", "codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["react", "codex", "claude-code", "mini-swe-agent"])
 def test_recorded_rollout_replays_without_divergence(docker_client, base_image, tmp_path, harness):
-    summary = run_scripted(harness, FAIL_FIX_VERIFY, tmp_path, tasks=["hello"])
+    # mini-swe-agent ends when the model runs its submit command, not on a text answer
+    script = FAIL_FIX_VERIFY[:3] + [{"tool": "shell", "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}] if harness == "mini-swe-agent" else FAIL_FIX_VERIFY
+    summary = run_scripted(harness, script, tmp_path, tasks=["hello"])
     rollout_id = f"{summary.run_id}/hello/0"
     report = asyncio.run(replay_rollout(rollout_id))
     assert report.divergences == [] and not report.diverged and report.first is None, report.to_json()
