@@ -352,6 +352,11 @@ async def test_api_retries_429_5xx_and_timeouts(standin, base_image):
     again = rt.create(_live(base_image, rollout_id="late"))
     await again.start()
     assert (await again.exec("echo ok", timeout_s=10)).stdout == "ok\n"
+    standin.fail("GET", "/exec$", 429)  # the exec handshake too: nothing ran, so it is tried again
+    standin.fail("GET", "/exec$", 503)
+    before = len(standin.requests("GET", "/exec$"))
+    assert (await sb.exec("echo once >> runs.txt; cat runs.txt", timeout_s=10)).stdout == "once\n"
+    assert len(standin.requests("GET", "/exec$")) == before + 3
     standin.fail("DELETE", "/pods/", 500, times=2)
     await asyncio.gather(sb.stop(), again.stop())
     assert not [k for k, p in standin.pods.items() if not p.obj["metadata"].get("deletionTimestamp")]

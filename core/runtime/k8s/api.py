@@ -154,4 +154,4 @@ def describe(exc: BaseException) -> str:
     return f"{status} {getattr(exc, 'reason', '')}{': ' + message if message else ''}"
 
 
-__all__ = ["Api", "backoff_s", "describe", "load_configuration", "retryable", "status_of"]
+__all__ = ["RETRY_STATUSES", "Api", "backoff_s", "describe", "load_configuration", "retryable", "status_of"]

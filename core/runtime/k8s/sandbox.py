@@ -11,13 +11,13 @@ import tarfile
 import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime.base import Entry, EntryByExec, ExecResult, SandboxFile, SandboxSpec, shell_command
 from core.runtime.k8s import exec_ws
-from core.runtime.k8s.api import status_of
+from core.runtime.k8s.api import RETRY_STATUSES, backoff_s, status_of
 from core.runtime.k8s.manifest import CONTAINER, in_registry
 from core.runtime.k8s.startup import StartWatch, read_state
 
@@ -149,7 +149,7 @@ class KubernetesSandbox:
         cfg = self.runtime.cfg
         url = exec_ws.exec_url(self.runtime.api.configuration, self.namespace, self.name, CONTAINER, command, stdin is not None)
         try:
-            ws = exec_ws.connect(self.runtime.api.configuration, url, cfg.request_timeout_s)
+            ws = self._connect_blocking(url)
             outcome = exec_ws.run(ws, stdin, deadline_s, ping_s=cfg.ping_interval_s, stall_s=cfg.request_timeout_s)
             if not outcome.finished:
                 return None, outcome.stdout, outcome.stderr
@@ -161,6 +161,18 @@ class KubernetesSandbox:
         if code == GONE_EXIT and not self._alive_blocking():
             raise self._gone("the command was killed with its pod")
         return code, outcome.stdout, outcome.stderr
+
+    def _connect_blocking(self, url: str) -> Any:
+        """The exec websocket; a refused or failed handshake (429/5xx, a dropped connection) started nothing, so it is retried."""
+        cfg = self.runtime.cfg
+        for attempt in range(cfg.api_retries + 1):
+            try:
+                return exec_ws.connect(self.runtime.api.configuration, url, cfg.request_timeout_s)
+            except exec_ws.ExecStreamError as exc:
+                if attempt >= cfg.api_retries or (exc.status is not None and exc.status not in RETRY_STATUSES):
+                    raise
+                time.sleep(backoff_s(attempt))
+        raise AssertionError("unreachable")
 
     async def _run(self, command: list[str], stdin: bytes | None, deadline_s: float) -> tuple[int | None, bytes, bytes]:
         self._require()
