@@ -128,3 +128,35 @@ def test_junit_cases_are_the_per_check_scores():
     xml = """<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b"><failure message="x"/></testcase>
     <testcase classname="t" name="c"><skipped/></testcase><testcase name="d"/></testsuite>"""
     assert parse_junit(xml).cases == {"t::a": 1.0, "t::b": 0.0, "d": 1.0}
+
+
+async def test_toy_verifier_records_one_check_per_required_output(tmp_path):
+    import uuid
+
+    from core.runtime import make_runtime
+    from core.runtime.base import SandboxSpec
+    from envs.toy import ToyEnv
+
+    runtime = make_runtime("local", base_dir=tmp_path / "sandboxes")  # the toy verifier's own tests run it so too
+    box = runtime.create(SandboxSpec(image="none", run_id="test-checks", rollout_id=uuid.uuid4().hex[:8]))
+    await box.start()
+    try:
+        env = ToyEnv(families=["rename"], n=10)
+        task = next(t for t in env.tasks() if len(t.meta["params"].get("stems", [])) == 4)
+        p = task.meta["params"]
+        for rel, data in task.files.items():
+            await box.put_file(f"/workspace/{rel}", data.encode())
+        stems = p["stems"]  # 1st and 3rd renamed, 2nd copied (the old file stays), 4th untouched
+        script = f"mv {stems[0]}.{p['from']} {stems[0]}.{p['to']} && cp {stems[1]}.{p['from']} {stems[1]}.{p['to']} && mv {stems[2]}.{p['from']} {stems[2]}.{p['to']}"
+        assert (await box.exec(script, timeout_s=30, workdir="/workspace")).exit_code == 0
+        score = await env.verify(box, task, "/workspace")
+        assert score.checks == {f"{s}.{p['to']}": v for s, v in zip(stems, (1.0, 0.0, 1.0, 0.0), strict=True)}
+        assert score.score == 0.5
+        dirs_env = ToyEnv(families=["make-dirs"], n=10)
+        dirs_task = next(t for t in dirs_env.tasks() if len(t.meta["params"].get("dirs", [])) >= 3)
+        dirs = dirs_task.meta["params"]["dirs"]
+        assert (await box.exec(f"mkdir -p {dirs[1]}", timeout_s=30, workdir="/workspace")).exit_code == 0
+        made = await dirs_env.verify(box, dirs_task, "/workspace")
+        assert made.checks == {d: (1.0 if d == dirs[1] else 0.0) for d in dirs}
+    finally:
+        await box.stop()

@@ -152,6 +152,7 @@ class Rename(Family):
         checks: dict[str, float] = {}  # one check per file to rename
         for stem in p["stems"]:
             old, new = f"{stem}.{p['from']}", f"{stem}.{p['to']}"
+            noted = len(notes)
             text = await ws.read(new)
             if text is None:
                 notes.append(f"{new} missing")
@@ -159,7 +160,7 @@ class Rename(Family):
                 notes.append(f"{new} has the wrong content")
             elif await ws.exists(old):
                 notes.append(f"{old} still exists")
-            checks[new] = 0.0 if len(notes) > len(checks) else 1.0  # this stem added no note
+            checks[new] = 1.0 if len(notes) == noted else 0.0  # met: this stem added no note
         good, total = int(sum(checks.values())), len(p["stems"])
         return good / total, f"renamed {good}/{total}" + (f" ({'; '.join(notes)})" if notes else ""), checks
 
