@@ -410,6 +410,7 @@ async def test_start_with_files_and_entry_then_reap_only_ours(standin, base_imag
     await sb.start(files=files, entry=Entry(["sh", "-c", "cat in.txt; ./bin/tool.sh; echo $FOO; exit 2"], 10, {"FOO": "bar"}))
     res = await sb.wait_entry()
     assert (res.exit_code, res.stdout, res.timed_out) == (2, "data\ntool\nbar\n", False)
+    assert len(standin.requests("GET", f"/pods/{sb.name}/exec$")) == 2  # both files in one upload, then the entry
     other = rt.create(_live(base_image, run_id="run-other"))
     await other.start()
     stranger = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranger", "labels": {L.RUN: "run-k8s"}},

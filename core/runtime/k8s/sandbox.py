@@ -93,7 +93,10 @@ class KubernetesSandbox:
         except BaseException:
             await self.stop()
             raise
-        await self._entry.begin(self, files, entry)
+        if files:  # one upload for all of them: each exec is a round trip through the API server
+            archive = C.tar_files([(C.absolute(f.path, self.spec.workdir), f.data, f.mode) for f in files])
+            await self._untar(archive, "/")
+        await self._entry.begin(self, (), entry)
 
     async def _wait_running(self) -> None:
         watch = StartWatch(self.name, in_registry(self.spec.image, self.runtime.registry), self.runtime.cfg)
