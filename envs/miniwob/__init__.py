@@ -42,6 +42,9 @@ Look at the page and act on it with the `gui` command in the shell:
 Start with `gui observe`. Ids can change when the page changes: observe again after acting.
 The episode ends by itself when the page judges your answer: stop once `gui status` says done."""
 
+# the instruction files external harnesses read from their working directory (Codex, Claude Code)
+INSTRUCTION_FILES = {name: f"# Working in this sandbox\n\n{INSTRUCTION}\n" for name in ("AGENTS.md", "CLAUDE.md")}
+
 
 def _as_list(value: Any) -> list[str] | None:
     if value is None:
@@ -112,6 +115,7 @@ class MiniWoBEnv(Environment):
             id=f"{name}.{index}",
             instruction=INSTRUCTION,
             setup=start_command(name, seed, self.timeout, self.mode),
+            files=dict(INSTRUCTION_FILES),
             timeout_s=self.timeout + 30.0,
             meta={"task": name, "instance": index, "seed": seed, "mode": self.mode, "family": name, "gui": "browser"},
             solution=str(ORACLE) if name in ORACLE_TASKS else None,
