@@ -89,6 +89,7 @@ class Seen:
     method: str
     path: str
     query: list[tuple[str, str]]
+    authorization: str | None = None
 
 
 class ApiServerStandIn:
@@ -181,7 +182,7 @@ class ApiServerStandIn:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        self.seen.append(Seen(request.method, request.path, list(request.query.items())))
+        self.seen.append(Seen(request.method, request.path, list(request.query.items()), request.headers.get("Authorization")))
         for fault in self._faults:
             if fault.times > 0 and fault.method == request.method and fault.path.search(request.path):
                 fault.times -= 1

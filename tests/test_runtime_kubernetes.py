@@ -493,6 +493,7 @@ def test_a_run_on_kubernetes_survives_a_killed_pod(standin, base_image, tmp_path
     assert (status, attempt, passed) == ("done", 1, True) and summary.infra_errors == 0
     exec_args = [v for r in standin.requests("GET", "/exec$") for _, v in r.query]
     assert exec_args and not any("/r/" in v for v in exec_args)  # the rollout's proxy token never in a URL
+    assert {r.authorization for r in standin.seen} == {"Bearer t0ken"}  # the kubeconfig's token, on REST and exec alike
     assert not [k for k, p in standin.pods.items() if not p.obj["metadata"].get("deletionTimestamp") and p.obj["status"]["phase"] != "Failed"]
     assert not standin.policies  # the run's NetworkPolicy went with it
     needed = {_rbac_need(r) for r in standin.seen}
