@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.backends.replay import RecordedCall, ReplayBackend, ServedCall
-from core.errors import ConfigError
+from core.errors import ConfigError, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -239,10 +239,12 @@ async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: s
         assert session.store is not None
         session.store.flush()
         cur = session.store.cursor().execute(
-            "SELECT rollout_id, reward, harness_version, image_digest, task_hash FROM rollouts WHERE rollout_id = ?", [items[0].rollout_id]
+            "SELECT rollout_id, reward, status, error, harness_version, image_digest, task_hash FROM rollouts WHERE rollout_id = ?", [items[0].rollout_id]
         )
-        new_id, new_score, *now = cur.fetchone()
+        new_id, new_score, status, error, *now = cur.fetchone()
         run_id = session.run_id
+    if status == "infra_error":  # the sandbox, not the harness, failed: there is no replay to compare
+        raise SandboxError(f"the replay's sandbox failed ({error}); nothing was compared: fix that and replay again")
     found, volatile = divergences(backend, row["harness"], row["reward"], new_score)
     changed = {
         key: [row[key], value]
