@@ -59,6 +59,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
             tokenizer=args.tokenizer,
             parser=args.parser,
             max_body_bytes=args.max_body_bytes,
+            call_timeout_s=args.call_timeout,
         )
     )
     return 0
@@ -260,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="the policy's model for tokenization (needed by vllm:URL)")
     p.add_argument("--parser", default="hermes", help="tool-call parser for token backends (hermes, qwen)")
     p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    p.add_argument("--call-timeout", type=float, default=None, help="seconds a model call may take before it fails (default: no limit; a backend spec's ?timeout= bounds silence from its upstream)")
     p.set_defaults(func=cmd_proxy)
 
     p = sub.add_parser("serve-model", help="serve a local model over a vLLM-compatible token-in/token-out API")

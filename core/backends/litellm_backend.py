@@ -15,7 +15,7 @@ from typing import Any
 from core.backends.base import GenerationContext
 from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
-from core.errors import BackendError, ContextLengthError
+from core.errors import BackendError, ContextLengthError, RateLimitedError
 
 # LiteLLM providers whose wire format is already OpenAI chat, with the env var LiteLLM reads their key from
 OPENAI_COMPATIBLE = {
@@ -134,6 +134,9 @@ class LiteLLMBackend:
         except litellm.ContextWindowExceededError as exc:  # the client's to fix, as from the token path
             raise ContextLengthError(upstream=str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - every provider failure is a backend error
+            if isinstance(exc, getattr(litellm, "RateLimitError", ())):  # the client's to wait out, with its Retry-After
+                headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+                raise RateLimitedError(f"{self.name}: rate limited: {exc}", headers.get("retry-after")) from exc
             raise BackendError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         tool_calls = [
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}") for i, c in sorted(calls.items())

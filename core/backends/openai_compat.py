@@ -19,7 +19,7 @@ import orjson
 
 from core.backends.base import GenerationContext
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
-from core.errors import BackendError, ContextLengthError
+from core.errors import BackendError, ContextLengthError, RateLimitedError
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,8 @@ class OpenAICompatBackend:
                 raw = await response.content.read(_ERROR_BODY_LIMIT)
                 if response.status in (400, 413) and is_context_length(raw):
                     raise ContextLengthError(upstream=error_message(raw))  # the client's to fix, as from the token path
+                if response.status == 429:  # the client's to wait out: passed on as a 429 with the upstream's Retry-After
+                    raise RateLimitedError(f"{self.name}: {self.url} is rate limited: {error_message(raw)}", response.headers.get("retry-after"))
                 raise BackendError(f"{self.name}: {self.url} answered HTTP {response.status}: {error_message(raw)}")
             if response.content_type == "application/json":  # a server that does not stream
                 event = _as_chunk(self._event(await response.read()))
@@ -219,7 +221,7 @@ class OpenAICompatBackend:
                     yield TextDelta(text)
             got_done = got_done or data == [b"[DONE]"]
             ended = True
-        except (BackendError, ContextLengthError):
+        except (BackendError, ContextLengthError):  # RateLimitedError is a BackendError
             raise
         except aiohttp.ClientConnectorError as exc:
             raise BackendError(f"{self.name}: cannot reach {self.api_base}: {exc}; is the server running?") from exc

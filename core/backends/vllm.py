@@ -22,7 +22,7 @@ import orjson
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.openai_compat import HttpSession, error_message
-from core.errors import BackendError, ContextLengthError, ModelError
+from core.errors import BackendError, ContextLengthError, ModelError, RateLimitedError
 from core.models.resolve import load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class VllmBackend:
         model_name: str | None = None,
         timeout: float = 600,
         context_length: int | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = _api_root(base_url)
         self.model_name = model_name
@@ -70,6 +71,8 @@ class VllmBackend:
         # only 20 idle connections by default, so a busy proxy reconnects on most calls
         self._http = HttpSession(timeout)
         self.headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if api_key:  # vLLM's --api-key
+            self.headers["authorization"] = f"Bearer {api_key}"
 
     def set_adapter(self, name: str | None, version: int | None = None) -> None:
         """Sample with the server's LoRA adapter `name` from now on (None: the base model); record `version`."""
@@ -115,7 +118,7 @@ class VllmBackend:
             payload = orjson.dumps(self._body(prompt_ids, sampling))
             response = await self._http.post(url, payload, self.headers)
             if response.status != 200:
-                self._raise_for(response.status, await response.read(), len(prompt_ids))
+                self._raise_for(response.status, await response.read(), len(prompt_ids), response.headers.get("retry-after"))
             buf = b""
             async for piece in response.content.iter_any():
                 buf = buf + piece if buf else piece
@@ -186,8 +189,10 @@ class VllmBackend:
             token_ids=[int(t) for t in ids], logprobs=[float(x) for x in lps], finish_reason=finish
         )
 
-    def _raise_for(self, status: int, raw: bytes, prompt_tokens: int) -> None:
+    def _raise_for(self, status: int, raw: bytes, prompt_tokens: int, retry_after: str | None = None) -> None:
         message = error_message(raw)
+        if status == 429:
+            raise RateLimitedError(f"vLLM at {self.base_url} is rate limited: {message}", retry_after)
         match = _CONTEXT_RE.search(message)
         if status == 400 and (match or "context length" in message or "too long" in message):
             limit = int(match.group(1)) if match else self.context_length

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.paths import stores_dir
 from core.proxy.app import DEFAULT_MAX_BODY, ProxyApp
-from core.proxy.factory import make_policy
+from core.proxy.factory import make_policy, public_model_name
 from core.proxy.server import serve_forever
 from core.proxy.sessions import Session, SessionRegistry
 from core.store.writer import Store, utcnow
@@ -54,15 +54,16 @@ async def run_standalone_proxy(
     tokenizer: str | None = None,
     parser: str = "hermes",
     max_body_bytes: int = DEFAULT_MAX_BODY,
+    call_timeout_s: float | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM, then mark sessions ended and close the store (every call flushed)."""
     run_id = "proxy-" + utcnow().strftime("%Y%m%d-%H%M%S-%f")
     store_path = store_path or default_store_path(run_id)
     policy = make_policy(spec, parser=parser, tokenizer=tokenizer)
-    config = {"kind": "proxy", "backend": spec, "host": host, "port": port, "parser": parser, "tokenizer": tokenizer}
+    config = {"kind": "proxy", "backend": spec, "host": host, "port": port, "parser": parser, "tokenizer": tokenizer, "call_timeout_s": call_timeout_s}
     store, sessions = open_adhoc_store(store_path, run_id, config)
     store.serve_queries()
-    app = ProxyApp(policy, sessions, store, max_body_bytes=max_body_bytes, served_model=spec.partition(":")[2])
+    app = ProxyApp(policy, sessions, store, max_body_bytes=max_body_bytes, call_timeout_s=call_timeout_s, served_model=public_model_name(spec))
     try:
         await serve_forever(app, host, port, lambda url: on_ready(url, store_path))
     finally:
