@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.errors import ConfigError
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
+from core.secrets import redact
 
 
 class _Section(BaseModel):
@@ -193,7 +194,7 @@ def dump_toml(config: RunConfig) -> str:
     lines: list[str] = []
     for section, model in config:
         lines.append(f"[{section}]")
-        for key, value in model.model_dump().items():
+        for key, value in redact(model.model_dump()).items():  # no key is ever written to disk
             if value is None:
                 continue
             lines.append(f"{key} = {_toml_value(value)}")

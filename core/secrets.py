@@ -17,7 +17,8 @@ SECRET_NAMES = ("api_key", "apikey", "key", "token", "access_token", "password",
 _NAMES = "|".join(SECRET_NAMES)
 _SECRET_OPTION = re.compile(rf"([?&;](?:{_NAMES})=)[^&#\s\"']*", re.I)
 _URL_PASSWORD = re.compile(r"(://[^/:@\s\"']+:)[^@/\s\"']+@")
-_SECRET_KEY = re.compile(rf"(^|_)({_NAMES})$", re.I)
+# config keys whose whole value is a secret (not bare `key`/`token`: a toleration's `key` is no secret)
+_SECRET_KEY = re.compile(r"^(api_?key|access_token|auth_token|password|client_secret|secret_key)$", re.I)
 
 
 def redact_text(text: str) -> str:

@@ -94,3 +94,31 @@ def test_runs_config_never_holds_a_key(store):
     assert "sk-live-123" not in text and "sk-other" not in text and ":pw@" not in text
     stored = json.loads(text)
     assert stored["policy"]["backend"] == "litellm:openai/gpt-4o?api_base=http://user:***@127.0.0.1:9/v1&api_key=***&token_ids=1"
+
+
+def test_the_config_file_beside_a_run_holds_no_key_and_a_redacted_key_is_refused():
+    from core.config import RunConfig, dump_toml
+    from core.errors import ConfigError
+    from core.proxy.factory import make_policy
+
+    config = RunConfig()
+    config.policy.backend = "litellm:openai/gpt-4o?api_key=sk-live-123&api_base=http://127.0.0.1:9/v1"
+    text = dump_toml(config)
+    assert "sk-live-123" not in text and 'backend = "litellm:openai/gpt-4o?api_key=***&api_base=http://127.0.0.1:9/v1"' in text
+    with pytest.raises(ConfigError, match="api_key_env=NAME"):  # a resumed run says how to give the key back
+        make_policy("litellm:openai/gpt-4o?api_key=***&api_base=http://127.0.0.1:9/v1")
+
+
+def test_forgetui_sql_warns_when_the_store_kept_rows_it_could_not_store(tmp_path):
+    import os
+    import subprocess
+
+    path = tmp_path / "s.duckdb"
+    with Store.open(path) as s:
+        s.record_call(call_row(response=deep(300)))
+        s.flush()
+    env = {**os.environ, "FORGETUI_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "forgetui.cli", "sql", "SELECT count(*) AS n FROM calls", "--store", str(path), "--format", "json"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"n": 0}]
+    assert "1 row(s) in dead_letters" in " ".join(out.stderr.split())

@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl, urlsplit
 from core.backends.base import TokenBackend
 from core.errors import ConfigError
 from core.proxy.policy import PassthroughPolicy, Policy, TokenPolicy
-from core.secrets import key_from_env, redact_text
+from core.secrets import REDACTED, key_from_env, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ def api_key(opts: dict[str, str]) -> str | None:
     """The upstream's key: from the environment variable `api_key_env` names, else an inline `api_key` (discouraged)."""
     if opts.get("api_key_env"):
         return key_from_env(opts["api_key_env"])
+    if opts.get("api_key") == REDACTED:
+        raise ConfigError("this backend spec's api_key was redacted when it was stored (keys never are): name the key's environment variable with api_key_env=NAME")
     if opts.get("api_key"):
         log.warning("the backend spec carries its API key inline; it is redacted wherever shown, but prefer api_key_env=NAME (the key stays in the environment)")
     return opts.get("api_key")
