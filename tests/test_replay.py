@@ -114,3 +114,23 @@ def test_changed_task_file_diverges_at_the_call_that_reads_it(docker_client, bas
     assert report["recorded_score"] == report["replayed_score"] == 1.0  # grep counts the new line too: same score
     assert main(["replay", rollout_id]) == EXIT_DIVERGED
     assert "FIRST DIVERGENCE (prompt): call 1's prompt" in capsys.readouterr().out
+
+
+def test_what_replay_refuses(tmp_path):
+    from core.analytics.replay import check_harness_version, load_recording, tokenizer_name
+    from core.errors import ConfigError
+    from core.store.writer import Store
+
+    with pytest.raises(ConfigError, match="passthrough"):
+        tokenizer_name({"backend": "litellm:openai/gpt-4o"})
+    assert tokenizer_name({"backend": "builtin:smollm2-135m"}) == "smollm2-135m"
+    assert tokenizer_name({"backend": "scripted:/x.json?tokenizer=smollm2-135m"}) == "smollm2-135m"
+    assert tokenizer_name({"backend": "vllm:http://127.0.0.1:1", "tokenizer": "/models/q"}) == "/models/q"
+    check_harness_version("react", "1")  # the pinned one
+    with pytest.raises(ConfigError, match="pinned in harnesses/versions.py"):
+        check_harness_version("codex", "0.1.0")
+    store = Store.open(tmp_path / "s.duckdb")
+    store.insert_run("r", {})
+    store.close()
+    with pytest.raises(ConfigError, match="no rollout 'r/x/0'"):
+        load_recording("r/x/0", tmp_path / "s.duckdb")
