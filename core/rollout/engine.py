@@ -12,6 +12,8 @@ from core.rollout.status import Status
 from core.store.writer import utcnow
 
 log = logging.getLogger(__name__)
+RUNTIME_WAIT_S = 300.0  # after an infrastructure error, how long a retry waits for the runtime to answer again
+RUNTIME_POLL_S = 1.0
 
 
 @dataclass
@@ -26,8 +28,9 @@ class RolloutEvent:
 class RolloutEngine:
     """Schedules rollouts on `concurrency` sandboxes at once and retries infrastructure failures."""
 
-    def __init__(self, ctx: RunContext, *, concurrency: int, max_retries: int, on_event: Callable[[RolloutEvent], None] | None = None) -> None:
+    def __init__(self, ctx: RunContext, *, concurrency: int, max_retries: int, on_event: Callable[[RolloutEvent], None] | None = None, runtime_wait_s: float = RUNTIME_WAIT_S) -> None:
         self.ctx = ctx
+        self.runtime_wait_s = runtime_wait_s
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.on_event = on_event
@@ -69,6 +72,31 @@ class RolloutEngine:
                 log.exception("progress callback failed")
         return result
 
+    async def _runtime_answers(self) -> bool:
+        """Before a retry: wait (up to runtime_wait_s) until the runtime answers, so an engine restart costs no attempts."""
+        runtime = self.ctx.runtime
+        available = getattr(runtime, "available", None)
+        if available is None:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.runtime_wait_s
+        warned = False
+        while True:
+            try:
+                if await asyncio.to_thread(available):
+                    if warned:
+                        log.info("runtime %s answers again; retrying", getattr(runtime, "name", runtime))
+                    return True
+            except Exception:  # noqa: BLE001 - an unreachable runtime is what we wait out
+                pass
+            if loop.time() >= deadline:
+                log.warning("runtime %s still does not answer after %.0f s; retrying anyway", getattr(runtime, "name", runtime), self.runtime_wait_s)
+                return False
+            if not warned:
+                warned = True
+                log.warning("runtime %s does not answer; waiting up to %.0f s before retrying", getattr(runtime, "name", runtime), self.runtime_wait_s)
+            await asyncio.sleep(RUNTIME_POLL_S)
+
     async def _with_retries(self, item: RolloutItem) -> RolloutResult:
         error = ""
         first = item.first_attempt
@@ -86,6 +114,7 @@ class RolloutEngine:
                 log.exception("rollout %s attempt %d failed unexpectedly", item.rollout_id, attempt_no)
             if attempt_no < first + self.max_retries:
                 self.ctx.update({"rollout_id": item.rollout_id, "status": str(Status.PENDING), "error": f"retrying after: {error}", "attempt": attempt_no + 1})
+                await self._runtime_answers()
         self.ctx.update(
             {"rollout_id": item.rollout_id, "status": str(Status.INFRA_ERROR), "ended_at": utcnow(), "reward": None, "passed": None, "error": error}
         )

@@ -11,14 +11,15 @@ from pathlib import Path
 from core.paths import runs_dir
 from core.runtime.base import Runtime
 from core.runtime.labels import default_owner
-from core.store.query import pid_alive
+from core.store.query import pid_alive, process_start
 
 log = logging.getLogger(__name__)
 PID_FILE = "pid.json"
 
 
 def write_pid_file(run_dir: Path) -> None:
-    (run_dir / PID_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "started": process_start(os.getpid())}
+    (run_dir / PID_FILE).write_text(json.dumps(info))
 
 
 def remove_pid_file(run_dir: Path) -> None:
@@ -35,7 +36,8 @@ def dead_runs(root: Path | None = None) -> list[str]:
         except (OSError, json.JSONDecodeError):
             dead.append(pid_file.parent.name)
             continue
-        if info.get("host") == socket.gethostname() and not pid_alive(int(info.get("pid", 0))):
+        started = info.get("started")
+        if info.get("host") == socket.gethostname() and not pid_alive(int(info.get("pid", 0)), started if isinstance(started, int) else None):
             dead.append(pid_file.parent.name)
     return dead
 

@@ -73,6 +73,13 @@ def _docker() -> Any:
     return docker
 
 
+def _requests_errors() -> tuple[type[BaseException], ...]:
+    """What the docker SDK's HTTP layer raises when the engine's socket does not answer."""
+    import requests
+
+    return (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+
+
 class DockerSandbox:
     """One rollout's container."""
 
@@ -332,6 +339,8 @@ class DockerSandbox:
             if exc.status_code == 409 or "is not running" in str(exc):
                 raise self._gone(exc) from exc
             raise SandboxError(f"exec in sandbox {self.name} failed: {exc}") from exc
+        except _requests_errors() as exc:  # the engine went away (restart, crash): an infrastructure error
+            raise SandboxError(f"Docker engine unreachable during an exec in sandbox {self.name}: {exc}") from exc
         if code is None:  # the exec never finished: the container died under it
             raise self._gone(RuntimeError("exec ended without an exit code"))
         return int(code), out or b"", err or b""
@@ -524,7 +533,10 @@ class DockerRuntime:
         return self._client
 
     def available(self) -> bool:
+        """Whether the engine answers on a new connection: a pooled keep-alive one goes on answering pings
+        while a daemon shuts down, after its socket stopped taking new connections."""
         try:
+            self.client.api.close()  # drops idle pooled connections only; the session stays usable
             return bool(self.client.ping())
         except Exception:
             return False

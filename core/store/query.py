@@ -126,14 +126,37 @@ def sidecar_path(store_path: Path) -> Path:
     return Path(str(store_path) + ".live.json")
 
 
-def pid_alive(pid: int) -> bool:
+def process_state(pid: int) -> str | None:
+    """The one-letter state in /proc/<pid>/stat (R, S, Z...), or None where there is no such file."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else None
+
+
+def process_start(pid: int) -> int | None:
+    """When `pid` started (clock ticks after boot, /proc/<pid>/stat field 22): tells a reused pid apart; None if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: int, started: int | None = None) -> bool:
+    """Whether `pid` runs: not gone, not a zombie (dead, not yet reaped), and (given `started`) not a reused pid."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    if process_state(pid) in ("Z", "X"):  # killed; only its exit status is left for its parent to read
+        return False
+    return started is None or process_start(pid) in (None, started)
 
 
 def read_sidecar(store_path: Path) -> dict[str, Any] | None:
