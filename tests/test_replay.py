@@ -134,3 +134,16 @@ def test_what_replay_refuses(tmp_path):
     store.close()
     with pytest.raises(ConfigError, match="no rollout 'r/x/0'"):
         load_recording("r/x/0", tmp_path / "s.duckdb")
+
+
+@pytest.mark.parametrize(("fixture", "today", "other"), [
+    ("claude-code", "2026-11-30", "2027-01-02"), ("gemini-cli", "Monday, November 30, 2026", "Tuesday, January 2, 2027"),
+    ("opencode", "Mon Nov 30 2026", "Sat Jan 02 2027"),
+])  # fmt: skip
+def test_volatile_text_covers_the_date_each_harness_writes(fixture, today, other):
+    from core.analytics.replay import _masked
+    from tests.conftest import harness_requests
+
+    text = next(json.dumps(r.get("body")) for name, r in harness_requests() if name == fixture and today in json.dumps(r.get("body")))
+    assert _masked(text, fixture) == _masked(text.replace(today, other), fixture)
+    assert _masked(text, fixture) != _masked(text.replace("You", "Yu"), fixture)  # nothing else is masked away
