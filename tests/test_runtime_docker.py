@@ -99,7 +99,7 @@ async def test_limits_security_and_labels(docker_runtime, docker_client, base_im
         assert host["CapDrop"] == ["ALL"]
         assert "SYS_ADMIN" not in (host["CapAdd"] or [])
         assert "no-new-privileges" in host["SecurityOpt"]
-        assert host["NetworkMode"] == "host"
+        assert host["NetworkMode"] == "none"  # isolated by default; without a proxy to reach, no network at all
         assert not any("docker.sock" in m.get("Source", "") for m in attrs["Mounts"])
         labels = attrs["Config"]["Labels"]
         assert labels[L.RUN] == run_id and labels[L.ROLLOUT] == "lim" and labels[L.OWNER] == "tester"

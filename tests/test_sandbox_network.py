@@ -97,6 +97,9 @@ async def test_isolated_sandbox_reaches_the_proxy_and_nothing_else(
 
         forwarders = docker_client.containers.list(filters={"label": [f"{L.RUN}={run_id}", "forgetui.role=network"]})
         assert len(forwarders) == 1 and forwarders[0].attrs["HostConfig"]["NetworkMode"] == "none"
+        fwd_host = forwarders[0].attrs["HostConfig"]
+        assert fwd_host["CapDrop"] == ["ALL"] and not fwd_host["CapAdd"] and fwd_host["ReadonlyRootfs"] is True
+        assert "no-new-privileges" in fwd_host["SecurityOpt"] and fwd_host["Privileged"] is False
         sandbox = docker_client.containers.get(sb.id)
         assert sandbox.attrs["HostConfig"]["NetworkMode"] == f"container:{forwarders[0].id}"
         assert not any(m["Destination"].startswith("/run/forgetui-net") for m in sandbox.attrs["Mounts"])
