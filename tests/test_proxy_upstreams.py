@@ -147,3 +147,15 @@ async def test_litellm_providers_rate_limit_keeps_its_retry_after(monkeypatch):
     with pytest.raises(RateLimitedError) as caught:
         [e async for e in backend.complete(request, GenerationContext(session="s", call_seq=0, request=request))]
     assert caught.value.retry_after == "12" and caught.value.status == 429
+
+
+def test_upstream_errors_show_no_url_password(live_proxy):
+    with BackgroundServer(Upstream(500)) as up:
+        host = up.url.removeprefix("http://")
+        proxy = live_proxy(f"litellm:hosted_vllm/m?api_base=http://user:hunter2@{host}/v1")
+        resp = httpx.post(proxy.base + ROUTES["chat"], json={"model": "m", "messages": USER}, timeout=30)
+        assert resp.status_code == 502
+        message = error_message("chat", resp.json())
+        assert "user:***@" in message and "hunter2" not in message
+        ((error,),) = proxy.rows("SELECT error FROM calls")
+        assert "hunter2" not in error

@@ -16,6 +16,7 @@ from core.backends.base import GenerationContext
 from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
 from core.errors import BackendError, ContextLengthError, RateLimitedError
+from core.secrets import redact_text
 
 # LiteLLM providers whose wire format is already OpenAI chat, with the env var LiteLLM reads their key from
 OPENAI_COMPATIBLE = {
@@ -136,8 +137,8 @@ class LiteLLMBackend:
         except Exception as exc:  # noqa: BLE001 - every provider failure is a backend error
             if isinstance(exc, getattr(litellm, "RateLimitError", ())):  # the client's to wait out, with its Retry-After
                 headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-                raise RateLimitedError(f"{self.name}: rate limited: {exc}", headers.get("retry-after")) from exc
-            raise BackendError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+                raise RateLimitedError(f"{self.name}: rate limited: {redact_text(str(exc))}", headers.get("retry-after")) from exc
+            raise BackendError(f"{self.name}: {type(exc).__name__}: {redact_text(str(exc))}") from exc
         tool_calls = [
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}") for i, c in sorted(calls.items())
         ]

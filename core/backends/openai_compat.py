@@ -20,6 +20,7 @@ import orjson
 from core.backends.base import GenerationContext
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
 from core.errors import BackendError, ContextLengthError, RateLimitedError
+from core.secrets import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +183,8 @@ class OpenAICompatBackend:
                 if response.status in (400, 413) and is_context_length(raw):
                     raise ContextLengthError(upstream=error_message(raw))  # the client's to fix, as from the token path
                 if response.status == 429:  # the client's to wait out: passed on as a 429 with the upstream's Retry-After
-                    raise RateLimitedError(f"{self.name}: {self.url} is rate limited: {error_message(raw)}", response.headers.get("retry-after"))
-                raise BackendError(f"{self.name}: {self.url} answered HTTP {response.status}: {error_message(raw)}")
+                    raise RateLimitedError(f"{self.name}: {redact_text(self.url)} is rate limited: {error_message(raw)}", response.headers.get("retry-after"))
+                raise BackendError(f"{self.name}: {redact_text(self.url)} answered HTTP {response.status}: {error_message(raw)}")
             if response.content_type == "application/json":  # a server that does not stream
                 event = _as_chunk(self._event(await response.read()))
                 text = acc.feed(event)
@@ -224,11 +225,11 @@ class OpenAICompatBackend:
         except (BackendError, ContextLengthError):  # RateLimitedError is a BackendError
             raise
         except aiohttp.ClientConnectorError as exc:
-            raise BackendError(f"{self.name}: cannot reach {self.api_base}: {exc}; is the server running?") from exc
+            raise BackendError(f"{self.name}: cannot reach {redact_text(self.api_base)}: {exc}; is the server running?") from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise BackendError(f"{self.name}: {self.api_base} timed out: {exc!r}") from exc
+            raise BackendError(f"{self.name}: {redact_text(self.api_base)} timed out: {exc!r}") from exc
         except aiohttp.ClientError as exc:
-            raise BackendError(f"{self.name}: the connection to {self.api_base} broke mid-answer: {exc!r}") from exc
+            raise BackendError(f"{self.name}: the connection to {redact_text(self.api_base)} broke mid-answer: {exc!r}") from exc
         finally:
             if response is not None:
                 if ended:
@@ -236,20 +237,20 @@ class OpenAICompatBackend:
                 else:
                     response.close()  # cancelled or failed: drop the connection so the server stops
         if acc.finish is None and not got_done:
-            raise BackendError(f"{self.name}: {self.api_base} ended the stream without a finish reason")
+            raise BackendError(f"{self.name}: {redact_text(self.api_base)} ended the stream without a finish reason")
         yield Finished(acc.completion())
 
     def _event(self, payload: bytes) -> dict[str, Any]:
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
-            raise BackendError(f"{self.name}: malformed stream event from {self.api_base}: {payload[:200]!r}") from exc
+            raise BackendError(f"{self.name}: malformed stream event from {redact_text(self.api_base)}: {payload[:200]!r}") from exc
         if not isinstance(event, dict):
-            raise BackendError(f"{self.name}: malformed stream event from {self.api_base}: {payload[:200]!r}")
+            raise BackendError(f"{self.name}: malformed stream event from {redact_text(self.api_base)}: {payload[:200]!r}")
         if event.get("error"):
             err = event["error"]
             message = err.get("message", err) if isinstance(err, dict) else err
-            raise BackendError(f"{self.name}: {self.api_base} failed mid-answer: {message}")
+            raise BackendError(f"{self.name}: {redact_text(self.api_base)} failed mid-answer: {message}")
         return event
 
     async def aclose(self) -> None:

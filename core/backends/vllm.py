@@ -24,6 +24,7 @@ from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.openai_compat import HttpSession, error_message
 from core.errors import BackendError, ContextLengthError, ModelError, RateLimitedError
 from core.models.resolve import load_tokenizer, resolve_model
+from core.secrets import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class VllmBackend:
         """Stream the server's sampled tokens; closing this generator closes the HTTP stream (vLLM aborts)."""
         if len(prompt_ids) >= self.context_length:
             raise ContextLengthError(len(prompt_ids), self.context_length - 1)
-        url = f"{self.base_url}/v1/completions"
+        url = f"{redact_text(self.base_url)}/v1/completions"
         finished = False
         response: aiohttp.ClientResponse | None = None
         ended = False
@@ -139,13 +140,13 @@ class VllmBackend:
             ended = True
         except aiohttp.ClientConnectorError as exc:
             raise BackendError(
-                f"cannot reach vLLM at {self.base_url}: {exc}; is the server running?"
+                f"cannot reach vLLM at {redact_text(self.base_url)}: {exc}; is the server running?"
             ) from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise BackendError(f"vLLM at {self.base_url} timed out: {exc!r}") from exc
+            raise BackendError(f"vLLM at {redact_text(self.base_url)} timed out: {exc!r}") from exc
         except aiohttp.ClientError as exc:
             raise BackendError(
-                f"the connection to vLLM at {self.base_url} broke mid-answer: {exc!r}"
+                f"the connection to vLLM at {redact_text(self.base_url)} broke mid-answer: {exc!r}"
             ) from exc
         finally:
             if response is not None:
@@ -154,7 +155,7 @@ class VllmBackend:
                 else:
                     response.close()  # cancelled or failed: dropping the connection makes vLLM abort
         if not finished:
-            raise BackendError(f"vLLM at {self.base_url} ended the stream without a finish reason")
+            raise BackendError(f"vLLM at {redact_text(self.base_url)} ended the stream without a finish reason")
 
     def _parse_event(self, data: bytes) -> TokenChunk | None:
         try:
@@ -173,14 +174,14 @@ class VllmBackend:
         if ids is None:
             if choice.get("text") or not choice.get("finish_reason"):
                 raise BackendError(
-                    f"the server at {self.base_url} returned no token_ids; it must support `return_token_ids` (vLLM >= 0.10.2)"
+                    f"the server at {redact_text(self.base_url)} returned no token_ids; it must support `return_token_ids` (vLLM >= 0.10.2)"
                 )
             ids = []
         logprobs = choice.get("logprobs") or {}
         lps = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
         if lps is None or len(lps) != len(ids):
             raise BackendError(
-                f"the server at {self.base_url} returned {len(ids)} token ids but no matching logprobs"
+                f"the server at {redact_text(self.base_url)} returned {len(ids)} token ids but no matching logprobs"
             )
         finish = choice.get("finish_reason")
         if finish not in (None, "stop", "length"):
@@ -192,12 +193,12 @@ class VllmBackend:
     def _raise_for(self, status: int, raw: bytes, prompt_tokens: int, retry_after: str | None = None) -> None:
         message = error_message(raw)
         if status == 429:
-            raise RateLimitedError(f"vLLM at {self.base_url} is rate limited: {message}", retry_after)
+            raise RateLimitedError(f"vLLM at {redact_text(self.base_url)} is rate limited: {message}", retry_after)
         match = _CONTEXT_RE.search(message)
         if status == 400 and (match or "context length" in message or "too long" in message):
             limit = int(match.group(1)) if match else self.context_length
             raise ContextLengthError(prompt_tokens, limit)
-        raise BackendError(f"vLLM at {self.base_url} answered HTTP {status}: {message}")
+        raise BackendError(f"vLLM at {redact_text(self.base_url)} answered HTTP {status}: {message}")
 
     async def aclose(self) -> None:
         await self._http.aclose()
