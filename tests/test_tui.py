@@ -340,3 +340,21 @@ async def test_holding_the_arrow_key_loads_one_call(home: Path, monkeypatch: pyt
         await settle(app, pilot, lambda: "ro-a-call-1" in text_of(header))
         await pilot.pause(0.3)
         assert loaded == ["ro-a-call-1"]
+
+
+async def test_theme_is_saved_help_opens_and_the_palette_has_the_run_commands(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.theme = "nord"
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert app.screen.query("HelpPanel")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for wanted in ("New run…", "Resume the selected run", "Stop the selected run", "Delete the selected run", "gc",
+                       "Open a store by path…"):
+            assert wanted in titles
+    assert json.loads((home / "tui" / "settings.json").read_text())["theme"] == "nord"
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.theme == "nord"

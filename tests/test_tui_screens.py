@@ -118,8 +118,14 @@ async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
         lines = screen.query_one(RolloutLines)
         await until(pilot, lambda: lines.row_count == 24, "24 rollouts on the Run screen")
         assert cells(screen.query_one(PassTable))[0][:4] == ["toy", "react", "2", "21"]  # 3 infra errors left out
-        assert screen.query_one(TrainCurves).display
-        assert screen.query_one(TrainCurves).border_subtitle == "3 steps"
+        curves = screen.query_one(TrainCurves)
+        assert curves.border_subtitle == "3 steps" and curves.size.height == 0  # behind the Rollouts tab
+        await pilot.press("t")
+        await pilot.pause()
+        assert curves.size.height > 10 and curves.has_focus
+        loss = curves.query_one("#curve-loss").plt
+        assert "loss 0.167" in loss.build()  # the last step's loss, 0.5 / 3, in the plot's title
+        await pilot.press("t")
         assert "step 2: reward 0.650" in text_of(screen.query_one("#run-summary-text", Static))
         first = cells(lines)[0]
         assert first[:6] == ["done", "task-0", "0", "0", "1", "3"]

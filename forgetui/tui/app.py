@@ -496,7 +496,6 @@ class ForgetuiApp(App[int]):
     @work(thread=True, exclusive=True, group="sql", exit_on_error=False)
     def run_sql(self, path: Path, sql: str, seq: int = 0) -> None:
         """A console query on a worker thread; a run's store reads together with its veRL shards."""
-        started = time.monotonic()
         try:
             if not sql.strip():
                 raise ForgetuiError("type a query first, e.g. SELECT count(*) FROM calls")
@@ -507,7 +506,7 @@ class ForgetuiApp(App[int]):
             log.exception("console query failed")
             self.post_message(SqlFinished(sql, error=f"{type(exc).__name__}: {exc}", seq=seq))
         else:
-            self.post_message(SqlFinished(sql, result=result, seq=seq, seconds=time.monotonic() - started))
+            self.post_message(SqlFinished(sql, result=result, seq=seq))
 
     @work(thread=True, exclusive=True, group="export", exit_on_error=False)
     def export_sql(self, result: Any, path: Path) -> None:
@@ -734,7 +733,7 @@ class ForgetuiApp(App[int]):
             return  # cancelled, or a newer query is running
         console = self.query_one(SqlConsole)
         if message.result is not None:
-            console.show_result(message.result, message.seconds)
+            console.show_result(message.result)
         else:
             console.show_error(message.error or "query failed")
 

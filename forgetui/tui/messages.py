@@ -67,14 +67,12 @@ class RunSql(Message):
 class SqlFinished(Message):
     """A console query finished: a result, or the error to show."""
 
-    def __init__(self, sql: str, result: QueryResult | None = None, error: str | None = None, *, seq: int = 0,
-                 seconds: float | None = None) -> None:
+    def __init__(self, sql: str, result: QueryResult | None = None, error: str | None = None, *, seq: int = 0) -> None:
         super().__init__()
         self.sql = sql
         self.result = result
         self.error = error
         self.seq = seq  # which run of the console it answers (a cancelled or superseded one is dropped)
-        self.seconds = seconds
 
 
 class LoadFailed(Message):

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
 from forgetui.tui.messages import LoadFailed, RunLoaded
@@ -38,7 +38,7 @@ def summary_text(d: RunDetail, calls_per_s: float | None) -> Text:
         last = d.train_steps[-1]
         text.append(f"\nstep {last['step']}: reward {fmt(last.get('reward_mean'))} · pass rate {fmt(last.get('pass_rate'))}"
                     f" · loss {fmt(last.get('loss'), '.4g')} · logprob diff max {fmt(last.get('logprob_diff_max'), '.2g')}")
-    for err in d.errors[-3:]:
+    for err in d.errors[-2:]:
         text.append(f"\n! {err[:200]}", style="red")
     return text
 
@@ -46,7 +46,8 @@ def summary_text(d: RunDetail, calls_per_s: float | None) -> Text:
 class RunScreen(Screen):
     """Loads the run on a worker (and again every REFRESH_S while it runs); Enter on a rollout opens it."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "reload", "Refresh")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "reload", "Refresh"),
+                Binding("t", "toggle_tab", "Rollouts/curves")]
 
     def __init__(self, source: RunSource, run_id: str | None = None, refresh_s: float = REFRESH_S) -> None:
         super().__init__()
@@ -63,8 +64,11 @@ class RunScreen(Screen):
             with Horizontal(id="run-top"):
                 yield Static(Text(f"loading {self.run_id}…", style="dim"), id="run-summary-text")
                 yield PassTable(id="run-pass")
-            yield TrainCurves(id="run-curves")
-            yield RolloutLines(self.source, id="run-lines")
+            with TabbedContent(id="run-tabs"):
+                with TabPane("Rollouts", id="tab-lines"):
+                    yield RolloutLines(self.source, id="run-lines")
+                with TabPane("Training curves", id="tab-curves"):
+                    yield TrainCurves(id="run-curves")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -99,11 +103,13 @@ class RunScreen(Screen):
         self.query_one("#run-summary-text", Static).update(
             summary_text(d, self._calls_per_s if d.status == "running" else None))
         self.query_one(PassTable).show_report(d.report)
-        curves = self.query_one(TrainCurves)
-        curves.display = bool(d.train_steps)
-        if d.train_steps:
-            curves.show_steps(d.train_steps)
+        self.query_one(TrainCurves).show_steps(d.train_steps)
         self.query_one(RolloutLines).show_lines(d.rollouts)
+
+    def action_toggle_tab(self) -> None:
+        tabs = self.query_one("#run-tabs", TabbedContent)
+        tabs.active = "tab-curves" if tabs.active == "tab-lines" else "tab-lines"
+        (self.query_one(TrainCurves) if tabs.active == "tab-curves" else self.query_one(RolloutLines)).focus()
 
     @on(LoadFailed)
     def _failed(self, message: LoadFailed) -> None:

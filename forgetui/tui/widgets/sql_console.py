@@ -113,12 +113,10 @@ class SqlConsole(Vertical):
     def set_status(self, text: Text | str) -> None:
         self.query_one("#sql-status", Static).update(text)
 
-    def show_result(self, result: QueryResult, seconds: float | None = None) -> None:
+    def show_result(self, result: QueryResult) -> None:
         self.running = False
         self.query_one(ResultTable).show_result(result)
         note = f"{len(result.rows)} rows" + (" (truncated)" if result.truncated else "")
-        if seconds is not None:
-            note += f" in {seconds:.2f} s"
         self.set_status(Text(note, style="green"))
 
     def show_error(self, message: str) -> None:

@@ -11,7 +11,7 @@ from textual_plotext import PlotextPlot
 from forgetui.tui.run_data import CURVES, curve
 
 
-class TrainCurves(Grid):
+class TrainCurves(Grid, can_focus=True):
     """One plotext plot per metric in CURVES; `show_steps` redraws them all from train_steps rows."""
 
     BORDER_TITLE = "Training (per step)"
