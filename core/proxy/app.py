@@ -191,26 +191,37 @@ class ProxyApp:
         finally:
             await events.aclose()
 
-    async def _answer(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
-        # generation runs as its own task, watched against the client leaving: a client that gave up
-        # must not keep the model busy (and everything queued behind it) for an answer nobody reads
-        collect = asyncio.create_task(self._with_timeout(_collect(events)))
-        self.inflight.add(collect)
+    async def _watched(self, work: Any, receive: Receive) -> asyncio.Task | None:
+        """Run `work` as a task until it ends or the client leaves: the ended task, or None once it was cancelled.
+
+        A client that gave up must not keep the model busy (and everything queued behind it) for an
+        answer nobody reads; cancelling the task closes the backend's stream, which stops generation.
+        """
+        task = asyncio.ensure_future(work)
+        self.inflight.add(task)  # the lifespan shutdown cancels it too
         watcher = asyncio.create_task(_wait_disconnect(receive))
         try:
-            await asyncio.wait({collect, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            collect.cancel()
+            task.cancel()
             raise
         finally:
             watcher.cancel()
-            self.inflight.discard(collect)
-        if not collect.done() or collect.cancelled():
-            reason = "client disconnected before the answer" if watcher.done() else "the proxy is shutting down"
-            collect.cancel()
-            with contextlib.suppress(BaseException):
-                await collect
-            self._record(call, "cancelled", None, {"partial_text": call.trace.partial_text}, f"{reason}; generation cancelled")
+            self.inflight.discard(task)
+        if task.done() and not task.cancelled():
+            return task
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        return None
+
+    def _record_cancelled(self, call: CallInFlight, before: str) -> None:
+        self._record(call, "cancelled", None, {"partial_text": call.trace.partial_text}, f"client disconnected before {before}; generation cancelled")
+
+    async def _answer(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
+        collect = await self._watched(self._with_timeout(_collect(events)), receive)
+        if collect is None:
+            self._record_cancelled(call, "the answer")
             return
         completion: Completion | None = None
         try:
@@ -227,8 +238,12 @@ class ProxyApp:
     async def _stream(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
         # wait for the first event before sending headers, so a prompt that does not fit or an
         # unreachable backend is an ordinary HTTP error, not an error event in a 200 stream
+        waited = await self._watched(self._with_timeout(anext(events)), receive)
+        if waited is None:
+            self._record_cancelled(call, "the first token")
+            return
         try:
-            first = await self._with_timeout(anext(events))
+            first = waited.result()
         except StopAsyncIteration:
             first = Finished(Completion())
         except Exception as exc:  # noqa: BLE001
@@ -239,21 +254,7 @@ class ProxyApp:
         if call.trace.prompt_ids is not None:
             request.extra["prompt_tokens"] = len(call.trace.prompt_ids)  # message_start reports it up front
         renderer = proto.stream_renderer(request, response_id)
-        pump = asyncio.create_task(self._pump(send, proto, request, call, events, renderer, first, response_id))
-        self.inflight.add(pump)
-        watcher = asyncio.create_task(_wait_disconnect(receive))
-        try:
-            await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not pump.done():
-                pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump
-        except asyncio.CancelledError:
-            pump.cancel()
-            raise
-        finally:
-            watcher.cancel()
-            self.inflight.discard(pump)
+        await self._watched(self._pump(send, proto, request, call, events, renderer, first, response_id), receive)  # the pump records a cancel itself
 
     async def _pump(self, send: Send, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], renderer: Any, first: StreamEvent, response_id: str) -> None:
         completion: Completion | None = None
