@@ -70,6 +70,19 @@ async def run_standalone_proxy(
         for session in sessions.all():
             store.upsert_rollout({"rollout_id": session.rollout_id, "status": "done", "ended_at": utcnow()})
         store.update_run_status(run_id, "stopped")
+        _warn_problems(store)
         store.close()
         await policy.aclose()
         log.info("proxy stopped; store closed at %s", store_path)
+
+
+def _warn_problems(store: Store) -> None:
+    """Say at shutdown when some rows could only be kept in `store_errors` or `dead_letters`."""
+    try:
+        counts = store.problem_counts()
+    except Exception as exc:  # noqa: BLE001 - a report on the way out must not stop the close
+        log.warning("could not count the store's kept rows: %s", exc)
+        return
+    for table, n in counts.items():
+        if n:
+            log.warning("%d row(s) could not be stored as given and are kept in %s (SELECT * FROM %s)", n, table, table)
