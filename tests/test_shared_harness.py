@@ -76,12 +76,20 @@ def test_volume_holds_the_harness_once_and_task_sandboxes_run_it_read_only(docke
     assert HV.sandbox_path(docker_client, task_tag).startswith(HV.BIN + ":/usr/local/sbin")
 
 
-def test_an_interrupted_fill_is_redone(docker_client, base_image, tiny_volume) -> None:
+def test_an_interrupted_fill_is_redone(docker_client, base_image, tiny_volume, monkeypatch) -> None:
     layer, name = tiny_volume
     docker_client.volumes.create(name=name)  # exists, but never completed (a crash mid-fill)
     assert not HV._complete(docker_client, name, base_image)
     HV.ensure_harness_volume(docker_client, base_image, [layer])
     assert HV._complete(docker_client, name, base_image)
+    # an engine whose volumes this process cannot read (remote, not root): a throwaway container looks
+    monkeypatch.setattr(HV.os, "access", lambda *a: False)
+    assert HV._complete(docker_client, name, base_image)
+    docker_client.volumes.create(name=name + "-empty")
+    try:
+        assert not HV._complete(docker_client, name + "-empty", base_image)
+    finally:
+        docker_client.volumes.get(name + "-empty").remove(force=True)
 
 
 def _harbor_task(root: Path, name: str, dockerfile: str) -> Path:

@@ -17,6 +17,7 @@ its python3, exactly as a layer baked on top of the task image would.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,8 @@ def _complete(client: Any, name: str, probe_image: str) -> bool:
     except docker.errors.NotFound:
         return False
     mountpoint = Path(volume.attrs.get("Mountpoint") or "/nonexistent")
-    try:
+    if mountpoint.is_dir() and os.access(mountpoint, os.R_OK | os.X_OK):  # a local engine, and we may read its volumes
         return (mountpoint / COMPLETE).is_file()
-    except OSError:
-        pass
     try:  # not readable from here (remote engine, not root): ask a throwaway container
         client.containers.run(probe_image, ["test", "-f", f"{FILL_AT}/{COMPLETE}"], volumes={name: {"bind": FILL_AT, "mode": "ro"}}, remove=True, network_mode="none")
         return True
