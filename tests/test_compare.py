@@ -85,3 +85,25 @@ def test_cli_compare_and_analyze(runs, tmp_path, capsys):
     header, rows = display_rows(behaviour_table(runs, by="model"), by="model")  # what the TUI's run screen shows
     assert header[1:] == ["toy · builtin:model-A (n=20)", "toy · builtin:model-B (n=20)"]
     assert rows[0][0] == "pass rate" and rows[0][1].startswith("0.50 [")
+
+
+def test_a_sharded_run_reads_as_one(runs, tmp_path, monkeypatch):
+    """A veRL run's worker shards give the same analysis as the one store holding all their rollouts."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("FORGETUI_HOME", str(home))
+    whole = write_run(tmp_path / "whole.duckdb", "S", 1, "only-a")
+    for name in ("worker-a", "worker-b"):
+        path = home / "runs" / "S" / "shards" / name / "store.duckdb"
+        path.parent.mkdir(parents=True)
+        write_run(path, "S", 1, "only-a")
+    # each worker kept half of the rollouts (the infra error, sample_index NULL, stays with worker-b)
+    import duckdb
+
+    for name, dropped in (("worker-a", "coalesce(sample_index, 9) >= 2"), ("worker-b", "sample_index < 2")):
+        con = duckdb.connect(str(home / "runs" / "S" / "shards" / name / "store.duckdb"))
+        con.execute(f"DELETE FROM rollouts WHERE {dropped}")
+        con.close()
+    sharded, single = behaviour_table(["S"]), behaviour_table([whole])
+    assert sharded[0]["rollouts"] == single[0]["rollouts"] == 20
+    assert sharded[0]["pass_rate"] == single[0]["pass_rate"]
+    assert sharded[0]["reward"] == single[0]["reward"]

@@ -69,10 +69,15 @@ def store_of(run: str | Path) -> Path:
 
 def query(run: str | Path, sql: str, params_note: str = "") -> list[dict[str, Any]]:
     """Rows of a read-only query on a run's store with the behaviour views inlined, as dicts."""
-    from core.store.query import run_query
+    from core.store.query import run_query, run_query_shards, run_shards, store_for_run
 
+    shards = [] if Path(str(run)).suffix == ".duckdb" else run_shards(str(run))
     try:
-        result = run_query(store_of(run), with_views(sql))
+        if shards:  # a veRL run: one store per agent-loop worker, read as one
+            main = store_for_run(str(run))
+            result = run_query_shards([main, *shards] if main.exists() else shards, with_views(sql))
+        else:
+            result = run_query(store_of(run), with_views(sql))
     except StoreError as exc:
         raise StoreError(f"behaviour query on {run}{params_note} failed: {exc}") from exc
     return [dict(zip(result.columns, row, strict=True)) for row in result.rows]

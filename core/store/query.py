@@ -284,8 +284,12 @@ def run_query_shards(stores: list[Path], sql: str, *, max_rows: int = DEFAULT_MA
             for (name,) in names:
                 tables.setdefault(name, []).append(alias)
         for name, aliases in tables.items():
-            union = " UNION ALL BY NAME ".join(f"SELECT * FROM {a}.main.{_quoted(name)}" for a in aliases)
-            con.execute(f"CREATE VIEW {_quoted(name)} AS {union}")
+            if name == "runs":  # every worker writes its run's row: one row per run (the first store's), or joins double
+                union = " UNION ALL BY NAME ".join(f"SELECT *, {i} AS __store FROM {a}.main.runs" for i, a in enumerate(aliases))
+                view = f"SELECT * EXCLUDE (__store) FROM ({union}) QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY __store) = 1"
+            else:
+                view = " UNION ALL BY NAME ".join(f"SELECT * FROM {a}.main.{_quoted(name)}" for a in aliases)
+            con.execute(f"CREATE VIEW {_quoted(name)} AS {view}")
         return execute_read_only(con, sql, max_rows)
     finally:
         con.close()
