@@ -118,7 +118,12 @@ def test_a_react_run_on_task_images_mounts_the_shared_harness_and_records_what_r
     script.write_text(json.dumps({"turns": [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "done"}]}))
     overrides = ["env.name=harbor", f"env.path={json.dumps(str(suite))}", 'harness.name="react"', f'policy.backend="scripted:{script}"',
                  "runtime.kind=docker", "run.max_retries=0", "run.concurrency=2"]
-    summary = asyncio.run(execute_run(load_config(None, overrides)))
+    def no_shared_image(self):
+        raise AssertionError("every task brings its own image: the run's shared env+harness image must not be built")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunImages, "default_blocking", no_shared_image)
+        summary = asyncio.run(execute_run(load_config(None, overrides)))
     assert (summary.passed, summary.infra_errors) == (2, 0), summary
     con = duckdb.connect(summary.store, read_only=True)
     try:
