@@ -64,10 +64,23 @@ async def fetch(sb, url: str, body: dict | None = None) -> dict:
     return json.loads(res.stdout)
 
 
+def runtime_with(client, helper: str):
+    """A DockerRuntime whose isolated sandboxes use `helper`: "auto" (a listener in the namespace, as root) or "forwarder"."""
+    from core.runtime.docker_runtime import DockerRuntime
+
+    runtime = DockerRuntime(client, network_helper=helper)
+    if helper == "auto" and not runtime._netns_usable:
+        pytest.skip("opening a port in a sandbox's namespace needs root and a local engine")
+    return runtime
+
+
+@pytest.mark.parametrize("helper", ["auto", "forwarder"])
 async def test_isolated_sandbox_reaches_the_proxy_and_nothing_else(
-    docker_runtime, docker_client, base_image, run_id, live_proxy, script_file, host_service
+    helper, docker_client, base_image, run_id, live_proxy, script_file, host_service
 ):
     import urllib.request
+
+    docker_runtime = runtime_with(docker_client, helper)
 
     with urllib.request.urlopen(f"http://127.0.0.1:{host_service}/", timeout=5) as r:  # the service is up
         assert r.read() == b"host-only secret"
@@ -96,16 +109,22 @@ async def test_isolated_sandbox_reaches_the_proxy_and_nothing_else(
         assert v6.stdout.strip() == ""
 
         forwarders = docker_client.containers.list(filters={"label": [f"{L.RUN}={run_id}", "forgetui.role=network"]})
-        assert len(forwarders) == 1 and forwarders[0].attrs["HostConfig"]["NetworkMode"] == "none"
-        fwd_host = forwarders[0].attrs["HostConfig"]
-        assert fwd_host["CapDrop"] == ["ALL"] and not fwd_host["CapAdd"] and fwd_host["ReadonlyRootfs"] is True
-        assert "no-new-privileges" in fwd_host["SecurityOpt"] and fwd_host["Privileged"] is False
         sandbox = docker_client.containers.get(sb.id)
-        assert sandbox.attrs["HostConfig"]["NetworkMode"] == f"container:{forwarders[0].id}"
-        assert not any(m["Destination"].startswith("/run/forgetui-net") for m in sandbox.attrs["Mounts"])
+        if helper == "forwarder":
+            assert len(forwarders) == 1 and forwarders[0].attrs["HostConfig"]["NetworkMode"] == "none"
+            fwd_host = forwarders[0].attrs["HostConfig"]
+            assert fwd_host["CapDrop"] == ["ALL"] and not fwd_host["CapAdd"] and fwd_host["ReadonlyRootfs"] is True
+            assert "no-new-privileges" in fwd_host["SecurityOpt"] and fwd_host["Privileged"] is False
+            assert sandbox.attrs["HostConfig"]["NetworkMode"] == f"container:{forwarders[0].id}"
+            assert not any(m["Destination"].startswith("/run/forgetui-net") for m in sandbox.attrs["Mounts"])
+        else:  # the port lives in the sandbox's own namespace; no second container
+            assert forwarders == [] and sandbox.attrs["HostConfig"]["NetworkMode"] == "none"
     finally:
         await sb.stop()
+        await docker_runtime.reap(run_id=run_id)
     assert docker_client.containers.list(all=True, filters={"label": f"{L.RUN}={run_id}"}) == []
+    if helper == "auto":  # the listener went with the sandbox: the port is closed, the namespace can go
+        assert sb._netns_port is None
 
 
 async def test_isolated_without_a_proxy_has_no_network(docker_runtime, base_image, run_id, host_service):
@@ -158,9 +177,11 @@ def test_relay_carries_a_stream_both_ways() -> None:
 
 
 async def test_a_killed_forwarder_is_the_sandbox_lost_not_the_harness_failing(
-    docker_runtime, docker_client, base_image, run_id, live_proxy, script_file
+    docker_client, base_image, run_id, live_proxy, script_file
 ):
     from core.errors import SandboxError
+
+    docker_runtime = runtime_with(docker_client, "forwarder")
 
     proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
     sb = docker_runtime.create(SandboxSpec(image=base_image, run_id=run_id, rollout_id="fwd", owner="tester", proxy=proxy.url))
@@ -173,4 +194,5 @@ async def test_a_killed_forwarder_is_the_sandbox_lost_not_the_harness_failing(
             await sb.exec(["python3", "-c", call], timeout_s=30)
     finally:
         await sb.stop()
+        await docker_runtime.reap(run_id=run_id)
     assert docker_client.containers.list(all=True, filters={"label": f"{L.RUN}={run_id}"}) == []

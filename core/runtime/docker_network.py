@@ -1,10 +1,17 @@
 """The isolated network of a Docker sandbox: its own network namespace where only the proxy answers.
 
-Why a forwarder container and not an internal bridge network: on an (internal) bridge the host owns the
-bridge's gateway address, so a sandbox reaches every host service listening on all addresses through it
-(Docker's isolation rules only cover forwarded traffic, not traffic to the host itself), and this engine
-(20.10) cannot create a bridge without a host address. So a sandbox gets a namespace with no interface but
-loopback, and no route at all:
+Why not an internal bridge network: on an (internal) bridge the host owns the bridge's gateway address, so
+a sandbox reaches every host service listening on all addresses through it (Docker's isolation rules only
+cover forwarded traffic, not traffic to the host itself), and this engine (20.10) cannot create a bridge
+without a host address. So a sandbox gets a namespace with no interface but loopback, and no route at all,
+and the proxy is brought into it at the same ``127.0.0.1:PORT`` the harness would use on the host. Two ways:
+
+* **listener in the namespace** (when forgetui runs as root next to the engine): after the container starts
+  and before the harness does, a thread of the run's process enters the sandbox's network namespace
+  (``setns``), opens a listening socket on its loopback and leaves; the socket stays in that namespace.
+  The run's process accepts on it and connects to the proxy from the host's namespace. No extra container,
+  nothing in the sandbox to kill, nothing needed in its image.
+* **forwarder container** (otherwise: not root, a remote engine):
 
     sandbox ──127.0.0.1:PORT──► forwarder (same namespace, its own container) ──unix socket──► HostRelay ──► proxy
 
@@ -20,10 +27,12 @@ loopback, and no route at all:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -95,6 +104,99 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
         dst.shutdown(socket.SHUT_WR)
 
 
+def relay_to(conn: socket.socket, target: tuple[str, int]) -> None:
+    """Connect to `target` and copy bytes both ways until both directions end; then close both."""
+    try:
+        up = socket.create_connection(target, timeout=10)
+    except OSError as exc:
+        log.warning("sandbox network relay: the proxy at %s:%d does not answer (%s)", *target, exc)
+        conn.close()
+        return
+    up.settimeout(None)
+    back = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
+    back.start()
+    _pipe(conn, up)
+    back.join()
+    conn.close()
+    up.close()
+
+
+def _accept_loop(sock: socket.socket, target: tuple[str, int], closed: threading.Event) -> None:
+    while not closed.is_set():
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        threading.Thread(target=relay_to, args=(conn, target), daemon=True).start()
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def can_enter_namespaces() -> bool:
+    """Whether this process may open listeners in other network namespaces (root on Linux)."""
+    return sys.platform.startswith("linux") and os.geteuid() == 0 and os.path.exists("/proc/thread-self/ns/net")
+
+
+def same_container(pid: int, rootfs: str | None) -> bool:
+    """Whether host pid `pid` is the container whose root is mounted at `rootfs` (a local engine, same pid view)."""
+    if not rootfs or pid <= 0:
+        return False
+    try:
+        a, b = os.stat(f"/proc/{pid}/root/"), os.stat(rootfs)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _listen_in(pid: int, port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:`port` in the network namespace of host pid `pid` (run in a throwaway thread)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    theirs = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        if libc.setns(theirs, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into the network namespace of pid {pid}: {os.strerror(err)}")
+        try:
+            return socket.create_server(("127.0.0.1", port), backlog=256)
+        finally:
+            if libc.setns(own, CLONE_NEWNET) != 0:  # the thread ends right after: nothing else runs in it
+                log.error("could not return a thread to its own network namespace")
+    finally:
+        os.close(own)
+        os.close(theirs)
+
+
+class NetnsListener:
+    """The proxy's port inside one sandbox's network namespace, relayed to the proxy on the host."""
+
+    def __init__(self, pid: int, port: int, target: tuple[str, int]) -> None:
+        box: dict[str, Any] = {}
+
+        def enter() -> None:
+            try:
+                box["sock"] = _listen_in(pid, port)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=enter, name="netns-listen")  # setns changes only this thread
+        worker.start()
+        worker.join()
+        if "error" in box:
+            raise SandboxError(f"cannot open the proxy's port in the sandbox's network namespace: {box['error']}")
+        self.sock: socket.socket = box["sock"]
+        self._closed = threading.Event()
+        threading.Thread(target=_accept_loop, args=(self.sock, target, self._closed), name=f"netns-relay:{pid}", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop listening; the namespace is freed once the container is gone too."""
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
 class HostRelay:
     """Accepts on a unix socket in a private folder and relays each connection to the proxy on host loopback.
 
@@ -112,35 +214,11 @@ class HostRelay:
         self._sock.bind(self.path)
         os.chmod(self.path, 0o600)
         self._sock.listen(256)
-        self._closed = False
-        self._thread = threading.Thread(target=self._accept, name=f"net-relay:{port}", daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        try:
-            up = socket.create_connection(self.target, timeout=10)
-        except OSError as exc:
-            log.warning("sandbox network relay: the proxy at %s:%d does not answer (%s)", *self.target, exc)
-            conn.close()
-            return
-        up.settimeout(None)
-        back = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
-        back.start()
-        _pipe(conn, up)
-        back.join()
-        conn.close()
-        up.close()
+        self._closed = threading.Event()
+        threading.Thread(target=_accept_loop, args=(self._sock, self.target, self._closed), name=f"net-relay:{port}", daemon=True).start()
 
     def close(self) -> None:
-        self._closed = True
+        self._closed.set()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()

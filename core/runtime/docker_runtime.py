@@ -83,12 +83,24 @@ def _requests_errors() -> tuple[type[BaseException], ...]:
 class DockerSandbox:
     """One rollout's container."""
 
-    def __init__(self, client: Any, spec: SandboxSpec, *, pull: bool = True, relay: N.HostRelay | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        spec: SandboxSpec,
+        *,
+        pull: bool = True,
+        relay: N.HostRelay | None = None,
+        netns_target: tuple[str, int] | None = None,
+        on_netns_unusable: Any = None,
+    ) -> None:
         self._client = client
         self._pull = pull
         self.spec = spec
         self.name = C.sandbox_name(spec.run_id, spec.rollout_id)
-        self._relay = relay  # isolated network: the host end of the way to the proxy
+        self._relay = relay  # isolated network, forwarder mode: the host end of the way to the proxy
+        self._netns_target = netns_target  # isolated network, listener mode: the proxy's host address
+        self._on_netns_unusable = on_netns_unusable
+        self._netns_port: N.NetnsListener | None = None
         self._forwarder: Any = None  # isolated network: the container whose namespace the sandbox joins
         self._container: Any = None
         self._stopped = False
@@ -217,16 +229,38 @@ class DockerSandbox:
                     container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
                 )
             container.start()
+            self._rootfs = _host_rootfs(container)
+            self._open_netns_port(container)  # before the harness runs: it waits for the marker below
             if entry is not None:
                 self._entry_started = time.monotonic()
                 _send_all(self._attach, self._entry_mark.encode() + b"\n")
         except BaseException:
             self._close_attach()
+            self._close_netns_port()
             container.remove(force=True)
             self._remove_forwarder()
             raise
-        self._rootfs = _host_rootfs(container)
         return container
+
+    def _open_netns_port(self, container: Any) -> None:
+        """Isolated network, listener mode: the proxy's port on the loopback of the started container's namespace."""
+        if self._netns_target is None:
+            return
+        pid = int(self._client.api.inspect_container(container.id)["State"]["Pid"] or 0)
+        if not N.same_container(pid, self._rootfs):
+            if self._on_netns_unusable is not None:
+                self._on_netns_unusable()
+            raise SandboxError(
+                f"sandbox {self.name}: the engine's process {pid} is not visible from here (a remote engine or "
+                f"another pid namespace); sandboxes of this run now use network forwarder containers instead"
+            )
+        _host, port = N.proxy_address(self.spec.proxy or "")
+        self._netns_port = N.NetnsListener(pid, port, self._netns_target)
+
+    def _close_netns_port(self) -> None:
+        listener, self._netns_port = self._netns_port, None
+        if listener is not None:
+            listener.close()
 
     async def start(self, files: Sequence[SandboxFile] = (), entry: Entry | None = None) -> None:
         if self._container is not None:
@@ -469,6 +503,7 @@ class DockerSandbox:
         self._stopped = True
         self._rootfs = None
         self._close_attach()
+        self._close_netns_port()
         try:
             await asyncio.to_thread(self._container.remove, force=True)
         except docker.errors.NotFound:
@@ -513,10 +548,14 @@ class DockerRuntime:
 
     name = "docker"
 
-    def __init__(self, client: Any = None, *, pull: bool = True) -> None:
+    def __init__(self, client: Any = None, *, pull: bool = True, network_helper: str = "auto") -> None:
         self._client = client
         self.pull = pull  # pull a missing image from its registry before failing
         self._relays: dict[tuple[str, int], N.HostRelay] = {}  # one per proxy address (isolated networks)
+        # isolated networks: open the proxy's port inside each sandbox's namespace (root, local engine), or
+        # fall back to a forwarder container per sandbox ("forwarder" forces that)
+        self.network_helper = network_helper
+        self._netns_usable = network_helper == "auto" and N.can_enter_namespaces()
         self._warned_host = False
 
     @property
@@ -545,6 +584,8 @@ class DockerRuntime:
         relay = None
         if spec.network == "isolated" and spec.proxy:
             address = N.proxy_address(spec.proxy)
+            if self._netns_usable:
+                return DockerSandbox(self.client, spec, pull=self.pull, netns_target=address, on_netns_unusable=self._no_netns)
             relay = self._relays.get(address)
             if relay is None:
                 relay = self._relays[address] = N.HostRelay(*address)
@@ -554,6 +595,12 @@ class DockerRuntime:
                         "on this machine (the store's live endpoint, local databases, metadata addresses); "
                         "use the default \"isolated\" unless you trust what runs in them")
         return DockerSandbox(self.client, spec, pull=self.pull, relay=relay)
+
+    def _no_netns(self) -> None:
+        if self._netns_usable:
+            log.warning("cannot open ports in sandbox network namespaces (remote engine or other pid namespace); "
+                        "isolated sandboxes use a network forwarder container each from now on")
+        self._netns_usable = False
 
     def close(self) -> None:
         """Stop the proxy relays of isolated sandboxes (their sandboxes must be stopped first)."""
