@@ -65,6 +65,11 @@ def test_options_validated_and_families_filter() -> None:
         ToyEnv(families=["nope"])
     tasks = ToyEnv(families="rename,make-dirs", n=2).tasks()
     assert [t.meta["family"] for t in tasks] == ["hello", "rename", "rename", "make-dirs", "make-dirs"]
+    # an option meant for another env (harbor's path, a typo) is an error naming the ones toy takes
+    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path', 'splits'; it accepts: families, n, seed, split"):
+        load_env("toy", path="/tmp/suite", splits="eval")
+    with pytest.raises(ConfigError, match=r"env 'claw-bench' has no option 'split'; it accepts: domains, ids, levels, tasks_dir, workdir"):
+        load_env("claw-bench", split="eval")
 
 
 def test_word_list_has_no_substrings() -> None:

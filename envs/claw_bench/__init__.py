@@ -88,6 +88,7 @@ class ClawBenchEnv(Environment):
 
     name = "claw-bench"
     version = "0.1.0"
+    accepted_options = frozenset({"domains", "levels", "ids", "tasks_dir", "workdir"})
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

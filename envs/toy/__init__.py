@@ -83,6 +83,7 @@ class ToyEnv(Environment):
 
     name = "toy"
     version = "1"
+    accepted_options = frozenset({"seed", "split", "n", "families"})
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
