@@ -32,9 +32,13 @@ def available(group: str) -> list[str]:
     return sorted(ep.name for ep in entry_points(group=group))
 
 
+def harness_class(name: str) -> type[Harness]:
+    """The registered harness class `name` (its class attributes, without building one)."""
+    return _load(HARNESS_GROUP, name)
+
+
 def load_harness(name: str, **options: Any) -> Harness:
-    cls = _load(HARNESS_GROUP, name)
-    return cls(**options)
+    return harness_class(name)(**options)
 
 
 def load_env(name: str, **options: Any) -> Environment:

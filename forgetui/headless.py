@@ -31,14 +31,29 @@ async def _run_with_signals(coro: Any) -> Any:
     return await task
 
 
+def policy_shown(config: RunConfig) -> str:
+    """The policy as the progress line names it: `none` for a harness that calls no model, keys redacted."""
+    from core.proxy.no_model import NO_MODEL, calls_model
+    from core.registry import harness_class
+    from core.secrets import redact_text
+
+    try:
+        uses_model = calls_model(harness_class(config.harness.name))
+    except Exception:  # noqa: BLE001 - an unknown harness fails later with its own clear error
+        uses_model = True
+    return redact_text(config.policy.backend) if uses_model else NO_MODEL
+
+
 async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None, ks: list[int] | None = None) -> RunSummary:
     """Run with a rich progress display on `console`; returns the summary."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tally]}"), TimeElapsedColumn(), console=console, transient=False)
     tally = Tally()
     bar: dict[str, Any] = {}
 
+    model = policy_shown(config)
+
     def on_start(run_id: str, total: int) -> None:
-        console.print(f"run [cyan]{run_id}[/]: {total} rollouts of env [bold]{config.env.name}[/] × harness [bold]{config.harness.name}[/] with {config.policy.backend}")
+        console.print(f"run [cyan]{run_id}[/]: {total} rollouts of env [bold]{config.env.name}[/] × harness [bold]{config.harness.name}[/] with {model}")
         bar["id"] = progress.add_task("rollouts", total=total, tally="")
 
     def on_event(event: RolloutEvent) -> None:

@@ -93,3 +93,13 @@ def test_serve_model_prints_its_url_answers_token_ids_and_stops(env):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_progress_names_no_model_for_oracle_and_hides_keys() -> None:
+    from core.config import load_config
+    from forgetui.headless import policy_shown
+
+    assert policy_shown(load_config(None, ["harness.name=noop", "policy.backend=builtin:tiny"])) == "none"
+    assert policy_shown(load_config(None, ["harness.name=oracle"])) == "none"
+    shown = policy_shown(load_config(None, ["harness.name=react", 'policy.backend="litellm:openai/gpt-x?api_key=sk-live-123"']))
+    assert "sk-live-123" not in shown and shown.startswith("litellm:openai/gpt-x")
