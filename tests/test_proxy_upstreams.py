@@ -159,3 +159,19 @@ def test_upstream_errors_show_no_url_password(live_proxy):
         assert "user:***@" in message and "hunter2" not in message
         ((error,),) = proxy.rows("SELECT error FROM calls")
         assert "hunter2" not in error
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_call_timeout_of_a_run_bounds_every_call(live_proxy, stream):
+    """`run.call_timeout_s` (and `forgetui proxy --call-timeout`): a call that takes longer fails with a 502 and is recorded."""
+    upstream = Upstream(hang=True)
+    with BackgroundServer(upstream) as up:
+        try:
+            proxy = live_proxy(spec_for("litellm", up.url), call_timeout_s=0.5)
+            resp = httpx.post(proxy.base + ROUTES["chat"], json={"model": "m", "messages": USER, "stream": stream}, timeout=60)
+            assert resp.status_code == 502
+            assert "call timeout of 0.5 s" in error_message("chat", resp.json())
+            ((status, error),) = proxy.rows("SELECT status, error FROM calls")
+            assert status == "error" and "call timeout" in error
+        finally:
+            upstream.release.set()
