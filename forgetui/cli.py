@@ -203,6 +203,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
         removed = asyncio.run(reap_dead_runs(runtime, everything=args.all))
         log.info("%s: removed %d orphaned sandbox(es)", kind, removed)
         total += removed
+        if kind == "docker":  # older fills of a harness's shared volume (its files changed since)
+            from core.runtime.harness_volume import prune_harness_volumes
+
+            stale = prune_harness_volumes(runtime.client, everything=args.all)
+            log.info("docker: removed %d unused harness volume(s)%s", len(stale), f": {', '.join(stale)}" if stale else "")
     print(total)
     return 0
 
@@ -310,9 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[], metavar="HYDRA_OVERRIDE", help="verl: an extra Hydra override, appended last")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9)")
+    p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9), and unused older harness volumes")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
-    p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included")
+    p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included, and every unused harness volume")
     p.add_argument("--config", help="kubernetes: the run config whose [runtime.kubernetes] names the cluster and namespace")
     p.add_argument("--set", action="append", default=[])
     p.set_defaults(func=cmd_gc)

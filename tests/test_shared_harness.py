@@ -153,3 +153,31 @@ def test_a_react_run_on_task_images_mounts_the_shared_harness_and_records_what_r
     config.runtime.shared_harness = False
     baked = asyncio.run(RunImages(pick_runtime(config), config, env, harness).for_task(env.tasks()[0]))
     assert baked.tag != chosen.tag and baked.volumes == {}
+
+
+def test_gc_prunes_older_unused_fills_of_a_harness(docker_client, base_image) -> None:
+    """Older fills of a harness go; its newest fill and any volume a container mounts (even one never started) stay."""
+    import time
+
+    group = f"gc-probe-{uuid.uuid4().hex[:8]}"
+    names = [f"forgetui-harness-{group}-{i}" for i in range(3)]
+    labels = {HV.VOLUME_LABEL: "true", "forgetui.layers": group}
+    container = None
+    try:
+        for name in names:
+            docker_client.volumes.create(name=name, labels=labels)
+            time.sleep(1.1)  # CreatedAt has one-second resolution
+        container = docker_client.containers.create(base_image, ["true"], volumes={names[0]: {"bind": "/x", "mode": "ro"}})
+        removed = HV.prune_harness_volumes(docker_client)
+        assert names[1] in removed and names[0] not in removed and names[2] not in removed
+        left = {v.name for v in docker_client.volumes.list(filters={"label": f"forgetui.layers={group}"})}
+        assert left == {names[0], names[2]}
+        # (gc --all, every unused harness volume, is not run here: it would empty other tests' filled harnesses)
+    finally:
+        if container is not None:
+            container.remove(force=True)
+        for name in names:
+            try:
+                docker_client.volumes.get(name).remove(force=True)
+            except docker.errors.NotFound:
+                pass

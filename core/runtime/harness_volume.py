@@ -111,3 +111,30 @@ def sandbox_path(client: Any, tag: str) -> str:
 
 
 __all__ = ["BIN", "MOUNT", "ensure_harness_volume", "sandbox_path", "volume_name"]
+
+
+def prune_harness_volumes(client: Any, *, everything: bool = False) -> list[str]:
+    """Remove harness volumes no container mounts: older fills of a harness (its files changed since), or all with `everything`.
+
+    The newest volume of each harness stays (the next run would only fill it again); a volume in use
+    by any container, running or not, is never removed.
+    """
+    import docker.errors
+
+    volumes = client.volumes.list(filters={"label": VOLUME_LABEL})
+    in_use = {m.get("Name") for c in client.containers.list(all=True) for m in (c.attrs.get("Mounts") or []) if m.get("Type") == "volume"}
+    newest: dict[str, str] = {}
+    if not everything:
+        for v in sorted(volumes, key=lambda v: v.attrs.get("CreatedAt") or ""):
+            newest[(v.attrs.get("Labels") or {}).get("forgetui.layers", v.name)] = v.name
+    removed = []
+    for volume in volumes:
+        if volume.name in in_use or volume.name in newest.values():
+            continue
+        try:
+            volume.remove()
+        except docker.errors.APIError as exc:  # mounted by a container created since the listing: leave it
+            log.info("harness volume %s not removed: %s", volume.name, exc)
+            continue
+        removed.append(volume.name)
+    return removed
