@@ -215,8 +215,9 @@ def test_rollout_meta_keeps_task_meta_and_timings(docker_client, base_image):
     assert report["groups"][0]["breakdown"]  # the eval report breaks down by the task's family/split
 
 
-def test_a_policy_that_cannot_load_stops_the_run_with_its_error(docker_client, base_image, tmp_path):
+def test_a_policy_that_cannot_load_stops_the_run_with_its_error(docker_client, base_image, tmp_path, monkeypatch):
     """The policy loads while sandboxes start; when it fails, the run fails with that error and leaks nothing."""
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))  # its own runs folder: other runs may write the shared one
     cfg = config(**{"env.name": "toy", "env.limit": 4, "harness.name": "tests.harness_fixtures:ShellHarness", "policy.backend": f"builtin:{tmp_path}/no-model"})
     cfg.harness.options = {"command": "sleep 5"}
     before = set(runs_dir().glob("*"))
