@@ -1,12 +1,16 @@
 """Rollout throughput: 64 trivial rollouts through forgetui's engine vs a plain loop of `docker run`.
 
-    .venv/bin/python benchmarks/rollout_throughput.py [--rollouts 64] [--concurrency 4,16] [--repeat 3]
+    .venv/bin/python benchmarks/rollout_throughput.py [--rollouts 64] [--concurrency 4,16] [--repeat 3] [--network isolated|host]
 
 Both sides do the same work per rollout in a fresh container from the same base image: make a
 workspace, write hello.txt, check it. forgetui also runs its proxy, records every rollout in
 DuckDB, verifies through the env's verifier and removes the container. Prints sandbox start
 p50/p99, rollouts per minute, the ratio forgetui / plain loop (floor: >= 0.8x) and the peak memory
 (RSS) of the forgetui process. Needs a Docker engine and `forgetui images bootstrap`.
+
+Both sides isolate the same way: with forgetui's default `runtime.network = "isolated"` (a sandbox
+with loopback only) the plain loop runs `docker run --network none`; with `--network host` both use
+the host's network. A network namespace of its own costs the engine ~0.3 s per container here.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else float("nan")
 
 
+PLAIN_NETWORK = {"isolated": "none", "host": "host"}  # the plain loop's equivalent of forgetui's runtime.network
+NETWORK = "isolated"
+
+
 async def plain_loop(n: int, concurrency: int) -> tuple[float, list[float]]:
     """`docker run --rm` n times, `concurrency` at once; returns (wall seconds, per-container seconds)."""
     slots = asyncio.Semaphore(concurrency)
@@ -57,7 +65,7 @@ async def plain_loop(n: int, concurrency: int) -> tuple[float, list[float]]:
         async with slots:
             t = time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
-                "docker", "run", "--rm", "--network", "host", BASE, "bash", "-c", WORK, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+                "docker", "run", "--rm", "--network", PLAIN_NETWORK[NETWORK], BASE, "bash", "-c", WORK, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
             )
             _, err = await proc.communicate()
             if proc.returncode != 0:
@@ -81,6 +89,7 @@ def forgetui_run(n: int, concurrency: int, script: Path) -> tuple[float, list[fl
             'harness.name="__main__:TrivialHarness"',
             f'policy.backend="scripted:{script}"',
             "runtime.kind=docker",
+            f"runtime.network={NETWORK}",
             f"run.n_samples={n}",
             f"run.concurrency={concurrency}",
             "run.max_retries=0",
@@ -125,7 +134,10 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=64)
     parser.add_argument("--concurrency", default="4,16")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side per setting, alternating; the median counts")
+    parser.add_argument("--network", choices=sorted(PLAIN_NETWORK), default="isolated", help="forgetui's runtime.network; the plain loop isolates the same way")
     args = parser.parse_args()
+    global NETWORK
+    NETWORK = args.network
     os.environ.setdefault("FORGETUI_HOME", tempfile.mkdtemp(prefix="forgetui-bench-home-"))
     script = Path(os.environ["FORGETUI_HOME"]) / "script.json"
     script.write_text(json.dumps({"turns": [{"text": "done"}]}))
@@ -133,7 +145,7 @@ def main() -> int:
         print(f"{BASE} is missing: run `forgetui images bootstrap` first", file=sys.stderr)
         return 2
     n = args.rollouts
-    print(f"rollout throughput: {n} trivial rollouts per run, {args.repeat} runs of each side per setting (median shown); load average at start {os.getloadavg()}")
+    print(f"rollout throughput: {n} trivial rollouts per run, {args.repeat} runs of each side per setting (median shown), network {NETWORK} (plain: --network {PLAIN_NETWORK[NETWORK]}); load average at start {os.getloadavg()}")
     print(f"warm-up (tokenizer cache, 4 rollouts each side): {warm_up(script):.1f} s")
     print(f"{'c':>3} {'path':<10} {'wall s':>8} {'rollouts/min':>13} {'start p50 s':>12} {'start p99 s':>12}")
     verdict = True
