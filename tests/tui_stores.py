@@ -59,7 +59,8 @@ def call_rows(rollout_id: str, n_calls: int, tokenizer: Any | None, rng: random.
 
 def build_run(home: Path, run_id: str, *, tasks: int = 3, samples: int = 2, calls: int = 3, steps: int = 0,
               tokenizer: Any | None = None, seed: int = 0, status: str = "done", system_tokens: int = 0,
-              store_path: Path | None = None, progress: Callable[[int], None] | None = None) -> Path:
+              store_path: Path | None = None, progress: Callable[[int], None] | None = None,
+              task_prefix: str = "task") -> Path:
     """runs/<run_id>/store.duckdb with tasks × samples rollouts (× max(steps, 1)), their calls and train_steps rows."""
     rng = random.Random(seed)
     path = store_path or home / "runs" / run_id / "store.duckdb"
@@ -71,12 +72,12 @@ def build_run(home: Path, run_id: str, *, tasks: int = 3, samples: int = 2, call
         for step in range(max(steps, 1)):
             for t in range(tasks):
                 for i in range(samples):
-                    rid = f"{run_id}/task-{t}/{i}" + (f"/s{step}" if steps else "")
+                    rid = f"{run_id}/{task_prefix}-{t}/{i}" + (f"/s{step}" if steps else "")
                     state = STATUSES[(t * samples + i + step) % len(STATUSES)]
                     passed = state in ("done", "failed") and (t + i + step) % 2 == 0
                     start = T0 + dt.timedelta(minutes=n)
                     store.upsert_rollout({
-                        "rollout_id": rid, "run_id": run_id, "env": "toy", "task_id": f"task-{t}", "harness": "react",
+                        "rollout_id": rid, "run_id": run_id, "env": "toy", "task_id": f"{task_prefix}-{t}", "harness": "react",
                         "sample_index": i, "step": step, "status": state, "reward": 1.0 if passed else 0.0,
                         "passed": passed, "attempt": 1, "started_at": start, "ended_at": start + dt.timedelta(seconds=30),
                         "error": {"timeout": "rollout exceeded its 600 s wall clock",

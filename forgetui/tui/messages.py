@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual.message import Message
 
 from core.store.query import QueryResult
@@ -178,8 +179,10 @@ class RolloutOpened(Message):
 
 
 class RolloutLoaded(Message):
-    """A rollout in full for the Rollout screen."""
+    """A rollout in full for the Rollout screen, its conversation and verifier texts already rendered."""
 
-    def __init__(self, detail: RolloutDetail) -> None:
+    def __init__(self, detail: RolloutDetail, conversation: Text, verifier: Text) -> None:
         super().__init__()
         self.detail = detail
+        self.conversation = conversation
+        self.verifier = verifier

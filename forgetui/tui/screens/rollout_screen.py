@@ -104,15 +104,17 @@ class RolloutScreen(Screen):
     @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
     def load(self) -> None:
         try:
-            self.post_message(RolloutLoaded(load_rollout(self.source, self.rollout_id)))
+            detail = load_rollout(self.source, self.rollout_id)
+            # the texts too are built here, off the event loop: a 200-call conversation is a lot of parsing
+            self.post_message(RolloutLoaded(detail, conversation_text(detail.calls), verifier_text(detail)))
         except ForgetuiError as exc:
             self.post_message(LoadFailed("rollout", str(exc)))
 
     @on(RolloutLoaded)
     def _loaded(self, message: RolloutLoaded) -> None:
         d = self.detail = message.detail
-        self.query_one("#conv", Static).update(conversation_text(d.calls))
-        self.query_one("#verifier", Static).update(verifier_text(d))
+        self.query_one("#conv", Static).update(message.conversation)
+        self.query_one("#verifier", Static).update(message.verifier)
         self._show_branch()
         calls = self.query_one("#raw-calls", OptionList)
         calls.clear_options()

@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 
 from forgetui.tui.data import CALL_COLUMNS, CallRow
 from forgetui.tui.messages import CallSelected
+from forgetui.tui.widgets.gradual import add_gradually
 
 
 SETTLE_S = 0.15  # the cursor must rest this long before the inspector loads the call
@@ -38,17 +39,20 @@ class CallsTable(DataTable):
             self.store = store
         wanted = {c.call_id: c.cells() for c in calls}
         for gone in [k for k in self._cells if k not in wanted]:
-            self.remove_row(gone)
+            if gone in self.rows:
+                self.remove_row(gone)
             del self._cells[gone]
+        new = []
         for call_id, cells in wanted.items():
             old = self._cells.get(call_id)
             if old is None:
-                self.add_row(*cells, key=call_id)
-            elif old != cells:
+                new.append(call_id)
+            elif old != cells and call_id in self.rows:
                 for col, (a, b) in zip(CALL_COLUMNS, zip(old, cells, strict=True), strict=True):
                     if a != b:
                         self.update_cell(call_id, col, b)
             self._cells[call_id] = cells
+        add_gradually(self, new, self._cells.get)
         self.border_subtitle = f"{len(calls)} calls"
 
     def clear_calls(self) -> None:

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from forgetui.tui.run_data import SampleView
 from forgetui.tui.widgets.call_inspector import prob_colour
 
-WINDOW = 3000  # tokens rendered at once around the cursor: a 50k-token sample stays a few ms per key
+WINDOW = 600  # tokens rendered at once around the cursor: a 50k-token sample costs the same few ms per key
 INSERTED = "rgb(150,150,150) on rgb(40,40,40)"
 
 
@@ -28,7 +28,10 @@ def piece_text(sample: SampleView, i: int) -> str:
 
 
 def window(sample: SampleView, cursor: int, size: int = WINDOW) -> range:
-    start = max(0, min(cursor - size // 2, len(sample.token_ids) - size))
+    """The tokens shown: `size` of them holding the cursor, starting on a multiple of size/3 (so most moves
+    keep the same window and only restyle it)."""
+    step = max(1, size // 3)
+    start = max(0, min((cursor // step - 1) * step, len(sample.token_ids) - size))
     return range(start, min(len(sample.token_ids), start + size))
 
 
@@ -92,6 +95,7 @@ class TokenView(Vertical, can_focus=True):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.sample: SampleView | None = None
+        self._window: tuple[str, int] | None = None  # (sample, first token) of the text shown
 
     def compose(self) -> ComposeResult:
         yield Static("", id="token-cursor")
@@ -117,7 +121,11 @@ class TokenView(Vertical, can_focus=True):
     def _render_cursor(self) -> None:
         if self.sample is None:
             return
-        self.query_one("#token-body", Static).update(tokens_text(self.sample, self.cursor))
+        # inside the same window only styles change: same lines, so no new layout pass (the costly part)
+        span = window(self.sample, self.cursor)
+        same = (self.sample.sample_id, span.start) == self._window
+        self._window = (self.sample.sample_id, span.start)
+        self.query_one("#token-body", Static).update(tokens_text(self.sample, self.cursor), layout=not same)
         self.query_one("#token-cursor", Static).update(cursor_text(self.sample, self.cursor))
 
     def _clamp(self, i: int) -> int:
