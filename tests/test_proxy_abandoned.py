@@ -106,15 +106,11 @@ def test_a_client_that_leaves_closes_the_upstream_stream(live_proxy, kind, strea
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_that_leaves_before_a_silent_upstream_answers_is_cancelled_at_once(live_proxy, stream):
     """No waiting out the upstream's timeout (600 s by default) to record a call whose client is long gone."""
-    from tests.test_proxy_upstreams import Upstream
+    from tests.test_proxy_upstreams import silent_upstream
 
-    upstream = Upstream(hang=True)
-    with BackgroundServer(upstream) as server:
-        try:
-            proxy = live_proxy(f"litellm:hosted_vllm/m?api_base={server.url}/v1")
-            give_up_after(proxy.base + CHAT, {"model": "m", "messages": USER, "stream": stream}, 0.5)
-            (row,) = wait_rows(proxy, "SELECT status, error FROM calls", timeout=20)
-            assert row[0] == "cancelled"
-            assert ("first token" if stream else "the answer") in row[1]
-        finally:
-            upstream.release.set()
+    with silent_upstream() as url:
+        proxy = live_proxy(f"litellm:hosted_vllm/m?api_base={url}/v1")
+        give_up_after(proxy.base + CHAT, {"model": "m", "messages": USER, "stream": stream}, 0.5)
+        (row,) = wait_rows(proxy, "SELECT status, error FROM calls", timeout=20)
+        assert row[0] == "cancelled"
+        assert ("first token" if stream else "the answer") in row[1]

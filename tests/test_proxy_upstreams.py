@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import httpx
 import orjson
@@ -49,6 +51,17 @@ class Upstream:
         await send({"type": "http.response.body", "body": b"data: " + orjson.dumps({"choices": [choice]}) + b"\n\ndata: [DONE]\n\n"})
 
 
+@contextlib.contextmanager
+def silent_upstream() -> Iterator[str]:
+    """The URL of an upstream that takes requests and never answers (released when the block ends)."""
+    upstream = Upstream(hang=True)
+    with BackgroundServer(upstream) as up:
+        try:
+            yield up.url
+        finally:
+            upstream.release.set()
+
+
 def spec_for(kind: str, url: str, opts: str = "") -> str:
     if kind == "vllm":
         return f"vllm:{url}?tokenizer=tiny{'&' + opts if opts else ''}"
@@ -75,17 +88,13 @@ def test_an_upstream_429_reaches_the_client_with_its_retry_after(live_proxy, kin
 
 @pytest.mark.parametrize("kind", ["litellm", "vllm"])
 def test_the_spec_timeout_bounds_a_silent_upstream(live_proxy, kind):
-    upstream = Upstream(hang=True)
-    with BackgroundServer(upstream) as up:
-        try:
-            proxy = live_proxy(spec_for(kind, up.url, "timeout=0.5"))
-            resp = httpx.post(proxy.base + ROUTES["chat"], json={"model": "m", "messages": USER, "max_tokens": 8}, timeout=60)
-            assert resp.status_code == 502
-            assert "timed out" in error_message("chat", resp.json())
-            ((status, error),) = proxy.rows("SELECT status, error FROM calls")
-            assert status == "error" and "timed out" in error
-        finally:
-            upstream.release.set()
+    with silent_upstream() as url:
+        proxy = live_proxy(spec_for(kind, url, "timeout=0.5"))
+        resp = httpx.post(proxy.base + ROUTES["chat"], json={"model": "m", "messages": USER, "max_tokens": 8}, timeout=60)
+        assert resp.status_code == 502
+        assert "timed out" in error_message("chat", resp.json())
+        ((status, error),) = proxy.rows("SELECT status, error FROM calls")
+        assert status == "error" and "timed out" in error
 
 
 def test_a_bad_timeout_is_a_config_error():
@@ -164,14 +173,10 @@ def test_upstream_errors_show_no_url_password(live_proxy):
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_call_timeout_of_a_run_bounds_every_call(live_proxy, stream):
     """`run.call_timeout_s` (and `forgetui proxy --call-timeout`): a call that takes longer fails with a 502 and is recorded."""
-    upstream = Upstream(hang=True)
-    with BackgroundServer(upstream) as up:
-        try:
-            proxy = live_proxy(spec_for("litellm", up.url), call_timeout_s=0.5)
-            resp = httpx.post(proxy.base + ROUTES["chat"], json={"model": "m", "messages": USER, "stream": stream}, timeout=60)
-            assert resp.status_code == 502
-            assert "call timeout of 0.5 s" in error_message("chat", resp.json())
-            ((status, error),) = proxy.rows("SELECT status, error FROM calls")
-            assert status == "error" and "call timeout" in error
-        finally:
-            upstream.release.set()
+    with silent_upstream() as url:
+        proxy = live_proxy(spec_for("litellm", url), call_timeout_s=0.5)
+        resp = httpx.post(proxy.base + ROUTES["chat"], json={"model": "m", "messages": USER, "stream": stream}, timeout=60)
+        assert resp.status_code == 502
+        assert "call timeout of 0.5 s" in error_message("chat", resp.json())
+        ((status, error),) = proxy.rows("SELECT status, error FROM calls")
+        assert status == "error" and "call timeout" in error
