@@ -352,6 +352,7 @@ class Store:
                 pass
             log.warning("store batch of %d writes failed (%s); retrying row by row", len(batch), exc)
         for op in batch:  # row by row, each its own transaction, so one bad row loses only itself
+            arm_wal(self.path)
             try:
                 cur.execute("BEGIN TRANSACTION")
                 self._apply(cur, [op])
