@@ -98,3 +98,18 @@ def test_an_unexpected_failure_anywhere_is_json_in_the_routes_protocol(live_prox
     resp = httpx.post(proxy.base + ROUTES["messages"], json={"model": "m", "max_tokens": 8, "messages": USER})
     assert resp.status_code == 500 and resp.headers["content-type"].startswith("application/json")
     assert "boom" in error_message("messages", resp.json())
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_history_tool_arguments_too_deep_are_a_400_before_generation(live_proxy, script_file, api):
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    args = nested(300).decode()
+    if api == "chat":
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+        body = {"model": "m", "messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": "c1", "content": "done"}]}
+    else:
+        body = {"model": "m", "input": [{"role": "user", "content": "hi"}, {"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}, {"type": "function_call_output", "call_id": "c1", "output": "done"}]}
+    resp = httpx.post(proxy.base + ROUTES[api], json=body)
+    assert resp.status_code == 400
+    assert "nest too deep" in error_message(api, resp.json())
+    assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]

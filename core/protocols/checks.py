@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from core.chat import ChatRequest
 from core.errors import ProtocolError
 
@@ -81,3 +83,27 @@ def single_choice(body: dict[str, Any], key: str) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or value != 1:
         raise ProtocolError(f"'{key}' must be 1 (the proxy samples one choice per call), got {value!r}")
+
+
+SHORT_ARGUMENTS = 250  # arguments text shorter than this cannot nest past orjson's 254 levels
+
+
+def check_tool_call_arguments(request: ChatRequest) -> None:
+    """Refuse history tool calls whose arguments nest too deep to be compared and re-rendered (orjson's limit).
+
+    The token path normalises every echoed tool call's arguments to match it with what the model
+    sampled; arguments past that limit would fail there, after the call was accepted.
+    """
+    for i, message in enumerate(request.messages):
+        for call in message.get("tool_calls") or ():
+            args = call.get("function", {}).get("arguments")
+            if not isinstance(args, str) or len(args) < SHORT_ARGUMENTS:
+                continue
+            try:
+                orjson.dumps(orjson.loads(args))
+            except orjson.JSONDecodeError:
+                continue  # not JSON: kept as text, nothing to nest
+            except (TypeError, orjson.JSONEncodeError) as exc:
+                raise ProtocolError(
+                    f"the arguments of a tool call in message {i} nest too deep to handle ({exc}); at most about 250 levels are supported"
+                ) from None

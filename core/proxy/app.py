@@ -24,6 +24,7 @@ import orjson
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError
 from core.protocols.base import WireProtocol
+from core.protocols.checks import check_tool_call_arguments
 from core.protocols.registry import get_protocol
 from core.proxy.asgi import (
     SSE_HEADERS,
@@ -166,6 +167,7 @@ class ProxyApp:
             body = await read_body(scope, receive, self.max_body_bytes)
             request = proto.parse_request(_loads(body), model=model, stream=stream)
             tools_hash = _tools_hash(request)
+            check_tool_call_arguments(request)
         except ProtocolError as exc:
             await self._error(send, proto, exc.status, exc.kind, str(exc))
             return
