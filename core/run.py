@@ -14,6 +14,7 @@ from core.eval_report import pass_metrics
 from core.rollout.engine import RolloutEvent
 from core.rollout.status import Outcome, Tally
 from core.run_setup import build_image, load_run_config, pick_runtime
+from core.secrets import redact_text
 from core.session import RunSession
 from core.store.writer import Store
 
@@ -69,6 +70,10 @@ async def execute_run(
         assert session.store is not None
         summary = summarize(session.store, session.run_id, session.store_path, ks or list(range(1, config.run.n_samples + 1)))
         summary.extra["max_concurrent_sandboxes"] = session.max_concurrent_sandboxes
+        problems = {k: v for k, v in session.store.problem_counts().items() if v}
+        if problems:  # rows kept as bytes or errors rather than lost: say so where the user looks
+            summary.extra["store_problems"] = problems
+            log.warning("the store kept %s row(s) it could not store as given (query store_problems)", problems)
         summary.extra.update(write_eval_report(session.store, session.run_id, session.run_dir, summary, config, model=session.model_name))
         session.finish("done")
         return summary
@@ -79,7 +84,7 @@ def write_eval_report(store: Store, run_id: str, run_dir: Path, summary: RunSumm
     from core.eval_report import build_report, report_rows, write_plot
 
     ks = [int(k) for k in summary.pass_at_k] or [1]
-    report = build_report(report_rows(store, run_id), ks, model=model or config.policy.backend)
+    report = build_report(report_rows(store, run_id), ks, model=model or redact_text(config.policy.backend))
     report["run_id"] = run_id
     summary.report = report
     out = {"eval_json": str(run_dir / "eval.json")}

@@ -21,7 +21,7 @@ from core.harness import Harness
 from core.paths import runs_dir
 from core.proxy.app import ProxyApp
 from core.proxy.factory import make_policy
-from core.proxy.no_model import NO_MODEL, NoModelPolicy, calls_model
+from core.proxy.no_model import NoModelPolicy, calls_model, model_shown
 from core.proxy.policy import DeferredPolicy, Policy
 from core.proxy.server import BackgroundServer
 from core.proxy.sessions import SessionRegistry
@@ -152,9 +152,7 @@ class RunSession:
     @property
     def model_name(self) -> str:
         """The model the run evaluates, as reports name it: `none` when the harness calls no model."""
-        if self.harness is not None and not calls_model(self.harness):
-            return NO_MODEL
-        return self.config.policy.backend
+        return model_shown(self.config.policy.backend, self.harness)
 
     def tasks(self) -> list[Task]:
         """The config's tasks (env.tasks filter and env.limit applied)."""

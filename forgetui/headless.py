@@ -33,15 +33,14 @@ async def _run_with_signals(coro: Any) -> Any:
 
 def policy_shown(config: RunConfig) -> str:
     """The policy as the progress line names it: `none` for a harness that calls no model, keys redacted."""
-    from core.proxy.no_model import NO_MODEL, calls_model
+    from core.proxy.no_model import model_shown
     from core.registry import harness_class
-    from core.secrets import redact_text
 
     try:
-        uses_model = calls_model(harness_class(config.harness.name))
+        harness: Any = harness_class(config.harness.name)
     except Exception:  # noqa: BLE001 - an unknown harness fails later with its own clear error
-        uses_model = True
-    return redact_text(config.policy.backend) if uses_model else NO_MODEL
+        harness = None  # (a harness of None is taken to call the model)
+    return model_shown(config.policy.backend, harness)
 
 
 async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None, ks: list[int] | None = None) -> RunSummary:

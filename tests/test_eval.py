@@ -55,3 +55,19 @@ def test_eval_cli_writes_json_and_plot_with_timeouts_apart(tmp_path, docker_clie
 def test_bad_k_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "forgetui.cli", "eval", "examples/local.toml", "--no-ui", "-k", "x"], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=60)
     assert out.returncode == 2 and "-k expects" in out.stderr
+
+
+def test_eval_report_names_the_model_without_its_key(tmp_path):
+    from core.config import load_config
+    from core.run import summarize, write_eval_report
+    from core.store.writer import Store
+
+    store = Store.open(tmp_path / "store.duckdb")
+    store.insert_run("r", {})
+    store.upsert_rollout({"rollout_id": "r/hello/0", "run_id": "r", "env": "toy", "task_id": "hello", "harness": "react", "sample_index": 0, "status": "done", "passed": True, "reward": 1.0, "attempt": 0})
+    cfg = load_config(None, ['policy.backend="litellm:openai/gpt-x?api_key=sk-secret-9"'])
+    summary = summarize(store, "r", tmp_path / "store.duckdb", [1])
+    write_eval_report(store, "r", tmp_path, summary, cfg)
+    store.close()
+    text = (tmp_path / "eval.json").read_text()
+    assert "sk-secret-9" not in text and "litellm:openai/gpt-x?api_key=***" in text

@@ -33,5 +33,12 @@ class NoModelPolicy:
 
 
 def calls_model(harness: Any) -> bool:
-    """Whether a harness talks to the policy at all (one that speaks no protocol, like `oracle` or `noop`, does not)."""
+    """Whether a harness (instance or class; None: unknown, taken to) talks to the policy at all (`oracle`, `noop` speak no protocol)."""
     return bool(getattr(harness, "protocols", ("chat",)))
+
+
+def model_shown(backend: str, harness: Any) -> str:
+    """The model a run evaluates as reports and progress name it: `none` when the harness calls no model, keys redacted."""
+    from core.secrets import redact_text
+
+    return redact_text(backend) if calls_model(harness) else NO_MODEL
