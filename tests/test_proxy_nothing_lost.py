@@ -55,6 +55,17 @@ def test_tool_schemas_too_deep_to_serialise_are_a_400_not_a_plain_500(live_proxy
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
 
 
+def test_a_gemini_parameters_schema_deeper_than_the_stack_is_a_400(live_proxy, script_file):
+    """`parameters` (OpenAPI types, lowered recursively) ~900 JSON levels deep: a 400, not the safety net's 500."""
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    params = b'{"type":"OBJECT","properties":{"x":' * 450 + b'{"type":"STRING"}' + b"}}" * 450
+    body = b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"tools":[{"functionDeclarations":[{"name":"f","parameters":' + params + b"}]}]}"
+    resp = httpx.post(proxy.base + ROUTES["gemini"], content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400
+    assert "nest too deep" in error_message("gemini", resp.json())
+    assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
+
+
 def test_an_answer_that_cannot_be_rendered_is_a_protocol_error_and_recorded(live_proxy, script_file):
     """Tool-call arguments 300 deep break Gemini's rendering (orjson's depth limit): a JSON 500 and an `error` row, not a plain-text 500 and nothing."""
     args = orjson.loads(nested(300))

@@ -193,7 +193,10 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 raise ProtocolError(f"{where} must be an object")
             params = _get(decl, "parametersJsonSchema", "parameters_json_schema")
             if params is None:
-                params = _lower_types(decl.get("parameters"))
+                try:
+                    params = _lower_types(decl.get("parameters"))
+                except RecursionError:  # deeper than Python's stack: the same 400 as any schema too deep to handle
+                    raise ProtocolError(f"{where}.parameters nest too deep to handle; at most about 250 levels of objects and lists are supported") from None
             out.append(function_tool(decl.get("name"), decl.get("description"), params, where))
     return out
 
