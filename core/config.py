@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import ConfigError
+from core.runtime.egress import EgressPolicy
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
 from core.secrets import redact
 
@@ -36,7 +37,21 @@ class EnvConfig(_Section):
 class HarnessConfig(_Section):
     name: str = "react"
     binary: str | None = Field(None, description="a harness binary the user provides (zeroclaw)")
+    version: str | None = Field(None, description="install this published release of an npm/PyPI harness instead of the pinned one (harnesses/versions.py)")
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_is_text(cls, value: Any) -> Any:
+        """`--set harness.version=1.10` parses as the number 1.1: ask for quotes instead of installing the wrong release."""
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"got the number {value!r}: write the version quoted, as in TOML harness.version = \"1.10.0\" or --set 'harness.version=\"1.10.0\"'")
+        return value
+
+    def adapter_options(self) -> dict[str, Any]:
+        """What the harness adapter is built with: `options`, plus `binary` and `version` when set."""
+        given = {"binary": self.binary, "version": self.version}
+        return {**{k: v for k, v in given.items() if v is not None}, **self.options}
 
 
 class PolicyConfig(_Section):
@@ -54,6 +69,8 @@ class RuntimeConfig(_Section):
     memory: str = "2g"
     pids_limit: int = Field(512, ge=16)
     network: Literal["isolated", "host", "bridge"] = Field("isolated", description="docker: isolated = the sandbox reaches the proxy and nothing else; host = the host's network (a warning); bridge = Docker's bridge")
+    egress_allow: list[str] = Field(default_factory=list, description="docker, isolated: names a sandbox may reach through forgetui's egress proxy (host, host:port, *.domain; empty = nothing); Kubernetes pods take CIDRs in runtime.kubernetes.egress_allow")
+    egress_allow_private: list[str] = Field(default_factory=list, description="exact names of egress_allow that may resolve to loopback/private addresses (link-local and metadata never)")
     workdir: str = "/workspace"
     ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
     shared_harness: bool = Field(True, description="docker: tasks with their own image mount the harness from one read-only volume instead of a copy baked into each task image")
@@ -65,6 +82,28 @@ class RuntimeConfig(_Section):
     def _kubernetes_keys(cls, values: Any) -> Any:
         """The old runtime.namespace/kubeconfig/image_pull_policy move into runtime.kubernetes."""
         return migrate_legacy(values)
+
+    @field_validator("egress_allow", "egress_allow_private", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):  # --set runtime.egress_allow=a.example,b.example
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _egress(self) -> RuntimeConfig:
+        """Egress patterns parse, and apply where a named destination means something (docker, isolated)."""
+        if not (self.egress_allow or self.egress_allow_private):
+            return self
+        if self.kind == "kubernetes":
+            raise ValueError("runtime.egress_allow names hosts for Docker sandboxes; a Kubernetes NetworkPolicy matches addresses only: put CIDRs in runtime.kubernetes.egress_allow")
+        if self.network != "isolated":
+            raise ValueError(f"runtime.egress_allow applies to runtime.network = \"isolated\" only (a {self.network} network already reaches everything)")
+        try:
+            EgressPolicy(self.egress_allow, self.egress_allow_private)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class ProxyConfig(_Section):

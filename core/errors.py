@@ -11,6 +11,10 @@ class ConfigError(ForgetuiError):
     """A config file, a `--set` override or a CLI argument is wrong."""
 
 
+class NoSuchVersionError(ConfigError):
+    """A package version an install recipe asks for is not on its registry (npm, PyPI)."""
+
+
 class StoreError(ForgetuiError):
     """The DuckDB store cannot be opened, written or queried."""
 

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from core.env import Task
+from core.errors import ConfigError, NoSuchVersionError
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
+
+VERSION_KEY = "harness.version"
+# an exact release (1.2.3, 2026.9.6, 0.2.0-beta.1, 2.0.0a1): a dist-tag or a range would install whatever is newest
+_EXACT_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!_-]*")
 
 
 @dataclass(frozen=True)
@@ -63,15 +69,38 @@ class Harness(ABC):
     """A harness adapter. Subclasses set the class attributes and implement `launch`."""
 
     name: ClassVar[str]
-    version: ClassVar[str] = "0"
+    version: str = "0"  # what `rollouts.harness_version` records; the pinned one unless `harness.version` says another
+    installable: ClassVar[bool] = False  # True: `image_layer` installs an npm/PyPI package at `self.version`
     protocols: ClassVar[tuple[str, ...]] = ("chat",)
 
     def __init__(self, **options: Any) -> None:
+        wanted = options.pop("version", None)
         self.options = options
+        self.version_set = wanted is not None  # harness.version given (else the pinned version)
+        if wanted is not None:
+            self.version = self._checked_version(str(wanted))
+
+    def _checked_version(self, wanted: str) -> str:
+        if not self.installable:
+            raise ConfigError(
+                f"{VERSION_KEY} = {wanted!r}: the {self.name} harness has no installable version (it is version {self.version}, "
+                f"not a package forgetui installs from npm or PyPI); remove {VERSION_KEY}"
+            )
+        if not _EXACT_VERSION.fullmatch(wanted):
+            raise ConfigError(f"{VERSION_KEY} = {wanted!r} is not an exact release of {self.name} (e.g. {self.version}): a tag or a range would change under a cached image")
+        return wanted
 
     def image_layer(self) -> ImageLayer | None:
         """The install recipe as an image layer (None: nothing to install)."""
         return None
+
+    def install_layer(self) -> ImageLayer | None:
+        """`image_layer()`, with a version the registry does not have reported in config terms."""
+        try:
+            return self.image_layer()
+        except NoSuchVersionError as exc:
+            source = f"set by {VERSION_KEY}" if self.version_set else f"the version this forgetui pins; override it with {VERSION_KEY}"
+            raise NoSuchVersionError(f"cannot install the {self.name} harness at version {self.version} ({source}): {exc}") from None
 
     @abstractmethod
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from core.errors import SandboxError
+from core.errors import NoSuchVersionError, SandboxError
 from core.paths import cache_dir
 from core.runtime.images import HostDir, ImageLayer
 
@@ -54,7 +55,30 @@ def _install_once(kind: str, name: str, key: str, install: Callable[[Path], None
     return final
 
 
-def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 1800, env: dict[str, str] | None = None) -> None:
+_NPM_MISSING = re.compile(r"No matching version found for (\S+?)\.?$", re.MULTILINE)
+_PIP_MISSING = re.compile(r"No matching distribution found for (\S+)")
+_PIP_PUBLISHED = re.compile(r"\(from versions: ([^)]*)\)")
+
+
+def missing_version(output: str, wanted: list[str]) -> str | None:
+    """What to tell the user when npm's or pip's `output` says a spec in `wanted` (not a dependency) has no such version."""
+    npm = next((m for m in _NPM_MISSING.findall(output) if m in wanted), None)
+    if npm is not None:
+        package = npm.rsplit("@", 1)[0]
+        return f"npm has no {npm} (its published versions: `npm view {package} versions`)"
+    pip = next((m for m in _PIP_MISSING.findall(output) if m in wanted), None)
+    if pip is not None:
+        package = re.split(r"[=<>!~]", pip, maxsplit=1)[0]
+        published = _PIP_PUBLISHED.search(output)
+        if published is None or published.group(1) == "none":  # no version at all: a wrong name, or no index reachable
+            return f"pip found no version of {package} at all (check the name, and that PyPI or your index can be reached)"
+        latest = ", ".join(published.group(1).split(", ")[-5:])
+        return f"PyPI has no {pip} (latest published: {latest}; all: `pip index versions {package}`)"
+    return None
+
+
+def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 1800, env: dict[str, str] | None = None, wanted: list[str] | None = None) -> None:
+    """Run an install command; a spec in `wanted` the registry lacks raises NoSuchVersionError, any other failure SandboxError."""
     log.info("installing %s on the host: %s", what, " ".join(cmd))
     try:
         out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -63,6 +87,9 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout: float = 18
     except subprocess.TimeoutExpired as exc:
         raise SandboxError(f"installing {what} took longer than {timeout:g} s") from exc
     if out.returncode != 0:
+        missing = missing_version(f"{out.stdout}\n{out.stderr}", wanted or [])
+        if missing is not None:
+            raise NoSuchVersionError(missing)
         raise SandboxError(f"installing {what} failed (exit {out.returncode}): {(out.stderr or out.stdout)[-3000:]}")
 
 
@@ -77,7 +104,7 @@ def npm_tree(name: str, packages: list[str], *, node_bin: Path | None = None) ->
 
     def install(tmp: Path) -> None:
         (tmp / "package.json").write_text(json.dumps({"name": f"forgetui-{name}", "private": True}) + "\n")
-        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--no-save", *packages], f"npm {' '.join(packages)}", cwd=tmp, env=env)
+        _run(["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--no-save", *packages], f"npm {' '.join(packages)}", cwd=tmp, env=env, wanted=packages)
 
     return _install_once("npm", name, key, install)
 
@@ -87,7 +114,7 @@ def pip_tree(name: str, requirements: list[str]) -> Path:
     key = _key("pip", f"py{sys.version_info.major}.{sys.version_info.minor}", *sorted(requirements))
 
     def install(tmp: Path) -> None:
-        _run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(tmp / "site"), *requirements], f"pip {' '.join(requirements)}")
+        _run([sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(tmp / "site"), *requirements], f"pip {' '.join(requirements)}", wanted=requirements)
 
     return _install_once("pip", name, key, install)
 

@@ -53,6 +53,7 @@ class ClaudeCodeHarness(Harness):
 
     name = "claude-code"
     version = versions.version_of(versions.CLAUDE_CODE)
+    installable = True
     protocols = ("messages",)
 
     def __init__(self, **options: Any) -> None:
@@ -69,7 +70,7 @@ class ClaudeCodeHarness(Harness):
         # the native binary needs no Node at run time
         from core.runtime.recipes import npm_layer
 
-        return npm_layer("claude-code", [versions.CLAUDE_CODE], links={"claude": BINARY})
+        return npm_layer("claude-code", [versions.spec_at(versions.CLAUDE_CODE, self.version)], links={"claude": BINARY})
 
     def settings(self) -> dict[str, Any]:
         """settings.json in CLAUDE_CONFIG_DIR: no update channel, no co-author lines, permissions bypassed."""

@@ -61,6 +61,7 @@ class CodexHarness(Harness):
 
     name = "codex"
     version = versions.version_of(versions.CODEX)
+    installable = True
     protocols = ("responses",)
 
     def __init__(self, **options: Any) -> None:
@@ -76,7 +77,7 @@ class CodexHarness(Harness):
         # the native binary runs without Node; rg is what Codex's own tools search with
         from core.runtime.recipes import npm_layer
 
-        return npm_layer("codex", [versions.CODEX], links={"codex": BINARY, "rg": RG})
+        return npm_layer("codex", [versions.spec_at(versions.CODEX, self.version)], links={"codex": BINARY, "rg": RG})
 
     def config_toml(self, endpoint: Endpoint) -> str:
         """$CODEX_HOME/config.toml: the proxy as the only provider, approvals and telemetry off."""

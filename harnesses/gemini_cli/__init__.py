@@ -52,6 +52,7 @@ class GeminiCliHarness(Harness):
 
     name = "gemini-cli"
     version = versions.version_of(versions.GEMINI_CLI)
+    installable = True
     protocols = ("gemini",)
 
     def __init__(self, **options: Any) -> None:
@@ -61,7 +62,7 @@ class GeminiCliHarness(Harness):
         self.extra_args = [str(a) for a in options.get("extra_args", [])]
 
     def image_layer(self) -> ImageLayer:
-        return node_npm_layer("gemini-cli", versions.NODE, [versions.GEMINI_CLI], links={"gemini": BIN_PATH})
+        return node_npm_layer("gemini-cli", versions.NODE, [versions.spec_at(versions.GEMINI_CLI, self.version)], links={"gemini": BIN_PATH})
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         command = ["gemini", "-p", task.instruction, "-m", endpoint.model, "--yolo", "--skip-trust", "-o", "json", *self.extra_args]

@@ -34,6 +34,7 @@ class MiniSweAgentHarness(Harness):
 
     name = "mini-swe-agent"
     version = versions.version_of(versions.MINI_SWE_AGENT)
+    installable = True
     protocols = ("chat",)
 
     def __init__(self, **options: Any) -> None:
@@ -44,7 +45,7 @@ class MiniSweAgentHarness(Harness):
         self.extra_config = [str(c) for c in options.get("extra_config", [])]
 
     def image_layer(self) -> ImageLayer:
-        return pip_layer("mini-swe-agent", [versions.MINI_SWE_AGENT], scripts={"mini": CLI_MODULE})
+        return pip_layer("mini-swe-agent", [versions.spec_at(versions.MINI_SWE_AGENT, self.version)], scripts={"mini": CLI_MODULE})
 
     def config_specs(self, task: Task, endpoint: Endpoint, workdir: str) -> list[str]:
         """The `-c` specs: the built-in mini.yaml, then our overrides (key=value, values parsed as JSON)."""

@@ -55,6 +55,7 @@ class OpenClawHarness(Harness):
 
     name = "openclaw"
     version = versions.version_of(versions.OPENCLAW)
+    installable = True
     protocols = ("chat", "responses", "messages")
 
     def __init__(self, **options: Any) -> None:
@@ -73,7 +74,7 @@ class OpenClawHarness(Harness):
 
     def image_layer(self) -> ImageLayer:
         # OpenClaw's install scripts refuse the host's Node 20: it is installed with the Node 24 it runs on
-        return node_npm_layer("openclaw", versions.NODE, [versions.OPENCLAW], links={"openclaw": CLI_PATH})
+        return node_npm_layer("openclaw", versions.NODE, [versions.spec_at(versions.OPENCLAW, self.version)], links={"openclaw": CLI_PATH})
 
     def config(self, endpoint: Endpoint) -> dict[str, Any]:
         """The pinned OpenClaw config (JSON is valid JSON5): one `forge` provider, models replaced."""

@@ -51,6 +51,7 @@ class OpenCodeHarness(Harness):
 
     name = "opencode"
     version = versions.version_of(versions.OPENCODE)
+    installable = True
     protocols = ("chat",)
 
     def __init__(self, **options: Any) -> None:
@@ -60,7 +61,7 @@ class OpenCodeHarness(Harness):
         self.title_call = bool(options.get("title_call", False))
 
     def image_layer(self) -> ImageLayer:
-        return npm_layer("opencode", [versions.OPENCODE], links={"opencode": BINARY_PATH})
+        return npm_layer("opencode", [versions.spec_at(versions.OPENCODE, self.version)], links={"opencode": BINARY_PATH})
 
     def config(self, endpoint: Endpoint) -> dict[str, Any]:
         """opencode.json: one `forge` provider (@ai-sdk/openai-compatible, bundled in the binary)."""

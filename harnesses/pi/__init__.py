@@ -50,6 +50,7 @@ class PiHarness(Harness):
 
     name = "pi"
     version = versions.version_of(versions.PI)
+    installable = True
     protocols = ("chat",)
 
     def __init__(self, **options: Any) -> None:
@@ -59,7 +60,7 @@ class PiHarness(Harness):
         self.thinking = options.get("thinking")
 
     def image_layer(self) -> ImageLayer:
-        return node_npm_layer("pi", versions.NODE, [versions.PI], links={"pi": CLI_PATH})
+        return node_npm_layer("pi", versions.NODE, [versions.spec_at(versions.PI, self.version)], links={"pi": CLI_PATH})
 
     def models_json(self, endpoint: Endpoint) -> dict[str, Any]:
         """$PI_CODING_AGENT_DIR/models.json: one `forge` provider serving the policy."""
