@@ -43,6 +43,8 @@ class SandboxSpec:
     labels: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
     volumes: dict[str, str] = field(default_factory=dict)  # named volume → mount path, read-only (the shared harness)
+    egress_allow: list[str] = field(default_factory=list)  # docker, isolated: names reachable through the egress proxy
+    egress_allow_private: list[str] = field(default_factory=list)  # of those, names that may resolve to private addresses
 
     def all_labels(self) -> dict[str, str]:
         """The spec's extra labels plus the forgetui run/rollout/owner keys."""

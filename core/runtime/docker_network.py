@@ -22,6 +22,10 @@ and the proxy is brought into it at the same ``127.0.0.1:PORT`` the harness woul
 * The HostRelay is a thread in the run's process: it accepts on that unix socket and connects to the proxy
   on the host's loopback. Nothing else is reachable: there is no route, so the internet and metadata
   addresses are unroutable by construction.
+
+With ``runtime.egress_allow`` the same two ways bring a second port into the sandbox, the egress proxy's
+(``core.runtime.egress``): a listener (or a forwarder port and a unix socket of its own) whose connections
+the run's process serves as an HTTP(S) forward proxy for the allowed names only.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,14 +51,16 @@ log = logging.getLogger(__name__)
 
 SOCKET_DIR_IN_FORWARDER = "/run/forgetui-net"
 SOCKET_NAME = "proxy.sock"
+Handler = Callable[[socket.socket], None]  # serves one accepted connection, then closes it
 FORWARDER_READY = b"forgetui-forwarder-ready"
 READY_TIMEOUT_S = 30.0
 FORWARDER_MEMORY = "64m"
 # Runs as the forwarder container's process (python3 from the sandbox's own image): listen on the
-# namespace's loopback, relay each connection to the host's unix socket, both directions, until either ends.
+# namespace's loopback (one port per unix socket: argv = ready, then port path pairs), relay each connection
+# to its host unix socket, both directions, until either ends.
 FORWARDER_SCRIPT = r"""
 import socket, sys, threading
-port, path, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ready, pairs = sys.argv[1], sys.argv[2:]
 def pipe(src, dst):
     try:
         while True:
@@ -67,7 +74,7 @@ def pipe(src, dst):
         dst.shutdown(socket.SHUT_WR)
     except OSError:
         pass
-def serve(conn):
+def serve(conn, path):
     up = socket.socket(socket.AF_UNIX)
     try:
         up.connect(path)
@@ -78,11 +85,15 @@ def serve(conn):
     pipe(conn, up)
     back.join()
     conn.close(); up.close()
-srv = socket.create_server(("127.0.0.1", port), backlog=256)
+def accept(srv, path):
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve, args=(conn, path), daemon=True).start()
+servers = [(socket.create_server(("127.0.0.1", int(port)), backlog=256), path) for port, path in zip(pairs[::2], pairs[1::2])]
 print(ready, flush=True)
-while True:
-    conn, _ = srv.accept()
-    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+for srv, path in servers[1:]:
+    threading.Thread(target=accept, args=(srv, path), daemon=True).start()
+accept(*servers[0])
 """
 
 
@@ -104,15 +115,10 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
         dst.shutdown(socket.SHUT_WR)
 
 
-def relay_to(conn: socket.socket, target: tuple[str, int]) -> None:
-    """Connect to `target` and copy bytes both ways until both directions end; then close both."""
-    try:
-        up = socket.create_connection(target, timeout=10)
-    except OSError as exc:
-        log.warning("sandbox network relay: the proxy at %s:%d does not answer (%s)", *target, exc)
-        conn.close()
-        return
+def splice(conn: socket.socket, up: socket.socket) -> None:
+    """Copy bytes between two connected sockets, both ways, until both directions end; then close both."""
     up.settimeout(None)
+    conn.settimeout(None)
     back = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
     back.start()
     _pipe(conn, up)
@@ -121,13 +127,29 @@ def relay_to(conn: socket.socket, target: tuple[str, int]) -> None:
     up.close()
 
 
-def _accept_loop(sock: socket.socket, target: tuple[str, int], closed: threading.Event) -> None:
+def relay_to(conn: socket.socket, target: tuple[str, int]) -> None:
+    """Connect to `target` and copy bytes both ways until both directions end; then close both."""
+    try:
+        up = socket.create_connection(target, timeout=10)
+    except OSError as exc:
+        log.warning("sandbox network relay: the proxy at %s:%d does not answer (%s)", *target, exc)
+        conn.close()
+        return
+    splice(conn, up)
+
+
+def relay_handler(target: tuple[str, int]) -> Handler:
+    """A handler that relays each connection to `target` (the model proxy on the host)."""
+    return lambda conn: relay_to(conn, target)
+
+
+def _accept_loop(sock: socket.socket, handle: Handler, closed: threading.Event) -> None:
     while not closed.is_set():
         try:
             conn, _ = sock.accept()
         except OSError:
             return
-        threading.Thread(target=relay_to, args=(conn, target), daemon=True).start()
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
 
 CLONE_NEWNET = 0x40000000
@@ -169,9 +191,10 @@ def _listen_in(pid: int, port: int) -> socket.socket:
 
 
 class NetnsListener:
-    """The proxy's port inside one sandbox's network namespace, relayed to the proxy on the host."""
+    """A port inside one sandbox's network namespace whose connections `handle` serves in this process
+    (the model proxy's port, relayed to the proxy on the host; or the egress proxy's)."""
 
-    def __init__(self, pid: int, port: int, target: tuple[str, int]) -> None:
+    def __init__(self, pid: int, port: int, handle: Handler) -> None:
         box: dict[str, Any] = {}
 
         def enter() -> None:
@@ -187,7 +210,7 @@ class NetnsListener:
             raise SandboxError(f"cannot open the proxy's port in the sandbox's network namespace: {box['error']}")
         self.sock: socket.socket = box["sock"]
         self._closed = threading.Event()
-        threading.Thread(target=_accept_loop, args=(self.sock, target, self._closed), name=f"netns-relay:{pid}", daemon=True).start()
+        threading.Thread(target=_accept_loop, args=(self.sock, handle, self._closed), name=f"netns-port:{pid}:{port}", daemon=True).start()
 
     def close(self) -> None:
         """Stop listening; the namespace is freed once the container is gone too."""
@@ -197,15 +220,14 @@ class NetnsListener:
         self.sock.close()
 
 
-class HostRelay:
-    """Accepts on a unix socket in a private folder and relays each connection to the proxy on host loopback.
+class UnixListener:
+    """Accepts on a unix socket in a private folder (mounted into a forwarder) and serves each connection with `handle`.
 
     Our own relay, not a library: a few lines of socket copying, one thread per direction (a run has at
     most its concurrency's worth of open calls).
     """
 
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
+    def __init__(self, handle: Handler, name: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="forgetui-net-")
         os.chmod(self.dir, 0o711)  # root in the forwarder opens the socket; nobody else lists the folder
         self.path = os.path.join(self.dir, SOCKET_NAME)
@@ -215,7 +237,7 @@ class HostRelay:
         os.chmod(self.path, 0o600)
         self._sock.listen(256)
         self._closed = threading.Event()
-        threading.Thread(target=_accept_loop, args=(self._sock, self.target, self._closed), name=f"net-relay:{port}", daemon=True).start()
+        threading.Thread(target=_accept_loop, args=(self._sock, handle, self._closed), name=name, daemon=True).start()
 
     def close(self) -> None:
         self._closed.set()
@@ -225,9 +247,25 @@ class HostRelay:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def forwarder_kwargs(name: str, image: str, port: int, relay: HostRelay, labels: dict[str, str], life: str) -> dict[str, Any]:
-    """``containers.create`` arguments of a sandbox's forwarder: no network, no capabilities, read-only root."""
-    argv = ["python3", "-c", FORWARDER_SCRIPT, str(port), f"{SOCKET_DIR_IN_FORWARDER}/{SOCKET_NAME}", FORWARDER_READY.decode()]
+class HostRelay(UnixListener):
+    """A unix socket whose connections are relayed to the proxy on host loopback (one per proxy address)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        super().__init__(relay_handler(self.target), f"net-relay:{port}")
+
+
+def forwarder_kwargs(name: str, image: str, routes: list[tuple[int, UnixListener]], labels: dict[str, str], life: str) -> dict[str, Any]:
+    """``containers.create`` arguments of a sandbox's forwarder: no network, no capabilities, read-only root.
+
+    `routes`: each port the forwarder opens on the namespace's loopback and the unix socket it leads to.
+    """
+    argv = ["python3", "-c", FORWARDER_SCRIPT, FORWARDER_READY.decode()]
+    volumes: dict[str, dict[str, str]] = {}
+    for i, (port, listener) in enumerate(routes):
+        folder = f"{SOCKET_DIR_IN_FORWARDER}/{i}"
+        argv += [str(port), f"{folder}/{SOCKET_NAME}"]
+        volumes[listener.dir] = {"bind": folder, "mode": "ro"}
     if life != "infinity":  # never outlives its sandbox's own keep-alive
         argv = ["timeout", "-s", "KILL", life, *argv]
     return {
@@ -246,7 +284,7 @@ def forwarder_kwargs(name: str, image: str, port: int, relay: HostRelay, labels:
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "read_only": True,
-        "volumes": {relay.dir: {"bind": SOCKET_DIR_IN_FORWARDER, "mode": "ro"}},
+        "volumes": volumes,
         "user": f"{os.getuid()}:{os.getgid()}",  # the owner of the relay socket (mode 0600), with no capabilities
     }
 

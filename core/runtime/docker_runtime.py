@@ -21,7 +21,9 @@ Network (``SandboxSpec.network``):
 * ``isolated`` (default): the container's network namespace has loopback only and no route; the
   proxy (``SandboxSpec.proxy``) answers at the same ``127.0.0.1:<port>`` through a forwarder
   container (see ``docker_network``), and nothing else on the host or beyond can be reached.
-  Without ``proxy`` the sandbox has no network at all.
+  Without ``proxy`` the sandbox has no network at all. With ``egress_allow`` a second loopback port
+  serves the egress proxy (``core.runtime.egress``: the named destinations only) and the sandbox's
+  environment has ``HTTP_PROXY``/``HTTPS_PROXY`` (and lower-case) pointing at it, ``NO_PROXY`` for loopback.
 * ``host`` (opt-in, logged as a warning): the container shares the host's network namespace, so
   it can reach every service the host can (live store endpoint, local databases, metadata).
 * ``bridge``: Docker's bridge; the host is reachable as ``host.docker.internal`` (the bridge
@@ -45,6 +47,7 @@ from typing import Any
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime import docker_network as N
+from core.runtime import egress as E
 from core.runtime import labels as L
 from core.runtime.base import Entry, ExecResult, SandboxFile, SandboxSpec, parse_memory, shell_command
 
@@ -92,6 +95,8 @@ class DockerSandbox:
         relay: N.HostRelay | None = None,
         netns_target: tuple[str, int] | None = None,
         on_netns_unusable: Any = None,
+        netns: bool = False,
+        egress: E.EgressGate | None = None,
     ) -> None:
         self._client = client
         self._pull = pull
@@ -99,8 +104,12 @@ class DockerSandbox:
         self.name = C.sandbox_name(spec.run_id, spec.rollout_id)
         self._relay = relay  # isolated network, forwarder mode: the host end of the way to the proxy
         self._netns_target = netns_target  # isolated network, listener mode: the proxy's host address
+        self._netns = netns or netns_target is not None  # isolated network: ports opened in the namespace (else a forwarder)
         self._on_netns_unusable = on_netns_unusable
         self._netns_port: N.NetnsListener | None = None
+        self._egress = egress  # isolated network with egress_allow: the gate serving the sandbox's egress port
+        self._egress_port: N.NetnsListener | N.UnixListener | None = None
+        self.egress_port = E.sandbox_port(N.proxy_address(spec.proxy)[1] if spec.proxy else None) if egress else None
         self._forwarder: Any = None  # isolated network: the container whose namespace the sandbox joins
         self._container: Any = None
         self._stopped = False
@@ -143,7 +152,7 @@ class DockerSandbox:
             "detach": True,
             "init": True,
             "labels": spec.all_labels(),
-            "environment": dict(spec.env),
+            "environment": {**(E.sandbox_env(self.egress_port) if self.egress_port else {}), **spec.env},
             "working_dir": spec.workdir,
             "nano_cpus": int(spec.cpus * 1e9),
             "mem_limit": mem,
@@ -185,11 +194,19 @@ class DockerSandbox:
             ) from exc
 
     def _start_forwarder(self) -> None:
-        """Isolated network with a proxy: the forwarder whose loopback-only namespace the sandbox joins."""
-        if self.spec.network != "isolated" or self._relay is None or self._forwarder is not None:
+        """Isolated network with a proxy or egress, without listeners in the namespace: the forwarder whose
+        loopback-only namespace the sandbox joins (the proxy's port, and the egress proxy's)."""
+        if self.spec.network != "isolated" or self._netns or self._forwarder is not None:
             return
-        _host, port = N.proxy_address(self.spec.proxy or "")
-        kwargs = N.forwarder_kwargs(f"{self.name}-net", self.spec.image, port, self._relay, self.spec.all_labels(), self._life())
+        routes: list[tuple[int, N.UnixListener]] = []
+        if self._relay is not None:
+            routes.append((N.proxy_address(self.spec.proxy or "")[1], self._relay))
+        if self._egress is not None and self.egress_port:
+            self._egress_port = N.UnixListener(self._egress.handler(self.spec.rollout_id), f"egress:{self.name}")
+            routes.append((self.egress_port, self._egress_port))
+        if not routes:
+            return
+        kwargs = N.forwarder_kwargs(f"{self.name}-net", self.spec.image, routes, self.spec.all_labels(), self._life())
         try:
             self._forwarder = N.start_forwarder(self._client, kwargs)
         except _docker().errors.ImageNotFound:
@@ -197,6 +214,7 @@ class DockerSandbox:
             self._forwarder = N.start_forwarder(self._client, kwargs)
 
     def _remove_forwarder(self) -> None:
+        self._close_egress_port()
         forwarder, self._forwarder = self._forwarder, None
         if forwarder is not None:
             try:
@@ -243,8 +261,8 @@ class DockerSandbox:
         return container
 
     def _open_netns_port(self, container: Any) -> None:
-        """Isolated network, listener mode: the proxy's port on the loopback of the started container's namespace."""
-        if self._netns_target is None:
+        """Isolated network, listener mode: the proxy's (and egress proxy's) port on the started container's loopback."""
+        if self.spec.network != "isolated" or not self._netns or (self._netns_target is None and self._egress is None):
             return
         pid = int(self._client.api.inspect_container(container.id)["State"]["Pid"] or 0)
         if not N.same_container(pid, self._rootfs):
@@ -254,11 +272,20 @@ class DockerSandbox:
                 f"sandbox {self.name}: the engine's process {pid} is not visible from here (a remote engine or "
                 f"another pid namespace); sandboxes of this run now use network forwarder containers instead"
             )
-        _host, port = N.proxy_address(self.spec.proxy or "")
-        self._netns_port = N.NetnsListener(pid, port, self._netns_target)
+        if self._netns_target is not None:
+            _host, port = N.proxy_address(self.spec.proxy or "")
+            self._netns_port = N.NetnsListener(pid, port, N.relay_handler(self._netns_target))
+        if self._egress is not None and self.egress_port:
+            self._egress_port = N.NetnsListener(pid, self.egress_port, self._egress.handler(self.spec.rollout_id))
 
     def _close_netns_port(self) -> None:
         listener, self._netns_port = self._netns_port, None
+        if listener is not None:
+            listener.close()
+        self._close_egress_port()
+
+    def _close_egress_port(self) -> None:
+        listener, self._egress_port = self._egress_port, None
         if listener is not None:
             listener.close()
 
@@ -548,7 +575,15 @@ class DockerRuntime:
 
     name = "docker"
 
-    def __init__(self, client: Any = None, *, pull: bool = True, network_helper: str = "auto") -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        pull: bool = True,
+        network_helper: str = "auto",
+        egress_resolve: E.Resolver | None = None,
+        egress_connect: E.Connector | None = None,
+    ) -> None:
         self._client = client
         self.pull = pull  # pull a missing image from its registry before failing
         self._relays: dict[tuple[str, int], N.HostRelay] = {}  # one per proxy address (isolated networks)
@@ -557,6 +592,8 @@ class DockerRuntime:
         self.network_helper = network_helper
         self._netns_usable = network_helper == "auto" and N.can_enter_namespaces()
         self._warned_host = False
+        self._gates: dict[tuple[tuple[str, ...], tuple[str, ...]], E.EgressGate] = {}  # one per egress policy
+        self._egress_hooks = (egress_resolve, egress_connect)  # name lookup and connect of the egress proxy (tests instrument them)
 
     @property
     def client(self) -> Any:
@@ -582,19 +619,39 @@ class DockerRuntime:
 
     def create(self, spec: SandboxSpec) -> DockerSandbox:
         relay = None
-        if spec.network == "isolated" and spec.proxy:
-            address = N.proxy_address(spec.proxy)
+        gate = self.egress_gate(spec)
+        if spec.network == "isolated" and (spec.proxy or gate):
+            address = N.proxy_address(spec.proxy) if spec.proxy else None
             if self._netns_usable:
-                return DockerSandbox(self.client, spec, pull=self.pull, netns_target=address, on_netns_unusable=self._no_netns)
-            relay = self._relays.get(address)
-            if relay is None:
-                relay = self._relays[address] = N.HostRelay(*address)
-        elif spec.network == "host" and not self._warned_host:
+                return DockerSandbox(self.client, spec, pull=self.pull, netns_target=address, netns=True, on_netns_unusable=self._no_netns, egress=gate)
+            if address is not None:
+                relay = self._relays.get(address)
+                if relay is None:
+                    relay = self._relays[address] = N.HostRelay(*address)
+            return DockerSandbox(self.client, spec, pull=self.pull, relay=relay, egress=gate)
+        if spec.network == "host" and not self._warned_host:
             self._warned_host = True
             log.warning("runtime.network = \"host\": sandboxes share the host's network and can reach every service "
                         "on this machine (the store's live endpoint, local databases, metadata addresses); "
                         "use the default \"isolated\" unless you trust what runs in them")
         return DockerSandbox(self.client, spec, pull=self.pull, relay=relay)
+
+    def egress_gate(self, spec: SandboxSpec) -> E.EgressGate | None:
+        """The egress proxy serving `spec`'s named destinations (one per policy), or None without egress_allow."""
+        if not spec.egress_allow:
+            return None
+        if spec.network != "isolated":
+            raise SandboxError(f"runtime.egress_allow applies to runtime.network = \"isolated\" only (a {spec.network} network already reaches everything)")
+        key = (tuple(spec.egress_allow), tuple(spec.egress_allow_private))
+        if key not in self._gates:
+            resolve, connect = self._egress_hooks
+            self._gates[key] = E.EgressGate(E.EgressPolicy(*key), resolve, connect)
+        return self._gates[key]
+
+    def egress_counts(self, rollout_id: str) -> dict[str, Any] | None:
+        """What a rollout's sandboxes asked of the egress proxy (taken out: the next call starts from zero)."""
+        found = [c for gate in self._gates.values() if (c := gate.counts(rollout_id, pop=True))]
+        return found[0] if found else None  # a rollout's sandboxes all share the run's one policy
 
     def _no_netns(self) -> None:
         if self._netns_usable:
