@@ -113,7 +113,7 @@ class RunSession:
         self.runtime = pick_runtime(config)
         await reap_dead_runs(self.runtime)
         self.env = load_env(config.env.name, **env_kwargs(config))
-        self.harness = load_harness(config.harness.name, **({"binary": config.harness.binary} if config.harness.binary else {}), **config.harness.options)
+        self.harness = load_harness(config.harness.name, **config.harness.adapter_options())
         self.images = RunImages(self.runtime, config, self.env, self.harness)
         if self.policy is None and not calls_model(self.harness):
             self.policy = NoModelPolicy(self.harness.name)  # oracle/noop: no model is loaded, none is reported
