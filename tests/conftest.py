@@ -86,7 +86,13 @@ def live_proxy(tmp_path: Path):
         return LiveProxy(url=server.url, token=session.token, store=store, sessions=sessions, app=app)
 
     yield start
+    import asyncio
+    import contextlib
+
     for server, store in started:
+        if server.loop is not None and server.loop.is_running():  # its HTTP sessions live on the proxy's loop: close them there
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(server.app.policy.aclose(), server.loop).result(30)
         server.stop()
         store.close()
 
