@@ -133,15 +133,25 @@ class RunSession:
             image_for=self.images.for_task,
             proxy_url=proxy_url_for_sandboxes(config, self.runtime, self.server.url),
             sessions=sessions,
-            update=self.store.upsert_rollout,
+            update=self._update_rollout,
             model_name=config.policy.model_name,
             workdir=config.runtime.workdir,
             timeout_s=config.run.timeout_s,
             timeout_scale=config.run.timeout_scale,
             trajectory=self._trajectory,
-            sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network, "proxy": self.server.url},
+            sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network, "proxy": self.server.url,
+                     "egress_allow": list(config.runtime.egress_allow), "egress_allow_private": list(config.runtime.egress_allow_private)},
             logs_dir=self.run_dir / "logs",
         )
+
+    def _update_rollout(self, row: dict[str, Any]) -> None:
+        """Write a rollout row; one that carries meta (a finished attempt) also gets `meta.egress`, what its
+        sandbox asked of the egress proxy (runtime.egress_allow), when it asked anything."""
+        assert self.store is not None
+        egress_counts = getattr(self.runtime, "egress_counts", None)  # the Docker runtime's egress proxy
+        if egress_counts is not None and isinstance(row.get("meta"), dict) and (counts := egress_counts(row["rollout_id"])):
+            row = {**row, "meta": {**row["meta"], "egress": counts}}
+        self.store.upsert_rollout(row)
 
     async def _trajectory(self, rollout_id: str, attempt: int) -> list[dict[str, Any]] | None:
         """The attempt's recorded conversation (what graders read at /logs/agent/trajectory.jsonl)."""
