@@ -130,6 +130,6 @@ def register(sub: Any) -> None:
     p.add_argument("rollout_id", metavar="ROLLOUT_ID", help="e.g. 20261201-061519-a8e9/hello/0")
     p.add_argument("--store", help="the store that recorded it (default: its run's store)")
     p.add_argument("--image", metavar="TAG", help="the sandbox base image to build on instead of the recorded run's (e.g. a rebuilt one)")
-    p.add_argument("--harness-version", metavar="V", help="the harness version to replay under (must be the version this forgetui pins)")
+    p.add_argument("--harness-version", metavar="V", help="replay under this published release of the harness (npm/PyPI harnesses; default: the recorded run's)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_replay)

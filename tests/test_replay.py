@@ -117,7 +117,9 @@ def test_changed_task_file_diverges_at_the_call_that_reads_it(docker_client, bas
 
 
 def test_what_replay_refuses(tmp_path):
-    from core.analytics.replay import check_harness_version, load_recording, tokenizer_name
+    from core.analytics.replay import Recording, load_recording, replay_config, tokenizer_name
+    from core.config import RunConfig
+    from core.registry import load_harness
     from core.errors import ConfigError
     from core.store.writer import Store
 
@@ -126,9 +128,15 @@ def test_what_replay_refuses(tmp_path):
     assert tokenizer_name({"backend": "builtin:smollm2-135m"}) == "smollm2-135m"
     assert tokenizer_name({"backend": "scripted:/x.json?tokenizer=smollm2-135m"}) == "smollm2-135m"
     assert tokenizer_name({"backend": "vllm:http://127.0.0.1:1", "tokenizer": "/models/q"}) == "/models/q"
-    check_harness_version("react", "1")  # the pinned one
-    with pytest.raises(ConfigError, match="pinned in harnesses/versions.py"):
-        check_harness_version("codex", "0.1.0")
+    recorded = {"rollout_id": "r/hello/0", "task_id": "hello"}
+    for name, ok in (("mini-swe-agent", True), ("react", False)):  # --harness-version reaches the harness, which may refuse it
+        config = replay_config(Recording(tmp_path, recorded, RunConfig.model_validate({"harness": {"name": name}}).model_dump(), []), None, "2.4.5")
+        assert config.harness.version == "2.4.5" and config.policy.backend == "replay:r/hello/0"
+        if ok:
+            assert load_harness(name, **config.harness.adapter_options()).version == "2.4.5"
+        else:
+            with pytest.raises(ConfigError, match="the react harness has no installable version"):
+                load_harness(name, **config.harness.adapter_options())
     store = Store.open(tmp_path / "s.duckdb")
     store.insert_run("r", {})
     store.close()

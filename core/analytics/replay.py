@@ -5,6 +5,7 @@ The harness runs the same task again; the replay backend answers call k with the
 recorded one (token position and both sides decoded around it), the harness made more or fewer calls,
 or the verifier's score changed. Differences the harness itself makes on every run (a random chunk id,
 a wall time, today's date) are listed per harness in `VOLATILE` and reported apart, as volatile.
+Replaying under another harness version (`harness.version`) checks that an upgrade preserves behaviour.
 """
 
 from __future__ import annotations
@@ -182,8 +183,11 @@ def divergences(backend: ReplayBackend, harness: str, recorded_score: float | No
     return out, volatile
 
 
-def replay_config(recording: Recording, image: str | None = None) -> Any:
-    """The recorded run's config narrowed to this rollout's task, one sample, no retries, no training."""
+def replay_config(recording: Recording, image: str | None = None, harness_version: str | None = None) -> Any:
+    """The recorded run's config narrowed to this rollout's task, one sample, no retries, no training.
+
+    `harness_version` installs that release of the harness (`harness.version`) instead of the recorded run's.
+    """
     from pydantic import ValidationError
 
     from core.config import RunConfig
@@ -201,32 +205,23 @@ def replay_config(recording: Recording, image: str | None = None) -> Any:
     config.policy.backend = f"replay:{recording.rollout['rollout_id']}"
     if image:
         config.runtime.base_image = image
+    if harness_version is not None:
+        config.harness.version = harness_version
     return config
 
 
-def check_harness_version(name: str, wanted: str | None) -> None:
-    """Refuse a harness version this forgetui does not install (versions are pinned in harnesses/versions.py)."""
-    if wanted is None:
-        return
-    from core.registry import load_harness
-
-    pinned = load_harness(name).version
-    if pinned != wanted:
-        raise ConfigError(
-            f"this forgetui installs {name} {pinned}, not {wanted}: harness versions are pinned in harnesses/versions.py "
-            f"(set {name}'s pin to {wanted} there, and the image rebuilds by content hash), then replay again"
-        )
-
-
 async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: str | None = None, harness_version: str | None = None) -> ReplayReport:
-    """Re-run a recorded rollout against its recorded answers and report how the new run differs."""
+    """Re-run a recorded rollout against its recorded answers (under `harness_version`, if given) and report how the new run differs."""
     from core.proxy.policy import TokenPolicy
     from core.session import RunSession
 
     recording = load_recording(rollout_id, store)
     row = recording.rollout
-    check_harness_version(row["harness"], harness_version)
-    config = replay_config(recording, image)
+    config = replay_config(recording, image, harness_version)
+    if harness_version is not None:  # install it first: a version refused or missing from the registry fails before a replay run is made
+        from core.registry import load_harness
+
+        load_harness(config.harness.name, **config.harness.adapter_options()).install_layer()
     backend = replay_backend(recording)
     policy = TokenPolicy(backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens or 4096)
     async with RunSession(config, policy=policy) as session:
