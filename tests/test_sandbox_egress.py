@@ -298,3 +298,66 @@ async def test_without_egress_allow_there_is_no_proxy_variable_and_no_egress_por
     assert "error" in seen["get"][f"http://127.0.0.1:{outside}/"]  # the host's service stays out of reach
     assert "ConnectionRefused" in seen["connect"]["error"]  # nothing listens on the egress port
     assert runtime.egress_counts("plain") is None
+
+
+# --- a whole run ------------------------------------------------------------------------------------------
+
+SOLVE = r"""#!/bin/bash
+# Fetch one allowed and one refused destination the way any tool would: through $HTTP_PROXY.
+python3 - "$@" <<'PY'
+import urllib.request, urllib.error
+def get(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        return f"refused {e.code}"
+with open("/app/out.txt", "w") as f:
+    f.write(get("http://127.0.0.2:PORT/data") + "\n" + get("http://127.0.0.3:PORT/data") + "\n")
+PY
+"""
+CHECK = """#!/bin/bash
+mkdir -p /logs/verifier
+if [ "$(cat /app/out.txt)" = "$(printf 'outside answers /data for 127.0.0.2:PORT\\nrefused 403')" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+cat /app/out.txt
+"""
+
+
+@pytest.mark.docker
+def test_a_run_with_egress_allow_reaches_the_named_host_and_records_its_decisions(docker_client, base_image, tmp_path) -> None:
+    """config → run → sandbox: a task's solution reaches an allowed address and is refused another; rollouts.meta.egress counts both."""
+    import asyncio
+
+    import duckdb
+
+    from core.config import load_config
+    from core.run import execute_run
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _Outside)  # the system resolver, no hook: an address literal
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    task = tmp_path / "suite" / "fetch"
+    for sub in ("environment", "solution", "tests"):
+        (task / sub).mkdir(parents=True)
+    (task / "task.toml").write_text("[agent]\ntimeout_sec = 60.0\n")
+    (task / "instruction.md").write_text("fetch the data")
+    (task / "environment" / "Dockerfile").write_text(f"FROM {base_image}\nWORKDIR /app\n")
+    (task / "solution" / "solve.sh").write_text(SOLVE.replace("PORT", str(port)))
+    (task / "tests" / "test.sh").write_text(CHECK.replace("PORT", str(port)))
+    allowed = f'"127.0.0.2:{port}"'
+    try:
+        cfg = load_config(None, ["env.name=harbor", f"env.path={json.dumps(str(task.parent))}", 'harness.name="oracle"', "runtime.kind=docker",
+                                 "run.max_retries=0", f"runtime.egress_allow=[{allowed}]", f"runtime.egress_allow_private=[{allowed}]"])
+        summary = asyncio.run(execute_run(cfg))
+    finally:
+        server.shutdown()
+        server.server_close()
+    con = duckdb.connect(summary.store, read_only=True)
+    try:
+        ((status, reward, verifier, egress),) = con.execute("SELECT status, reward, meta->>'verifier', meta->'$.egress' FROM rollouts").fetchall()
+    finally:
+        con.close()
+    assert (status, reward) == ("done", 1.0), verifier
+    assert json.loads(egress) == {
+        "allowed": 1, "denied": 1,
+        "destinations": {f"127.0.0.2:{port}": {"allowed": 1}, f"127.0.0.3:{port}": {"denied": 1}},
+    }
