@@ -99,8 +99,35 @@ class RunImages:
 
     @property
     def shares_harness(self) -> bool:
-        """Whether tasks with their own image mount the harness from a volume."""
-        return self.runtime.name == "docker" and self.config.runtime.shared_harness and bool(self.harness_layers)
+        """Whether tasks with their own image (on Kubernetes: every task) mount the harness instead of carrying it."""
+        return self.runtime.name in ("docker", "kubernetes") and self.config.runtime.shared_harness and bool(self.harness_layers)
+
+    def _k8s_blocking(self) -> SandboxImage:
+        """On Kubernetes: the env image (no harness) and the harness image the pod mounts (core.runtime.k8s.harness)."""
+        from core.runtime import harness_volume
+        from core.runtime.k8s import harness
+
+        base = self.config.runtime.base_image
+        if not self.shares_harness:
+            return self._describe(self._on_base(base, self.layers))
+        ca = self.ca.read_bytes() if self.ca else None
+        mounted = harness.mounted_image(base, self.harness_layers, ca, self.config.runtime.kubernetes.harness_mount)
+        return self._describe(self._on_base(base, self.env_layers), {mounted: harness_volume.MOUNT}, {"PATH": harness.SANDBOX_PATH})
+
+    def k8s_build_blocking(self) -> list[str]:
+        """Build on this Docker engine (``self.runtime``) every image a Kubernetes run's pods pull; returns their tags."""
+        from core.runtime import images
+        from core.runtime.k8s import harness
+
+        client = self.runtime.client  # type: ignore[attr-defined]
+        base = self.config.runtime.base_image
+        if not images.image_exists(client, base):
+            raise SandboxError(f"base image {base} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
+        if not self.shares_harness:
+            return [self._on_base(base, self.layers)]
+        mode = self.config.runtime.kubernetes.harness_mount
+        task = images.ensure_image(client, base, self.env_layers, self.ca) if self.env_layers or self.ca else base
+        return [task, *harness.build(client, base, self.harness_layers, self.ca, mode)]
 
     def default_blocking(self) -> str:
         return self._on_base(self.config.runtime.base_image, self.layers)
@@ -111,7 +138,7 @@ class RunImages:
         if self.runtime.name == "local":
             return "local"
         if self.runtime.name == "kubernetes":
-            return images.image_tag(base, layers, self.ca.read_bytes() if self.ca else None) if layers else base
+            return images.image_tag(base, layers, self.ca.read_bytes() if self.ca else None) if layers or self.ca else base
         client = self.runtime.client  # type: ignore[attr-defined]
         if not images.image_exists(client, base):
             raise SandboxError(f"base image {base} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
@@ -121,7 +148,7 @@ class RunImages:
         from core.runtime import harness_volume, images
 
         if task.image is None:
-            return self._describe(self.default_blocking())
+            return self._k8s_blocking() if self.runtime.name == "kubernetes" else self._describe(self.default_blocking())
         if self.runtime.name != "docker":
             raise SandboxError(f"task {task.id} brings its own Dockerfile: only the docker runtime builds those (build and push it for {self.runtime.name})")
         client = self.runtime.client  # type: ignore[attr-defined]

@@ -228,19 +228,21 @@ def cmd_images(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.set)
         env = load_env(config.env.name, **config.env.options)
         harness = load_harness(config.harness.name, **config.harness.options)
+        if args.push and not config.runtime.registry:
+            from core.errors import ConfigError
+
+            raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
         runtime = pick_runtime(config)
         if runtime.name == "kubernetes":  # pods run what this engine builds, once pushed (or `kind load`ed)
+            from core.run_setup import RunImages
             from core.runtime import make_runtime
 
-            runtime = make_runtime("docker")
-        tag = build_image(runtime, config, env, harness)
-        if args.push:
-            if not config.runtime.registry:
-                from core.errors import ConfigError
-
-                raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
-            tag = images.push_image(tag, config.runtime.registry)
-        print(tag)
+            # the task image, then the shared harness's image (runtime.kubernetes.harness_mount): one per line
+            tags = RunImages(make_runtime("docker"), config, env, harness).k8s_build_blocking()
+        else:
+            tags = [build_image(runtime, config, env, harness)]
+        for tag in tags:
+            print(images.push_image(tag, config.runtime.registry) if args.push and config.runtime.registry else tag)
     elif args.images_command == "push":
         print(images.push_image(args.tag, args.registry))
     return 0
@@ -329,10 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--suite", default="bookworm")
     b.add_argument("--mirror", default="http://deb.debian.org/debian")
     isub.add_parser("list", help="list forgetui images")
-    b = isub.add_parser("build", help="build the env+harness image of a config (on the local engine, also for kubernetes)")
+    b = isub.add_parser("build", help="build the env+harness image of a config (on the local engine; for kubernetes the task image and the shared harness's image, one per line)")
     b.add_argument("config")
     b.add_argument("--set", action="append", default=[])
-    b.add_argument("--push", action="store_true", help="then push it to runtime.registry and print the name pods pull")
+    b.add_argument("--push", action="store_true", help="then push them to runtime.registry and print the names pods pull")
     b = isub.add_parser("push", help="push an image to a registry (for Kubernetes)")
     b.add_argument("tag")
     b.add_argument("registry")

@@ -16,6 +16,13 @@ HTTP on loopback (aiohttp), speaking what the runtime and the official client us
   ``runAsGroup``, ``runAsNonRoot`` (refused for a root image: CreateContainerConfigError, as the
   kubelet does), ``allowPrivilegeEscalation: false`` as ``no-new-privileges``; CPU and memory limits.
   A missing image is an ErrImagePull then ImagePullBackOff (nothing is ever pulled).
+* volumes as Docker volumes: an ``emptyDir`` (mode 1777, as the kubelet makes it) and an ``image``
+  volume (the image's files copied in once per pod, without what Docker adds to a container's root;
+  a missing image shows as a pull error on the pod's container), mounted read-only where asked.
+* ``initContainers`` run in order to their end before the pod's container, with the same
+  securityContext and mounts; one that exits non-zero fails the pod (``restartPolicy: Never``:
+  phase Failed, its status ``terminated``/``Error`` — ``kubectl`` shows ``Init:Error``) and its
+  logs stay readable (``/log?container=``); a missing image is a pull error on its status.
 
 Not emulated: scheduling (a scripted status stands in for Unschedulable), NetworkPolicy enforcement,
 ephemeral-storage limits, auth. Faults: ``fail`` answers the next matching requests with a status
@@ -26,15 +33,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import os
 import re
 import socket
 import struct
+import tarfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -66,6 +77,24 @@ def _nano_cpus(quantity: str) -> int:
     return int(float(quantity[:-1]) * 1e6) if quantity.endswith("m") else int(float(quantity) * 1e9)
 
 
+IMAGE_AT = "/forgetui-standin-image-volume"
+# what Docker adds to every container's root (not part of an image, so not part of an image volume)
+DOCKER_ADDED = {".dockerenv", "dev", "proc", "sys", "etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/mtab", IMAGE_AT.lstrip("/")}
+
+
+def _image_files(archive: bytes) -> bytes:
+    """A container root's archive (Docker's ``/`` archive) re-rooted at ``.``, without what Docker adds to containers."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for member in src.getmembers():
+            name = member.name.lstrip("/").removeprefix("./")
+            if name in ("", ".") or any(name == d or name.startswith(d + "/") for d in DOCKER_ADDED):
+                continue
+            member.name = name
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    return out.getvalue()
+
+
 @dataclass
 class Fault:
     method: str
@@ -82,6 +111,8 @@ class Pod:
     container: Any = None
     killed: bool = False
     script: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    volumes: dict[str, str] = field(default_factory=dict)  # pod volume name -> Docker volume
+    init_containers: dict[str, Any] = field(default_factory=dict)  # name -> its (exited) Docker container
 
 
 @dataclass
@@ -102,6 +133,7 @@ class ApiServerStandIn:
         self.pods: dict[tuple[str, str], Pod] = {}
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.seen: list[Seen] = []
+        self.created: list[dict[str, Any]] = []  # every pod body as created
         self.stdin_frames: list[int] = []  # sizes of the stdin messages received
         self.stdin_closed: list[str] = []  # protocol of each exec whose stdin was closed with 255 0
         self.exec_status: dict[str, Any] | None = None  # sent instead of the real status when set
@@ -159,6 +191,9 @@ class ApiServerStandIn:
                 c.remove(force=True)
             except docker.errors.APIError:  # removed (or being removed) by a delete's grace period meanwhile
                 pass
+        for v in self.docker.volumes.list(filters={"label": f"{LABEL}={self._id}"}):
+            with contextlib.suppress(docker.errors.APIError):
+                v.remove(force=True)
 
     async def _start(self) -> None:
         app = web.Application(middlewares=[self._middleware], client_max_size=MAX_MESSAGE)
@@ -209,6 +244,7 @@ class ApiServerStandIn:
         meta = body["metadata"]
         meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"})
         body["status"] = {"phase": "Pending", "conditions": [], "qosClass": "Guaranteed"}
+        self.created.append(json.loads(json.dumps(body)))
         pod = Pod(body, script=self._scripts.pop(0) if self._scripts else [])
         self.pods[(ns, name)] = pod
         threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
@@ -222,6 +258,18 @@ class ApiServerStandIn:
         c = pod.obj["spec"]["containers"][0]
         return [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready, "restartCount": 0, "started": ready, "state": state}]
 
+    def _init_status(self, pod: Pod, index: int, state: dict[str, Any]) -> None:
+        """Set init container ``index``'s state; the ones before it completed, the ones after wait."""
+        inits = pod.obj["spec"].get("initContainers", [])
+        done = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+        waiting = {"waiting": {"reason": "PodInitializing"}}
+        statuses = [
+            {"name": c["name"], "image": c["image"], "imageID": "", "ready": i < index, "restartCount": 0,
+             "state": done if i < index else state if i == index else waiting}
+            for i, c in enumerate(inits)
+        ]
+        self._set_status(pod, initContainerStatuses=statuses, containerStatuses=self._container_status(pod, waiting))
+
     def _run_pod(self, pod: Pod) -> None:
         """What scheduler + kubelet do: the scripted statuses, then the container (or why it cannot start)."""
         import docker.errors
@@ -233,55 +281,148 @@ class ApiServerStandIn:
         self._set_status(pod, conditions=scheduled, hostIP="127.0.0.1")
         spec = pod.obj["spec"]
         c = spec["containers"][0]
-        sc = {**spec.get("securityContext", {}), **c.get("securityContext", {})}
-        user = sc.get("runAsUser")
+        user = self._security(spec, c).get("runAsUser")
         try:
             image = self.docker.images.get(c["image"])
         except docker.errors.ImageNotFound:
             return self._pull_failure(pod, c)
-        if sc.get("runAsNonRoot") and user is None and (image.attrs["Config"].get("User") or "root") in ("", "root", "0"):
+        if self._security(spec, c).get("runAsNonRoot") and user is None and (image.attrs["Config"].get("User") or "root") in ("", "root", "0"):
             waiting = {"reason": "CreateContainerConfigError", "message": "container has runAsNonRoot and image will run as root"}
             return self._set_status(pod, containerStatuses=self._container_status(pod, {"waiting": waiting}))
-        limits = c.get("resources", {}).get("limits", {})
-        caps = sc.get("capabilities", {})
+        missing = self._make_volumes(pod)
+        if missing is not None:  # an image volume whose image is not there: the kubelet cannot set up the pod
+            return self._pull_failure(pod, {**c, "image": missing})
+        for index, init in enumerate(spec.get("initContainers", [])):
+            if not self._run_init(pod, index, init):
+                return
         with self._lock:
             if pod.obj["metadata"].get("deletionTimestamp"):
                 return
-            pod.container = self.docker.containers.create(
-                c["image"],
-                command=c.get("command"),
-                name=f"k8s-standin-{uuid.uuid4().hex[:10]}",
-                labels={LABEL: self._id, "pod": pod.obj["metadata"]["name"]},
-                environment={e["name"]: e["value"] for e in c.get("env", [])},
-                working_dir=c.get("workingDir"),
-                user=None if user is None else f"{user}:{sc.get('runAsGroup', user)}",
-                cap_drop=caps.get("drop"),
-                cap_add=caps.get("add"),
-                security_opt=["no-new-privileges"] if sc.get("allowPrivilegeEscalation") is False else None,
-                privileged=bool(sc.get("privileged")),
-                mem_limit=_bytes(limits["memory"]) if "memory" in limits else None,
-                nano_cpus=_nano_cpus(limits["cpu"]) if "cpu" in limits else None,
-                network_mode=self.network_mode,
-            )
+            pod.container = self._create_container(pod, c)
         pod.container.start()
         running = {"running": {"startedAt": _now()}}
         self._set_status(
             pod, phase="Running", podIP="127.0.0.1", startTime=_now(),
-            conditions=[*scheduled, {"type": "Ready", "status": "True"}],
+            conditions=[*scheduled, {"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "True"}],
             containerStatuses=self._container_status(pod, running, ready=True),
         )
 
-    def _pull_failure(self, pod: Pod, c: dict[str, Any]) -> None:
+    @staticmethod
+    def _security(spec: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+        return {**spec.get("securityContext", {}), **c.get("securityContext", {})}
+
+    def _create_container(self, pod: Pod, c: dict[str, Any]) -> Any:
+        """A Docker container for Pod container ``c``: its securityContext, limits and volume mounts applied."""
+        sc = self._security(pod.obj["spec"], c)
+        user = sc.get("runAsUser")
+        limits = c.get("resources", {}).get("limits", {})
+        caps = sc.get("capabilities", {})
+        mounts = {pod.volumes[m["name"]]: {"bind": m["mountPath"], "mode": "ro" if m.get("readOnly") else "rw"} for m in c.get("volumeMounts", [])}
+        return self.docker.containers.create(
+            c["image"],
+            command=c.get("command"),
+            name=f"k8s-standin-{uuid.uuid4().hex[:10]}",
+            labels={LABEL: self._id, "pod": pod.obj["metadata"]["name"]},
+            environment={e["name"]: e["value"] for e in c.get("env", [])},
+            working_dir=c.get("workingDir"),
+            user=None if user is None else f"{user}:{sc.get('runAsGroup', user)}",
+            cap_drop=caps.get("drop"),
+            cap_add=caps.get("add"),
+            security_opt=["no-new-privileges"] if sc.get("allowPrivilegeEscalation") is False else None,
+            privileged=bool(sc.get("privileged")),
+            mem_limit=_bytes(limits["memory"]) if "memory" in limits else None,
+            nano_cpus=_nano_cpus(limits["cpu"]) if "cpu" in limits else None,
+            network_mode=self.network_mode,
+            volumes=mounts or None,
+        )
+
+    def _make_volumes(self, pod: Pod) -> str | None:
+        """Docker volumes for the pod's ``emptyDir`` (world-writable, as the kubelet makes them) and ``image`` volumes.
+
+        An image volume is the image's filesystem: copied out of a created (never started) container of
+        it into a fresh volume, leaving out what Docker adds to every container (/dev, /proc, /etc/hosts, ...).
+        Returns the image of an image volume that is not on the engine (None when all are ready).
+        """
+        import docker.errors
+
+        for vol in pod.obj["spec"].get("volumes", []):
+            name = f"k8s-standin-{uuid.uuid4().hex[:10]}"
+            self.docker.volumes.create(name=name, labels={LABEL: self._id})
+            pod.volumes[vol["name"]] = name
+            if "emptyDir" in vol:
+                self._world_writable(name, pod.obj["spec"]["containers"][0]["image"])
+            elif "image" in vol:
+                reference = vol["image"]["reference"]
+                try:
+                    self.docker.images.get(reference)
+                except docker.errors.ImageNotFound:
+                    return reference
+                self._fill_from_image(name, reference)
+        return None
+
+    def _world_writable(self, volume: str, image: str) -> None:
+        """Mode 1777 on the volume's root, as an emptyDir has (on the host when readable here, else from a container)."""
+        mountpoint = Path(self.docker.volumes.get(volume).attrs.get("Mountpoint") or "/nonexistent")
+        if mountpoint.is_dir() and os.access(mountpoint, os.W_OK):
+            mountpoint.chmod(0o1777)
+            return
+        self.docker.containers.run(image, ["chmod", "1777", "/v"], volumes={volume: {"bind": "/v", "mode": "rw"}}, remove=True, network_mode="none", user="0")
+
+    def _fill_from_image(self, volume: str, image: str) -> None:
+        """Copy ``image``'s files into ``volume``: archive a created container's root, unpack it through another's mount."""
+        source = self.docker.containers.create(image, command=["/nonexistent"], network_mode="none")
+        target = self.docker.containers.create(image, command=["/nonexistent"], network_mode="none", volumes={volume: {"bind": IMAGE_AT, "mode": "rw"}})
+        try:
+            stream, _ = source.get_archive("/")
+            target.put_archive(IMAGE_AT, _image_files(b"".join(stream)))
+        finally:
+            source.remove(force=True)
+            target.remove(force=True)
+
+    def _run_init(self, pod: Pod, index: int, c: dict[str, Any]) -> bool:
+        """Run init container ``c`` to its end; False (the pod Failed, or waiting on a pull) when it cannot start or fails."""
+        import docker.errors
+
+        try:
+            self.docker.images.get(c["image"])
+        except docker.errors.ImageNotFound:
+            self._pull_failure(pod, c, init=index)
+            return False
+        with self._lock:
+            if pod.obj["metadata"].get("deletionTimestamp"):
+                return False
+            container = self._create_container(pod, c)
+            pod.init_containers[c["name"]] = container
+        self._init_status(pod, index, {"running": {"startedAt": _now()}})
+        container.start()
+        code = container.wait().get("StatusCode", 1)
+        if code == 0:
+            self._init_status(pod, index + 1, {"waiting": {"reason": "PodInitializing"}})
+            return True
+        # restartPolicy Never: the pod fails (kubectl shows Init:Error; with restarts it would be Init:CrashLoopBackOff)
+        self._init_status(pod, index, {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": _now()}})
+        self._set_status(pod, phase="Failed", conditions=[{"type": "PodScheduled", "status": "True"},
+                                                           {"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized"}])
+        return False
+
+    def _pull_failure(self, pod: Pod, c: dict[str, Any], init: int | None = None) -> None:
+        """Report ``c``'s image as not pullable (on init container ``init`` when given) until the pod goes."""
         image = c["image"]
+
+        def show(state: dict[str, Any]) -> None:
+            if init is None:
+                self._set_status(pod, containerStatuses=self._container_status(pod, state))
+            else:
+                self._init_status(pod, init, state)
+
         if c.get("imagePullPolicy") == "Never":
-            waiting = {"reason": "ErrImageNeverPull", "message": f'Container image "{image}" is not present with pull policy of Never'}
-            return self._set_status(pod, containerStatuses=self._container_status(pod, {"waiting": waiting}))
+            return show({"waiting": {"reason": "ErrImageNeverPull", "message": f'Container image "{image}" is not present with pull policy of Never'}})
         reasons = [("ErrImagePull", f'failed to pull and unpack image "{image}": not found'), ("ImagePullBackOff", f'Back-off pulling image "{image}"')]
         for i in range(10_000):
             if pod.obj["metadata"].get("deletionTimestamp") or (pod.obj["metadata"]["namespace"], pod.obj["metadata"]["name"]) not in self.pods:
                 return
             reason, message = reasons[0 if i == 0 else i % 2]  # ErrImagePull, then back-off and retries
-            self._set_status(pod, containerStatuses=self._container_status(pod, {"waiting": {"reason": reason, "message": message}}))
+            show({"waiting": {"reason": reason, "message": message}})
             time.sleep(0.3)
 
     async def _read(self, request: web.Request) -> web.Response:
@@ -322,13 +463,21 @@ class ApiServerStandIn:
                 container.remove(force=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        for init in pod.init_containers.values():
+            with contextlib.suppress(Exception):
+                init.remove(force=True)
+        for volume in pod.volumes.values():
+            with contextlib.suppress(Exception):
+                self.docker.volumes.get(volume).remove(force=True)
         self.pods.pop(key, None)
 
     async def _log(self, request: web.Request) -> web.Response:
         pod = self.pods.get((request.match_info["ns"], request.match_info["name"]))
         if pod is None:
             return _status(404, "NotFound", "pod not found")
-        text = await asyncio.to_thread(pod.container.logs) if pod.container else b""
+        name = request.query.get("container")
+        container = pod.init_containers.get(name) if name in pod.init_containers else pod.container
+        text = await asyncio.to_thread(container.logs) if container else b""
         return web.Response(body=text, content_type="text/plain")
 
     # -- networkpolicies --------------------------------------------------------------------

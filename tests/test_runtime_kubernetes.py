@@ -548,17 +548,21 @@ def test_images_build_push_names_the_image_pods_pull(docker_client, base_image, 
         address = server.url.removeprefix("http://")
         out = subprocess.run([*cli, "--push", "--set", f"runtime.registry={address}"], capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
-    pushed = out.stdout.strip()
+    task_pushed, harness_pushed = out.stdout.split()  # the task image, then the shared harness's image
     config = load_config(None, [*sets, f"runtime.registry={address}", "proxy.public_url=http://10.0.0.1:1"])
     from core.run_setup import pick_runtime
 
     runtime = pick_runtime(config)
-    tag = RunImages(runtime, config, load_env("toy"), load_harness("react")).default_blocking()
-    pod = runtime.build_pod_manifest(_spec(image=tag))  # type: ignore[attr-defined]
-    assert pod["spec"]["containers"][0]["image"] == pushed == f"{address}/{tag}"
-    repo, _, version = tag.rpartition(":")
-    assert (repo, version) in registry.manifests
-    docker_client.images.remove(pushed)
+    env = load_env("toy")
+    chosen = asyncio.run(RunImages(runtime, config, env, load_harness("react")).for_task(env.tasks()[0]))
+    pod = runtime.build_pod_manifest(_spec(image=chosen.tag, volumes=dict(chosen.volumes), env=dict(chosen.env)))  # type: ignore[attr-defined]
+    assert pod["spec"]["containers"][0]["image"] == task_pushed == f"{address}/{chosen.tag}"  # the toy env's: the bare base
+    assert pod["spec"]["initContainers"][0]["image"] == harness_pushed == f"{address}/{next(iter(chosen.volumes))}"
+    for tag in (chosen.tag, next(iter(chosen.volumes))):
+        repo, _, version = tag.rpartition(":")
+        assert (repo, version) in registry.manifests
+    for pushed in (task_pushed, harness_pushed):
+        docker_client.images.remove(pushed)
 
 
 def test_gc_reaps_the_configured_namespace(standin, base_image, tmp_path, monkeypatch, capsys):

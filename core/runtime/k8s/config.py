@@ -68,6 +68,11 @@ class KubernetesConfig(BaseModel):
     proxy_namespace: str | None = Field(None, description="namespace of those pods (default: this namespace)")
     egress_allow: list[str] = Field(default_factory=list, description="more CIDRs pods may reach (a package mirror)")
     check_proxy: bool = Field(True, description="check from the first pod that proxy.public_url answers")
+    harness_mount: Literal["init", "image"] = Field(
+        "init",
+        description="how the shared harness reaches a pod: init (an init container copies it into an emptyDir; any "
+        "cluster) or image (an image volume: Kubernetes >= 1.31 with the ImageVolume feature gate)",
+    )
 
 
 def migrate_legacy(values: Any) -> Any:

@@ -11,6 +11,7 @@ from core.errors import ConfigError
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec, k8s_memory
 from core.runtime.docker_runtime import KEEP_CAPS  # the same set on both runtimes: a task scores the same
+from core.runtime.k8s import harness
 from core.runtime.k8s.config import KubernetesConfig
 
 CONTAINER = "sandbox"
@@ -62,6 +63,7 @@ def pod_manifest(
     resources: dict[str, str] = {"cpu": cpu_quantity(spec.cpus), "memory": k8s_memory(spec.memory)}
     if cfg.ephemeral_storage:
         resources["ephemeral-storage"] = cfg.ephemeral_storage
+    security = _container_security(cfg)
     pod_sc: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if cfg.run_as_non_root or cfg.pod_security == "restricted":
         pod_sc["runAsNonRoot"] = True
@@ -80,12 +82,19 @@ def pod_manifest(
                 "workingDir": spec.workdir,
                 "env": [{"name": k, "value": str(v)} for k, v in env.items()],
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
-                "securityContext": _container_security(cfg),
+                "securityContext": security,
                 "stdin": False,
                 "tty": False,
             }
         ],
     }
+    if spec.volumes:  # the shared harness: spec.volumes names its image (core.runtime.k8s.harness)
+        sources = {in_registry(image, registry): path for image, path in spec.volumes.items()}
+        inits, volumes, mounts = harness.pod_parts(sources, cfg, security, {"requests": dict(resources), "limits": dict(resources)})
+        pod_spec["containers"][0]["volumeMounts"] = mounts
+        pod_spec["volumes"] = volumes
+        if inits:
+            pod_spec["initContainers"] = inits
     if spec.timeout_s and spec.timeout_s > 0:
         pod_spec["activeDeadlineSeconds"] = math.ceil(spec.timeout_s) + LIFETIME_GRACE_S
     if cfg.service_account:

@@ -105,9 +105,25 @@ class KubernetesSandbox:
             pod = await asyncio.to_thread(api.call, f"reading pod {self.name}", api.core.read_namespaced_pod, self.name, self.namespace, ok=(404,))
             if pod is None:
                 raise self._gone("deleted while starting")
-            if watch.check(read_state(pod)):
-                return
+            state = read_state(pod)
+            try:
+                if watch.check(state):
+                    return
+            except SandboxError as exc:
+                if state.ended and state.container:  # an init container failed: what it said is the useful part
+                    raise SandboxError(f"{exc}: {await self._container_log_tail(state.container)}") from exc
+                raise
             await asyncio.sleep(self.runtime.poll_interval_s)
+
+    async def _container_log_tail(self, container: str, chars: int = 1500) -> str:
+        api = self.runtime.api
+        try:
+            text = await asyncio.to_thread(
+                api.call, f"reading logs of {self.name}/{container}", api.core.read_namespaced_pod_log, self.name, self.namespace, container=container
+            )
+        except SandboxError as exc:
+            return f"[its logs are unavailable: {exc}]"
+        return (text or "").strip()[-chars:] or "[it logged nothing]"
 
     async def wait_entry(self) -> ExecResult:
         return await self._entry.wait()

@@ -11,6 +11,7 @@ from core.runtime.k8s.config import KubernetesConfig
 
 PULL_TRANSIENT = {"ErrImagePull", "ImagePullBackOff"}  # the first is often a registry hiccup: retried a while
 PULL_FATAL = {"InvalidImageName", "ErrImageNeverPull"}
+CRASHING = {"CrashLoopBackOff"}  # an init container failing again and again (restartPolicy other than Never)
 CONFIG_FATAL = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 PUSH_HINT = (
     "build and push it with `forgetui images build CONFIG --push` (runtime.registry set), or "
@@ -20,7 +21,11 @@ PUSH_HINT = (
 
 @dataclass(frozen=True)
 class PodState:
-    """One look at a pod: ``running``, ``scheduled``, a waiting reason and message, or a terminal ``ended``."""
+    """One look at a pod: ``running``, ``scheduled``, a waiting reason and message, or a terminal ``ended``.
+
+    ``container``/``image``: the container the waiting reason or failure is about, when it is an init
+    container (the shared harness's copy step), so errors name it and the image it could not pull.
+    """
 
     running: bool
     scheduled: bool
@@ -28,6 +33,25 @@ class PodState:
     ended: str | None = None
     waiting: str | None = None
     message: str = ""
+    container: str | None = None
+    image: str | None = None
+
+
+NOT_A_PROBLEM = ("ContainerCreating", "PodInitializing")
+
+
+def _init_state(status: Any, deleting: bool) -> PodState | None:
+    """What the init containers say: one failed (the pod cannot start) or waits for a reason worth reporting."""
+    for cs in status.init_container_statuses or []:
+        state = cs.state
+        done = state.terminated if state else None
+        if done is not None and done.exit_code != 0:
+            detail = f"exit {done.exit_code}, {done.reason or 'Error'}{': ' + done.message if done.message else ''}"
+            return PodState(False, True, deleting, ended=f"init container {cs.name} failed ({detail})", container=cs.name, image=cs.image)
+        waiting = state.waiting if state else None
+        if waiting is not None and waiting.reason and waiting.reason not in NOT_A_PROBLEM:
+            return PodState(False, True, deleting, waiting=waiting.reason, message=waiting.message or "", container=cs.name, image=cs.image)
+    return None
 
 
 def read_state(pod: Any) -> PodState:
@@ -35,6 +59,9 @@ def read_state(pod: Any) -> PodState:
     status = pod.status
     deleting = bool(pod.metadata and pod.metadata.deletion_timestamp)
     phase = (status.phase if status else None) or "Pending"
+    init = _init_state(status, deleting) if status else None
+    if init is not None and (init.ended or phase != "Running"):
+        return init
     if phase in ("Failed", "Succeeded"):
         return PodState(False, True, deleting, ended=f"{phase}: {status.reason or ''} {status.message or ''}".strip())
     scheduled, message = bool(status and status.host_ip), ""
@@ -45,7 +72,7 @@ def read_state(pod: Any) -> PodState:
                 message = f"{cond.reason or 'not scheduled'}: {cond.message or ''}".strip()
     for cs in (status.container_statuses or []) if status else []:
         waiting = cs.state.waiting if cs.state else None
-        if waiting is not None and waiting.reason and waiting.reason != "ContainerCreating":
+        if waiting is not None and waiting.reason and waiting.reason not in NOT_A_PROBLEM:
             return PodState(False, True, deleting, waiting=waiting.reason, message=waiting.message or "")
     return PodState(phase == "Running", scheduled, deleting, message=message)
 
@@ -66,6 +93,8 @@ class StartWatch:
             raise SandboxError(f"pod {self.name} is being deleted while starting (by someone else, or evicted)")
         if state.ended:
             raise SandboxError(f"pod {self.name} ended while starting ({state.ended})")
+        if state.waiting in CRASHING:
+            raise SandboxError(f"pod {self.name}: {state.container or 'its container'} keeps failing ({state.waiting}: {state.message})")
         if state.running:
             return True
         if not state.scheduled:
@@ -82,13 +111,15 @@ class StartWatch:
                 f"pod {self.name} cannot create its container: {state.waiting}: {state.message} "
                 "(a missing secret, or runAsNonRoot with an image whose user is root: set runtime.kubernetes.run_as_user)"
             )
+        image = state.image or self.image
+        whose = f" (init container {state.container})" if state.container else ""
         if state.waiting in PULL_FATAL:
-            raise SandboxError(f"pod {self.name} cannot use image {self.image!r}: {state.waiting}: {state.message}; {PUSH_HINT}")
+            raise SandboxError(f"pod {self.name} cannot use image {image!r}{whose}: {state.waiting}: {state.message}; {PUSH_HINT}")
         if state.waiting in PULL_TRANSIENT:
             self.pull_failing_since = self.pull_failing_since or now
             if now - self.pull_failing_since > self.cfg.pull_retry_s:
                 raise SandboxError(
-                    f"pod {self.name} cannot pull image {self.image!r} ({state.waiting}: {state.message}) for "
+                    f"pod {self.name} cannot pull image {image!r}{whose} ({state.waiting}: {state.message}) for "
                     f"{self.cfg.pull_retry_s:g}s: is it in a registry the cluster can pull from? {PUSH_HINT}"
                 )
         else:

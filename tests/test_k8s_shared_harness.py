@@ -1,0 +1,204 @@
+"""The shared harness on Kubernetes: task images without the harness, which reaches each pod from its own image.
+
+An init container copies the harness image's tree into an emptyDir mounted read-only (the default),
+or an ``image`` volume of the harness tree image is mounted (``runtime.kubernetes.harness_mount =
+"image"``). Manifests are validated against the official schemas; pods run on the API server
+stand-in (tests/k8s_apiserver.py), whose init containers, emptyDirs and image volumes are real
+containers and volumes on the local Docker engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from core.config import load_config
+from core.errors import SandboxError
+from core.harness import Endpoint, LaunchSpec
+from core.registry import load_env
+from core.run_setup import RunImages, pick_runtime
+from core.runtime import harness_volume as HV
+from core.runtime.images import ImageLayer
+from core.runtime.k8s import harness as KH
+from harnesses.react import AGENT_PATH, ReactHarness
+from tests.k8s_apiserver import ApiServerStandIn
+from tests.test_run_docker import rows
+from tests.test_runtime_kubernetes import NS, _free_port, _kubeconfig, _live, _runtime, _spec
+
+OLDEST_WITH_IMAGE_VOLUMES = "1.31.0"
+
+
+class MountedReact(ReactHarness):
+    """The built-in ReAct harness without its per-launch copy: it can only run from /opt/forgetui (the shared mount)."""
+
+    def launch(self, task: Any, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        spec = super().launch(task, endpoint, workdir)
+        return dataclasses.replace(spec, files={k: v for k, v in spec.files.items() if k != AGENT_PATH})
+
+
+def _tiny(marker: str, extra: str = "") -> ImageLayer:
+    """A tiny harness as recipes make them: files under /opt/forgetui, its command linked into /usr/local/bin."""
+    return ImageLayer(
+        name="tiny-k8s-harness",
+        dockerfile="COPY tiny.sh /opt/forgetui/tiny/tiny.sh\n"
+        "RUN chmod 755 /opt/forgetui/tiny/tiny.sh && mkdir -p /usr/local/bin && ln -sf /opt/forgetui/tiny/tiny.sh /usr/local/bin/tiny" + extra + "\n",
+        files={"tiny.sh": f"#!/bin/sh\necho {marker} \"$@\"\n"},
+    )
+
+
+def _k8s_config(*sets: str) -> Any:
+    return load_config(None, ["runtime.kind=kubernetes", "env.name=toy", "harness.name=react", "proxy.public_url=http://10.0.0.1:8400", *sets])
+
+
+# --- what a pod is (no cluster, no engine) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("security", ["baseline", "restricted"])
+def test_init_copy_pod_validates_and_carries_no_harness_in_the_task_image(security):
+    config = _k8s_config("runtime.registry=registry.example/me", f"runtime.kubernetes.pod_security={security}")
+    runtime = pick_runtime(config)
+    react = ReactHarness()
+    image = RunImages(runtime, config, load_env("toy"), react)._k8s_blocking()
+    harness_tag = KH.harness_image(config.runtime.base_image, [react.image_layer()])
+    # the toy env adds no layer: the task image is the bare base, the harness comes from its own image
+    assert image.tag == config.runtime.base_image and image.volumes == {harness_tag: HV.MOUNT}
+    manifest = runtime.build_pod_manifest(_spec(image=image.tag, env=dict(image.env), volumes=dict(image.volumes)))  # type: ignore[attr-defined]
+    kubernetes_validate.validate(manifest, "1.30.0", strict=True)
+    pod = manifest["spec"]
+    (init,), (task,) = pod["initContainers"], pod["containers"]
+    assert init["name"] == KH.INIT_CONTAINER and init["image"] == f"registry.example/me/{harness_tag}"
+    assert init["command"] == ["sh", "-c", HV.FILL_SCRIPT] and init["securityContext"] == task["securityContext"]
+    assert init["resources"] == task["resources"]  # a namespace quota asks every container for them
+    assert pod["volumes"] == [{"name": "forgetui-harness", "emptyDir": {}}]
+    assert init["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.FILL_AT}]
+    assert task["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.MOUNT, "readOnly": True}]
+    assert {"name": "PATH", "value": f"{HV.BIN}:{HV.DEFAULT_PATH}"} in task["env"]
+    assert task["image"] == f"registry.example/me/{config.runtime.base_image}"
+
+    config.runtime.shared_harness = False  # the old way: the harness baked into the task image, no init container
+    baked = RunImages(pick_runtime(config), config, load_env("toy"), react)._k8s_blocking()
+    assert baked.volumes == {} and baked.tag == harness_tag
+
+
+def test_image_volume_pod_needs_kubernetes_1_31():
+    config = _k8s_config("runtime.kubernetes.harness_mount=image", "runtime.kubernetes.image_pull_policy=Always")
+    runtime = pick_runtime(config)
+    layer = ReactHarness().image_layer()
+    mounted = KH.mounted_image(config.runtime.base_image, [layer], None, "image")
+    assert mounted == KH.tree_image(KH.harness_image(config.runtime.base_image, [layer])) and mounted.startswith("forgetui/react-tree:")
+    manifest = runtime.build_pod_manifest(_spec(image=config.runtime.base_image, volumes={mounted: HV.MOUNT}))  # type: ignore[attr-defined]
+    kubernetes_validate.validate(manifest, OLDEST_WITH_IMAGE_VOLUMES, strict=True)
+    pod = manifest["spec"]
+    assert "initContainers" not in pod
+    assert pod["volumes"] == [{"name": "forgetui-harness", "image": {"reference": mounted, "pullPolicy": "Always"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.MOUNT, "readOnly": True}]
+    with pytest.raises(kubernetes_validate.ValidationError):  # why it is opt-in: older clusters reject the pod
+        kubernetes_validate.validate(manifest, "1.30.0", strict=True)
+
+
+# --- on the stand-in: real init containers, emptyDirs and image volumes --------------------------------
+
+
+@pytest.fixture()
+def standin(docker_client, base_image) -> Iterator[ApiServerStandIn]:
+    with ApiServerStandIn(docker_client) as server:
+        yield server
+
+
+@pytest.fixture()
+def tiny_images(docker_client, base_image):
+    """Builds a tiny harness for a mode; removes what it built afterwards."""
+    built: list[str] = []
+
+    def make(mode: str, extra: str = "") -> tuple[str, str]:
+        marker = f"tiny-{uuid.uuid4().hex[:8]}"
+        built.extend(KH.build(docker_client, base_image, [_tiny(marker, extra)], None, mode))  # type: ignore[arg-type]
+        built.append(KH.harness_image(base_image, [_tiny(marker, extra)]))
+        return built[-2], marker
+
+    yield make
+    for tag in reversed(built):
+        try:
+            docker_client.images.remove(tag, force=True)
+        except Exception:  # noqa: BLE001 - removed already
+            pass
+
+
+@pytest.mark.parametrize("mode", ["init", "image"])
+async def test_a_task_image_without_the_harness_runs_it_from_the_read_only_mount(standin, base_image, tiny_images, mode):
+    mounted, marker = tiny_images(mode)
+    rt = _runtime(standin, harness_mount=mode)
+    sb = rt.create(_live(base_image, volumes={mounted: HV.MOUNT}, env={"PATH": KH.SANDBOX_PATH}))
+    await sb.start()
+    try:
+        # the command, from the mount, on PATH (a list, as harnesses launch: `bash -l` would reset PATH from /etc/profile)
+        assert (await sb.exec(["tiny", "hello"], timeout_s=20)).stdout == f"{marker} hello\n"
+        res = await sb.exec(["sh", "-c", "readlink /opt/forgetui/bin/tiny; touch /opt/forgetui/x; echo $?"], timeout_s=20)
+        assert res.stdout.splitlines() == ["/opt/forgetui/tiny/tiny.sh", "1"] and "Read-only file system" in res.stderr
+        assert (await sb.exec("test -e /usr/local/bin/tiny", timeout_s=20)).exit_code == 1  # the task image has no harness
+    finally:
+        await sb.stop()
+    (created,) = standin.created
+    if mode == "init":
+        (init,) = created["spec"]["initContainers"]
+        assert init["image"] == mounted and created["spec"]["volumes"][0]["emptyDir"] == {}
+    else:
+        assert "initContainers" not in created["spec"] and created["spec"]["volumes"][0]["image"]["reference"] == mounted
+
+
+async def test_a_failed_init_container_is_a_sandbox_error_naming_it(standin, base_image, tiny_images):
+    """A harness file only root may read, copied by a pod running as uid 1000: cp fails, the pod fails, the error says why."""
+    mounted, _ = tiny_images("init", " && echo secret > /opt/forgetui/tiny/key && chmod 600 /opt/forgetui/tiny/key")
+    rt = _runtime(standin, run_as_user=1000)
+    sb = rt.create(_live(base_image, volumes={mounted: HV.MOUNT}, workdir="/tmp"))
+    with pytest.raises(SandboxError, match=r"init container forgetui-harness failed \(exit 1, Error\).*Permission denied") as info:
+        await sb.start()
+    assert "/opt/forgetui/./tiny/key" in str(info.value) or "tiny/key" in str(info.value)
+    assert standin.requests("DELETE", f"/pods/{sb.name}$")  # removed, as every failed start is
+    assert standin.requests("GET", f"/pods/{sb.name}/log$")[-1].query == [("container", KH.INIT_CONTAINER)]
+
+
+async def test_a_harness_image_nobody_pushed_is_a_pull_error_naming_the_init_container(standin, base_image):
+    rt = _runtime(standin, pull_retry_s=0.5)
+    sb = rt.create(_live(base_image, volumes={"forgetui/never-pushed:0": HV.MOUNT}))
+    with pytest.raises(SandboxError, match=r"cannot pull image 'forgetui/never-pushed:0' \(init container forgetui-harness\).*--push"):
+        await sb.start()
+
+
+def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_path, monkeypatch):
+    """A whole run (kubeconfig, proxy, scripted policy): ReAct runs from the init-copied mount, cannot write it, and passes."""
+    from core.run import execute_run
+    from core.runtime.images import ensure_image
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    port = _free_port()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [
+        {"tool": "shell", "command": "touch /opt/forgetui/react_agent.py || echo CANNOT-WRITE; ls /opt/forgetui; echo hi > hello.txt"},
+        {"text": "done"},
+    ]}))
+    cfg = load_config(None, [
+        "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}",
+        f"runtime.kubernetes.namespace={NS}", f"runtime.base_image={json.dumps(base_image)}", f'policy.backend="scripted:{script}"',
+        "env.name=toy", 'env.tasks=["hello"]', 'harness.name="tests.test_k8s_shared_harness:MountedReact"', "run.max_retries=0",
+        f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
+    ])
+    harness_tag = KH.harness_image(base_image, [MountedReact().image_layer()])
+    ensure_image(standin.docker, base_image, [MountedReact().image_layer()])  # `forgetui images build` did this (and a push)
+    summary = asyncio.run(execute_run(cfg))
+    assert (summary.passed, summary.infra_errors) == (1, 0), summary
+    ((digest, volume, meta),) = rows(summary.store, "SELECT image_digest, meta->>'harness_volume', meta->>'stderr_tail' FROM rollouts")
+    assert digest == base_image and volume == harness_tag  # ran in the bare base image, the harness from its own image
+    ((tool_result,),) = rows(summary.store, "SELECT request::VARCHAR FROM calls ORDER BY started_at DESC LIMIT 1")
+    assert "CANNOT-WRITE" in tool_result and "Read-only file system" in tool_result and "react_agent.py" in tool_result
+    (pod,) = standin.created
+    assert [c["image"] for c in pod["spec"]["initContainers"]] == [harness_tag]
+    assert pod["spec"]["containers"][0]["image"] == base_image
+
