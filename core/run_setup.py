@@ -70,7 +70,7 @@ class SandboxImage:
 
     tag: str
     identity: str  # `tag@sha256:…` on Docker (rollouts.image_digest), the tag elsewhere
-    volumes: dict[str, str] = field(default_factory=dict)  # harness volume → mount path (read-only)
+    volumes: dict[str, str] = field(default_factory=dict)  # harness volume (Kubernetes: harness image) → mount path (read-only)
     env: dict[str, str] = field(default_factory=dict)  # PATH with the mounted harness's commands first
 
     @property

@@ -42,7 +42,9 @@ class SandboxSpec:
     proxy: str | None = None  # the proxy's URL on the host: an isolated sandbox reaches it, and only it
     labels: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 3600.0
-    volumes: dict[str, str] = field(default_factory=dict)  # named volume → mount path, read-only (the shared harness)
+    # the shared harness, read-only: Docker, a named volume → mount path; Kubernetes, the harness's image → mount path
+    # (an init container copies it into an emptyDir, or an image volume mounts it: core.runtime.k8s.harness)
+    volumes: dict[str, str] = field(default_factory=dict)
     egress_allow: list[str] = field(default_factory=list)  # docker, isolated: names reachable through the egress proxy
     egress_allow_private: list[str] = field(default_factory=list)  # of those, names that may resolve to private addresses
 
