@@ -190,7 +190,7 @@ def _ask(gate: E.EgressGate, request: bytes) -> bytes:
 def test_gate_forwards_an_allowed_absolute_uri_and_refuses_the_rest_before_any_lookup(outside) -> None:
     hooks = Hooks({"allowed.test": ["127.0.0.1"]})
     gate = E.EgressGate(E.EgressPolicy([f"allowed.test:{outside}"], [f"allowed.test:{outside}"]), hooks.resolve, hooks.connect)
-    ok = _ask(gate, f"GET http://allowed.test:{outside}/x?y=1 HTTP/1.1\r\nHost: allowed.test:{outside}\r\nProxy-Connection: keep-alive\r\n\r\n".encode())
+    ok = _ask(gate, f"GET http://allowed.test:{outside}/x?y=1 HTTP/1.1\r\nHost: elsewhere.test\r\nProxy-Connection: keep-alive\r\n\r\n".encode())
     assert ok.startswith(b"HTTP/1.1 200") and f"outside answers /x?y=1 for allowed.test:{outside}".encode() in ok
     denied = _ask(gate, f"GET http://other.test:{outside}/ HTTP/1.1\r\nHost: other.test\r\n\r\n".encode())
     assert denied.startswith(b"HTTP/1.1 403") and b"runtime.egress_allow" in denied

@@ -297,9 +297,9 @@ def _parse(head: bytes) -> tuple[str, str, int, bytes | None]:
     if url.scheme.lower() != "http" or not url.hostname:
         raise EgressError(400, "forgetui egress: send http:// URLs as absolute URIs and https:// through CONNECT (set HTTP_PROXY/HTTPS_PROXY)")
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    headers = [h for h in lines[1:] if h and h.split(":", 1)[0].strip().lower() not in HOP_HEADERS]
-    if not any(h.split(":", 1)[0].strip().lower() == "host" for h in headers):
-        headers.insert(0, f"Host: {url.netloc.rpartition('@')[2]}")
+    # Host is always the checked name (a client's own Host could pick another site behind a shared front)
+    headers = [f"Host: {url.netloc.rpartition('@')[2]}"]
+    headers += [h for h in lines[1:] if h and h.split(":", 1)[0].strip().lower() not in HOP_HEADERS | {"host"}]
     forward = "\r\n".join([f"{method} {path} {version}", *headers, "Connection: close", "", ""]).encode("latin-1")
     return method, normalize(url.hostname), url.port or 80, forward
 
