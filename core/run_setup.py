@@ -61,6 +61,8 @@ def pick_runtime(config: RunConfig) -> Runtime:
         if rc.kind == "docker":
             raise SandboxError("runtime.kind = docker but no Docker engine answers: start dockerd (see .ci/docker-up.sh) or use runtime.kind = local")
         log.warning("no Docker engine answers: falling back to the LOCAL runtime, which is NOT isolated")
+    if rc.egress_allow:
+        log.warning("runtime.egress_allow has no effect on the local runtime: its sandboxes share the host's network and reach everything")
     return make_runtime("local")
 
 
