@@ -8,8 +8,8 @@ cluster has no such volume shared across nodes, so the pod brings the harness it
   container that copies its ``/opt/forgetui`` and ``/usr/local/bin`` (as ``/opt/forgetui/bin``) into
   an ``emptyDir``; the task container mounts it read-only at ``/opt/forgetui``. Any cluster; a copy
   per pod (seconds for a Node harness, and its bytes count against the pod's ephemeral storage).
-* ``image``: an ``image`` volume (Kubernetes ≥ 1.31, feature gate ImageVolume; beta, on by default
-  from 1.33) of the harness *tree* image, ``FROM scratch`` holding exactly that layout at its root,
+* ``image``: an ``image`` volume (Kubernetes ≥ 1.31, feature gate ImageVolume; on by default from
+  1.35) of the harness *tree* image, ``FROM scratch`` holding exactly that layout at its root,
   mounted read-only at ``/opt/forgetui``: nothing copied, the node's image store shares it between pods.
 
 Either way the task container's PATH puts ``/opt/forgetui/bin`` first, as on Docker. ``SandboxSpec.volumes``
