@@ -43,6 +43,7 @@ def build(home: Path, args: argparse.Namespace) -> float:
 
     stamp = home / "params.json"
     params = {k: getattr(args, k) for k in ("rollouts", "calls", "largest_calls", "largest_system")}
+    params["layout"] = 2  # compact prompts (parent + new ids), as the recorder stores them
     if stamp.exists() and json.loads(stamp.read_text()) == params:
         return 0.0
     shutil.rmtree(home, ignore_errors=True)

@@ -1,7 +1,8 @@
 """Run stores for the TUI's tests and benchmark, written through the real writer (`core.store.writer.Store`).
 
 Each rollout's calls extend each other token for token (call k+1's prompt = call k's prompt + completion +
-new ids), as the proxy records them, so the samples built from them are real merged samples.
+new ids) and are stored compactly as the recorder stores them (parent + new ids), so the samples built from
+them are real merged samples.
 """
 
 from __future__ import annotations
@@ -44,16 +45,22 @@ def call_rows(rollout_id: str, n_calls: int, tokenizer: Any | None, rng: random.
                 {"type": "function", "function": {"name": "shell", "description": "run a shell command",
                                                   "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]},
             "response": {"choices": [{"message": {"role": "assistant", "content": said, "tool_calls": [tool]}}]},
-            "prompt_token_ids": list(prompt), "completion_token_ids": completion,
+            # stored as the recorder stores them: a call extending its parent keeps only the new ids
+            "prompt_token_ids": None if rows else list(prompt),
+            "prompt_new_token_ids": prompt[rows[-1]["_end"]:] if rows else None,
+            "prefix_tokens": rows[-1]["_end"] if rows else 0, "completion_token_ids": completion,
             "completion_logprobs": [-rng.random() * 3 for _ in completion], "finish_reason": "tool_calls",
             "status": "ok", "started_at": start + dt.timedelta(seconds=seq), "latency_ms": 20.0 + seq, "branch": 0,
             "parent_call_id": rows[-1]["call_id"] if rows else None, "extends_parent": bool(rows),
             "backend": "builtin:tiny", "weights_version": 0,
         })
+        rows[-1]["_end"] = len(prompt) + len(completion)
         result = f" ok {seq}"
         messages += [{"role": "assistant", "content": said, "tool_calls": [tool]},
                      {"role": "tool", "tool_call_id": f"t{seq}", "content": result.strip()}]
         prompt = prompt + completion + words(tokenizer, result, rng)
+    for row in rows:
+        del row["_end"]
     return rows
 
 

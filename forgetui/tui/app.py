@@ -472,7 +472,7 @@ class ForgetuiApp(App[int]):
     def poll_run(self, store: Path, run_id: str) -> None:
         """The run's rollouts and call count from its store (live endpoint while it runs); misses are retried."""
         try:
-            rollouts = data.load_rollouts(store, run_id)
+            rollouts = data.load_rollouts(store, run_id, limit=data.RUN_ROLLOUTS_LIMIT)
             n_calls = data.count_calls(store)
         except ForgetuiError as exc:  # e.g. the store between its writer closing and the file unlocking
             log.debug("polling run %s: %s", run_id, exc)

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 EMPTY_HOME_HINT = ("No runs yet under {home}.\n\n"
                    "Start one: `forgetui run examples/demo.toml` (or `make demo`), or record a harness by hand "
                    "through `forgetui proxy`. Runs appear here as they write their stores.")
-CALLS_LIMIT = 2000
+CALLS_LIMIT = 1000  # the store browser shows the last calls; a run's whole record is on its Run screen and in SQL
 CALL_COLUMNS = (
     "seq", "rollout", "api", "model", "status", "prompt tok", "compl tok", "latency_ms", "branch", "extends",
 )
@@ -265,7 +265,8 @@ def is_live(path: Path) -> bool:
 # ---------------------------------------------------------------------- rollouts and the live run dashboard
 ROLLOUT_COLUMNS = ("task", "sample", "status", "reward", "attempt", "error")
 STORE_ROLLOUT_COLUMNS = ("run", "task", "sample", "status", "reward", "passed", "attempt", "error")
-ROLLOUTS_LIMIT = 5000
+ROLLOUTS_LIMIT = 1000  # the store browser's Rollouts tab
+RUN_ROLLOUTS_LIMIT = 5000  # the live run dashboard (its progress counts these)
 TERMINAL_STATUSES = TERMINAL_VALUES
 ERROR_CHARS = 160
 
