@@ -43,6 +43,14 @@ class MountedReact(ReactHarness):
         return dataclasses.replace(spec, files={k: v for k, v in spec.files.items() if k != AGENT_PATH})
 
 
+class UnreadableReact(MountedReact):
+    """MountedReact whose install holds a file only root may read: a pod running as uid 1000 cannot copy it."""
+
+    def image_layer(self) -> ImageLayer:
+        layer = super().image_layer()
+        return layer._replace(name="react-unreadable", dockerfile=layer.dockerfile + "RUN echo k > /opt/forgetui/key && chmod 600 /opt/forgetui/key\n")
+
+
 def _tiny(marker: str, extra: str = "") -> ImageLayer:
     """A tiny harness as recipes make them: files under /opt/forgetui, its command linked into /usr/local/bin."""
     return ImageLayer(
@@ -172,24 +180,45 @@ async def test_a_harness_image_nobody_pushed_is_a_pull_error_naming_the_init_con
         await sb.start()
 
 
-def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_path, monkeypatch):
-    """A whole run (kubeconfig, proxy, scripted policy): ReAct runs from the init-copied mount, cannot write it, and passes."""
-    from core.run import execute_run
-    from core.runtime.images import ensure_image
-
-    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+def _run_config(standin: ApiServerStandIn, base_image: str, tmp_path: Any, harness: str, *sets: str) -> Any:
     port = _free_port()
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [
         {"tool": "shell", "command": "touch /opt/forgetui/react_agent.py || echo CANNOT-WRITE; ls /opt/forgetui; echo hi > hello.txt"},
         {"text": "done"},
     ]}))
-    cfg = load_config(None, [
+    return load_config(None, [
         "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}",
         f"runtime.kubernetes.namespace={NS}", f"runtime.base_image={json.dumps(base_image)}", f'policy.backend="scripted:{script}"',
-        "env.name=toy", 'env.tasks=["hello"]', 'harness.name="tests.test_k8s_shared_harness:MountedReact"', "run.max_retries=0",
-        f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
+        "env.name=toy", 'env.tasks=["hello"]', f'harness.name="tests.test_k8s_shared_harness:{harness}"', "run.max_retries=0",
+        f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}", *sets,
     ])
+
+
+def test_a_run_whose_init_container_fails_records_an_infra_error_naming_it(standin, base_image, tmp_path, monkeypatch):
+    from core.run import execute_run
+    from core.runtime.images import ensure_image
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    cfg = _run_config(standin, base_image, tmp_path, "UnreadableReact", "runtime.kubernetes.run_as_user=1000")
+    tag = ensure_image(standin.docker, base_image, [UnreadableReact().image_layer()])
+    try:
+        summary = asyncio.run(execute_run(cfg))
+    finally:
+        standin.docker.images.remove(tag, force=True)
+    assert (summary.passed, summary.infra_errors) == (0, 1), summary
+    ((status, error),) = rows(summary.store, "SELECT status, error FROM rollouts")
+    assert status == "infra_error" and "init container forgetui-harness failed (exit 1, Error)" in error and "Permission denied" in error
+    assert not rows(summary.store, "SELECT * FROM calls")  # the harness never started
+
+
+def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_path, monkeypatch):
+    """A whole run (kubeconfig, proxy, scripted policy): ReAct runs from the init-copied mount, cannot write it, and passes."""
+    from core.run import execute_run
+    from core.runtime.images import ensure_image
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    cfg = _run_config(standin, base_image, tmp_path, "MountedReact")
     harness_tag = KH.harness_image(base_image, [MountedReact().image_layer()])
     ensure_image(standin.docker, base_image, [MountedReact().image_layer()])  # `forgetui images build` did this (and a push)
     summary = asyncio.run(execute_run(cfg))
