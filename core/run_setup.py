@@ -93,7 +93,7 @@ class RunImages:
         self.runtime = runtime
         self.config = config
         self.env_layers = [x for x in (env.image_layer(),) if x is not None]
-        self.harness_layers = [x for x in (harness.image_layer(),) if x is not None]
+        self.harness_layers = [x for x in (harness.install_layer(),) if x is not None]
         self.layers = self.env_layers + self.harness_layers
         self.ca = Path(config.runtime.ca_bundle) if config.runtime.ca_bundle else None
         self._built: dict[str, SandboxImage] = {}

@@ -227,7 +227,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 
         config = load_config(args.config, args.set)
         env = load_env(config.env.name, **config.env.options)
-        harness = load_harness(config.harness.name, **config.harness.options)
+        harness = load_harness(config.harness.name, **config.harness.adapter_options())
         if args.push and not config.runtime.registry:
             from core.errors import ConfigError
 
