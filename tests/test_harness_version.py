@@ -106,15 +106,25 @@ def test_registry_output_for_a_missing_release_is_recognised():
     assert "no version of mini-swe-agent at all" in missing_version(PIP_NO_DIST.replace("1.1.0, 2.4.4, 2.4.5, 2.4.6", "none"), ["mini-swe-agent==9.9.9"])
 
 
-def test_a_missing_release_fails_the_build_naming_harness_version_and_key(monkeypatch, tmp_path):
-    """Real pip against the package index: the error names the harness, the version and the key, not pip's log."""
+def test_a_missing_release_fails_the_build_naming_harness_version_and_key(monkeypatch, tmp_path, caplog):
+    """Real pip against the package index, through `forgetui images build`: the harness, the version and the key, not pip's log."""
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
-    with pytest.raises(NoSuchVersionError) as caught:
-        load_harness("mini-swe-agent", version=MINI_NONE).install_layer()
-    message = str(caught.value)
+    example = Path(__file__).parent.parent / "examples" / "local.toml"
+    assert main(["images", "build", str(example), "--set", "harness.name=mini-swe-agent", "--set", f"harness.version={MINI_NONE}"]) == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert message.startswith(f"cannot install the mini-swe-agent harness at version {MINI_NONE} (set by harness.version)")
     assert f"PyPI has no mini-swe-agent=={MINI_NONE}" in message and MINI_PREVIOUS in message and "ERROR:" not in message
     assert not list((tmp_path / "cache" / "pip").glob("mini-swe-agent-*"))  # nothing half-installed is cached
+
+
+def test_a_withdrawn_pin_says_so(monkeypatch, tmp_path):
+    def withdrawn(cmd: list[str], what: str, **kw: object) -> None:
+        raise NoSuchVersionError("PyPI has no mini-swe-agent==2.4.6")
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    monkeypatch.setattr(recipes, "_run", withdrawn)
+    with pytest.raises(NoSuchVersionError, match=r"at version 2\.4\.6 \(the version this forgetui pins; override it with harness.version\): PyPI has no"):
+        load_harness("mini-swe-agent").install_layer()
 
 
 def installed_mini_version(tag: str) -> str:
