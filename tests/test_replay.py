@@ -119,8 +119,8 @@ def test_changed_task_file_diverges_at_the_call_that_reads_it(docker_client, bas
 def test_what_replay_refuses(tmp_path):
     from core.analytics.replay import Recording, load_recording, replay_config, tokenizer_name
     from core.config import RunConfig
-    from core.registry import load_harness
     from core.errors import ConfigError
+    from core.registry import load_harness
     from core.store.writer import Store
 
     with pytest.raises(ConfigError, match="passthrough"):
