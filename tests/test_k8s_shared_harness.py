@@ -82,7 +82,7 @@ def test_init_copy_pod_validates_and_carries_no_harness_in_the_task_image(securi
     pod = manifest["spec"]
     (init,), (task,) = pod["initContainers"], pod["containers"]
     assert init["name"] == KH.INIT_CONTAINER and init["image"] == f"registry.example/me/{harness_tag}"
-    assert init["command"] == ["sh", "-c", HV.FILL_SCRIPT] and init["securityContext"] == task["securityContext"]
+    assert init["command"] == ["sh", "-c", KH.INIT_SCRIPT] and init["securityContext"] == task["securityContext"]
     assert init["resources"] == task["resources"]  # a namespace quota asks every container for them
     assert pod["volumes"] == [{"name": "forgetui-harness", "emptyDir": {}}]
     assert init["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.FILL_AT}]
@@ -139,11 +139,12 @@ def tiny_images(docker_client, base_image):
             pass
 
 
-@pytest.mark.parametrize("mode", ["init", "image"])
-async def test_a_task_image_without_the_harness_runs_it_from_the_read_only_mount(standin, base_image, tiny_images, mode):
+@pytest.mark.parametrize(("mode", "uid"), [("init", None), ("init", 1000), ("image", None)])
+async def test_a_task_image_without_the_harness_runs_it_from_the_read_only_mount(standin, base_image, tiny_images, mode, uid):
+    """uid 1000 (as pod_security = "restricted" runs): the init container copies as that user, into the world-writable emptyDir."""
     mounted, marker = tiny_images(mode)
-    rt = _runtime(standin, harness_mount=mode)
-    sb = rt.create(_live(base_image, volumes={mounted: HV.MOUNT}, env={"PATH": KH.SANDBOX_PATH}))
+    rt = _runtime(standin, harness_mount=mode, run_as_user=uid)
+    sb = rt.create(_live(base_image, volumes={mounted: HV.MOUNT}, env={"PATH": KH.SANDBOX_PATH}, workdir="/tmp"))
     await sb.start()
     try:
         # the command, from the mount, on PATH (a list, as harnesses launch: `bash -l` would reset PATH from /etc/profile)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from core.runtime.harness_volume import BIN, DEFAULT_PATH, FILL_AT, FILL_SCRIPT, MOUNT
+from core.runtime.harness_volume import BIN, DEFAULT_PATH, FILL_AT, MOUNT
 from core.runtime.images import ImageLayer, image_tag
 
 if TYPE_CHECKING:
@@ -33,6 +33,13 @@ VOLUME = "forgetui-harness"
 # A Kubernetes container's env replaces the image's PATH (there is no way to append to it): the
 # harness's commands first, then Docker's default, which the base image and most task images use.
 SANDBOX_PATH = f"{BIN}:{DEFAULT_PATH}"
+# What the init container runs. Entry by entry rather than Docker's `cp -a MOUNT/. dir/`: as a non-root uid
+# (pod_security = "restricted") that would set the times of the emptyDir's root, which root owns: EPERM.
+INIT_SCRIPT = (
+    f"set -e; d={FILL_AT}; mkdir -p $d/bin; "
+    f'for f in {MOUNT}/* {MOUNT}/.[!.]* {MOUNT}/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then cp -a "$f" $d/; fi; done; '
+    f"if [ -d /usr/local/bin ]; then cp -a /usr/local/bin/. $d/bin/; fi"
+)
 # The tree image: stage 0 is the harness image (ensure_image writes its FROM), the result holds only its install tree.
 TREE_DOCKERFILE = f"FROM scratch\nCOPY --from=0 {MOUNT}/ /\nCOPY --from=0 /usr/local/bin/ /bin/\n"
 
@@ -87,7 +94,7 @@ def pod_parts(
                 "name": INIT_CONTAINER if i == 0 else f"{INIT_CONTAINER}-{i}",
                 "image": image,
                 "imagePullPolicy": cfg.image_pull_policy,
-                "command": ["sh", "-c", FILL_SCRIPT],
+                "command": ["sh", "-c", INIT_SCRIPT],
                 "volumeMounts": [{"name": name, "mountPath": FILL_AT}],
                 "resources": resources,
                 "securityContext": security,
@@ -96,4 +103,4 @@ def pod_parts(
     return inits, volumes, mounts
 
 
-__all__ = ["INIT_CONTAINER", "SANDBOX_PATH", "build", "harness_image", "mounted_image", "pod_parts", "tree_image"]
+__all__ = ["INIT_CONTAINER", "INIT_SCRIPT", "SANDBOX_PATH", "build", "harness_image", "mounted_image", "pod_parts", "tree_image"]
