@@ -10,7 +10,6 @@ server that is gone at verification is an infrastructure error.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import random
 from pathlib import Path
@@ -22,6 +21,7 @@ from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.desktop.image import desktop_layer
 from envs.desktop.tasks import HOME, KINDS, setup_script
+from envs.miniwob.names import as_list, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
 START_WAIT_S = 90.0
@@ -48,8 +48,7 @@ class DesktopEnv(Environment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        names = options.get("names")
-        self.patterns = [n.strip() for n in names.split(",")] if isinstance(names, str) else names
+        self.patterns = as_list(options.get("names"))
         self.instances = int(options.get("instances", 1))
         self.seed = int(options.get("seed", 0))
         self.timeout = float(options.get("timeout", DEFAULT_TIMEOUT_S))
@@ -57,15 +56,7 @@ class DesktopEnv(Environment):
             raise ConfigError(f"desktop: instances must be >= 1, got {self.instances}")
 
     def names(self) -> list[str]:
-        if not self.patterns:
-            return list(KINDS)
-        chosen: list[str] = []
-        for pattern in self.patterns:
-            hits = [n for n in KINDS if fnmatch.fnmatchcase(n, pattern)]
-            if not hits:
-                raise ConfigError(f"desktop: no task matches {pattern!r}; tasks: {', '.join(KINDS)}")
-            chosen += [n for n in hits if n not in chosen]
-        return chosen
+        return select(list(KINDS), self.patterns, "desktop")
 
     def tasks(self) -> list[Task]:
         return [self.make_task(name, i) for name in self.names() for i in range(self.instances)]

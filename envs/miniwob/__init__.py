@@ -12,7 +12,6 @@ loaded is an infrastructure error (the attempt is retried), never the agent's sc
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import shlex
@@ -24,6 +23,7 @@ from core.errors import ConfigError, SandboxError
 from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.miniwob.image import HTML_ROOT, miniwob_html, miniwob_layer
+from envs.miniwob.names import as_list, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
 ORACLE_TASKS = ("click-button", "click-link", "click-test", "focus-text", "enter-text", "choose-list", "click-checkboxes", "navigate-tree")
@@ -44,14 +44,6 @@ The episode ends by itself when the page judges your answer: stop once `gui stat
 
 # the instruction files external harnesses read from their working directory (Codex, Claude Code)
 INSTRUCTION_FILES = {name: f"# Working in this sandbox\n\n{INSTRUCTION}\n" for name in ("AGENTS.md", "CLAUDE.md")}
-
-
-def _as_list(value: Any) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 def task_names(html: Path) -> list[str]:
@@ -82,7 +74,7 @@ class MiniWoBEnv(Environment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.patterns = _as_list(options.get("names"))
+        self.patterns = as_list(options.get("names"))
         self.instances = int(options.get("instances", 1))
         self.seed = int(options.get("seed", 0))
         self.timeout = float(options.get("timeout", DEFAULT_TIMEOUT_S))
@@ -95,16 +87,7 @@ class MiniWoBEnv(Environment):
 
     def names(self) -> list[str]:
         """The task names the `names` option selects (all when unset); ConfigError for a pattern that matches none."""
-        known = task_names(miniwob_html())
-        if not self.patterns:
-            return known
-        chosen: list[str] = []
-        for pattern in self.patterns:
-            hits = [n for n in known if n == pattern or fnmatch.fnmatchcase(n, pattern)]
-            if not hits:
-                raise ConfigError(f"miniwob: no task matches {pattern!r} (tasks look like click-button, enter-text; {len(known)} in all)")
-            chosen += [n for n in hits if n not in chosen]
-        return sorted(chosen)
+        return select(task_names(miniwob_html()), self.patterns, "miniwob")
 
     def tasks(self) -> list[Task]:
         return [self.make_task(name, i) for name in self.names() for i in range(self.instances)]
