@@ -13,7 +13,6 @@ from textual.widgets import Input, Static
 
 from core.config import load_config
 from core.models.tiny import ensure_tiny_model
-from forgetui.tui import launcher
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.confirm import Confirm
 from forgetui.tui.screens.new_run import NewRunScreen

@@ -44,13 +44,13 @@ from forgetui.tui.screens.confirm import Confirm, Prompt
 from forgetui.tui.screens.new_run import NewRunScreen
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
+from forgetui.tui.sql_history import SqlHistory
 from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
+from forgetui.tui.widgets.result_table import ResultTable
 from forgetui.tui.widgets.rollouts_table import RolloutsTable
 from forgetui.tui.widgets.run_dashboard import RunDashboard
 from forgetui.tui.widgets.runs_table import RunsTable
-from forgetui.tui.sql_history import SqlHistory
-from forgetui.tui.widgets.result_table import ResultTable
 from forgetui.tui.widgets.sql_console import CancelSql, ExportSql, SqlConsole
 from forgetui.tui.widgets.store_list import StoreList
 
@@ -385,25 +385,22 @@ class ForgetuiApp(App[int]):
     # ------------------------------------------------------------------ workers (all I/O happens here)
     @work(thread=True, exclusive=True, group="stores", exit_on_error=False)
     def load_stores(self) -> None:
-        try:
-            with self._catalog_lock:
-                stores = self.catalog.list()
-        except Exception as exc:  # a broken home folder must not take the TUI down
-            log.exception("listing stores failed")
-            self.post_message(LoadFailed("stores", str(exc)))
-        else:
-            self.post_message(StoresLoaded(stores))
+        self._list("stores", self.catalog.list, StoresLoaded)
 
     @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
     def load_runs(self) -> None:
+        self._list("runs", self.run_catalog.list, RunsLoaded)
+
+    def _list(self, what: str, listing: Callable[[], list[Any]], loaded: Any) -> None:
+        """On a worker thread: list what FORGETUI_HOME holds and post it (or why it failed)."""
         try:
             with self._catalog_lock:
-                runs = self.run_catalog.list()
+                items = listing()
         except Exception as exc:  # a broken home folder must not take the TUI down
-            log.exception("listing runs failed")
-            self.post_message(LoadFailed("runs", str(exc)))
+            log.exception("listing %s failed", what)
+            self.post_message(LoadFailed(what, str(exc)))
         else:
-            self.post_message(RunsLoaded(runs))
+            self.post_message(loaded(items))
 
     @work(thread=True, exclusive=True, group="calls", exit_on_error=False)
     def load_calls(self, path: Path, force: bool = False) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from core import paths
 from core.errors import StoreError
 from core.rollout.status import TERMINAL_VALUES, Tally
-from core.store.query import QueryResult, last_written, read_sidecar, run_query
+from core.store.query import last_written, read_sidecar, run_query
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ from forgetui.tui.data import CALL_COLUMNS, CallRow
 from forgetui.tui.messages import CallSelected
 from forgetui.tui.widgets.gradual import add_gradually
 
-
 SETTLE_S = 0.15  # the cursor must rest this long before the inspector loads the call
 
 
