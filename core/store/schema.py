@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from core.analytics.views import view_ddl
 
-SCHEMA_VERSION = 3  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
-# (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); migrate adds them in place
+SCHEMA_VERSION = 4  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
+# (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); 4: image inputs (blobs, calls.image_hashes);
+# migrate adds them in place
 
 # (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
 TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
@@ -101,8 +102,27 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
                 "Compact prompt: set (and `prompt_token_ids` NULL) when the prompt is the parent's (`parent_call_id`) "
                 "prompt + completion, `prefix_tokens` ids in all, followed by these ids.",
             ),
+            (
+                "image_hashes",
+                "VARCHAR[]",
+                "Content hashes (`blobs.sha256`) of the request's images, in order; the recorded `request` holds "
+                "`\"forgetui_blob\": \"sha256:…\"` where each image's bytes were.",
+            ),
         ],
         "call_id",
+    ),
+    (
+        "blobs",
+        "Image inputs, stored once per content hash: a screenshot a harness resends in every later call's history is one row.",
+        [
+            ("sha256", "VARCHAR", "sha256 of the bytes (hex)."),
+            ("media_type", "VARCHAR", "`image/png`, `image/jpeg`, `image/gif` or `image/webp` (checked against the bytes)."),
+            ("bytes", "INTEGER", "Size of `data`."),
+            ("data", "BLOB", "The image as sent, decoded from base64."),
+            ("first_call_id", "VARCHAR", "The call that first sent it."),
+            ("created_at", "TIMESTAMP", "When it was first stored (UTC)."),
+        ],
+        "sha256",
     ),
     (
         "samples",
