@@ -459,3 +459,19 @@ def test_upsert_inserts_a_missing_key_once(store: Store) -> None:
     store.flush()
     rows = store.cursor().execute("SELECT rollout_id, status, reward FROM rollouts ORDER BY rollout_id").fetchall()
     assert rows == [("ro8", "running", 0.5), ("ro9", None, None)]
+
+
+def test_close_checkpoints_even_with_a_reader_transaction_open(tmp_path, caplog):
+    """A cursor left inside a transaction must not stop close from folding the WAL into the file."""
+    store = Store.open(tmp_path / "s.duckdb")
+    store.insert_run("r", {})
+    store.flush()
+    cur = store.cursor()
+    cur.execute("BEGIN TRANSACTION")
+    assert cur.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
+    store.close()
+    assert not (tmp_path / "s.duckdb.wal").exists()
+    assert "checkpoint" not in caplog.text.lower()
+    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
+    assert con.execute("SELECT run_id FROM runs").fetchall() == [("r",)]
+    con.close()

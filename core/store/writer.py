@@ -275,8 +275,11 @@ class Store:
             self._thread.join()
         try:
             self._con.execute("CHECKPOINT")
-        except duckdb.Error as exc:
-            log.warning("checkpoint of %s failed on close: %s", self.path, exc)
+        except duckdb.Error:
+            try:  # a reader's cursor still holds a transaction: the store is closing, so abort it (the data is in the WAL either way)
+                self._con.execute("FORCE CHECKPOINT")
+            except duckdb.Error as exc:
+                log.warning("checkpoint of %s failed on close: %s", self.path, exc)
         self._con.close()
 
     def __enter__(self) -> Store:
