@@ -114,7 +114,8 @@ class RunImages:
             return self._describe(self._on_base(base, self.layers))
         ca = self.ca.read_bytes() if self.ca else None
         mounted = harness.mounted_image(base, self.harness_layers, ca, self.config.runtime.kubernetes.harness_mount)
-        return self._describe(self._on_base(base, self.env_layers), {mounted: harness_volume.MOUNT}, {"PATH": harness.SANDBOX_PATH})
+        # no PATH here: a pod's env would replace the image's; the pod's exec script puts the harness's first
+        return self._describe(self._on_base(base, self.env_layers), {mounted: harness_volume.MOUNT})
 
     def k8s_build_blocking(self) -> list[str]:
         """Build on this Docker engine (``self.runtime``) every image a Kubernetes run's pods pull; returns their tags."""

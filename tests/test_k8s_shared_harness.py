@@ -87,7 +87,7 @@ def test_init_copy_pod_validates_and_carries_no_harness_in_the_task_image(securi
     assert pod["volumes"] == [{"name": "forgetui-harness", "emptyDir": {}}]
     assert init["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.FILL_AT}]
     assert task["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.MOUNT, "readOnly": True}]
-    assert {"name": "PATH", "value": f"{HV.BIN}:{HV.DEFAULT_PATH}"} in task["env"]
+    assert "PATH" not in {e["name"] for e in task["env"]}  # a pod's PATH would replace the image's: the exec script prepends
     assert task["image"] == f"registry.example/me/{config.runtime.base_image}"
 
     config.runtime.shared_harness = False  # the old way: the harness baked into the task image, no init container
@@ -120,6 +120,14 @@ def standin(docker_client, base_image) -> Iterator[ApiServerStandIn]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def task_image(docker_client, base_image) -> str:
+    """A task's own image, no harness in it, with its own PATH."""
+    from core.runtime.images import ensure_dockerfile_image
+
+    return ensure_dockerfile_image(docker_client, "k8s-shared-probe", f"FROM {base_image}\nENV PATH=/opt/task/bin:{HV.DEFAULT_PATH}\n")
+
+
 @pytest.fixture()
 def tiny_images(docker_client, base_image):
     """Builds a tiny harness for a mode; removes what it built afterwards."""
@@ -140,13 +148,15 @@ def tiny_images(docker_client, base_image):
 
 
 @pytest.mark.parametrize(("mode", "uid"), [("init", None), ("init", 1000), ("image", None)])
-async def test_a_task_image_without_the_harness_runs_it_from_the_read_only_mount(standin, base_image, tiny_images, mode, uid):
+async def test_a_task_image_without_the_harness_runs_it_from_the_read_only_mount(standin, task_image, tiny_images, mode, uid):
     """uid 1000 (as pod_security = "restricted" runs): the init container copies as that user, into the world-writable emptyDir."""
     mounted, marker = tiny_images(mode)
     rt = _runtime(standin, harness_mount=mode, run_as_user=uid)
-    sb = rt.create(_live(base_image, volumes={mounted: HV.MOUNT}, env={"PATH": KH.SANDBOX_PATH}, workdir="/tmp"))
+    sb = rt.create(_live(task_image, volumes={mounted: HV.MOUNT}, workdir="/tmp"))
     await sb.start()
     try:
+        # the harness's commands first, then the task image's own PATH (its ENV PATH kept, as on Docker)
+        assert (await sb.exec(["sh", "-c", 'echo "$PATH"'], timeout_s=20)).stdout == f"{HV.BIN}:/opt/task/bin:{HV.DEFAULT_PATH}\n"
         # the command, from the mount, on PATH (a list, as harnesses launch: `bash -l` would reset PATH from /etc/profile)
         assert (await sb.exec(["tiny", "hello"], timeout_s=20)).stdout == f"{marker} hello\n"
         res = await sb.exec(["sh", "-c", "readlink /opt/forgetui/bin/tiny; touch /opt/forgetui/x; echo $?"], timeout_s=20)

@@ -12,7 +12,8 @@ cluster has no such volume shared across nodes, so the pod brings the harness it
   1.35) of the harness *tree* image, ``FROM scratch`` holding exactly that layout at its root,
   mounted read-only at ``/opt/forgetui``: nothing copied, the node's image store shares it between pods.
 
-Either way the task container's PATH puts ``/opt/forgetui/bin`` first, as on Docker. ``SandboxSpec.volumes``
+Either way every command in the pod runs with ``/opt/forgetui/bin`` in front of the image's own PATH, as
+on Docker (the exec script sets it: a pod's env can only replace an image's PATH). ``SandboxSpec.volumes``
 names the image to mount (source → mount path); the runtime's ``harness_mount`` says how.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from core.runtime.harness_volume import BIN, DEFAULT_PATH, FILL_AT, MOUNT
+from core.runtime.harness_volume import BIN, FILL_AT, MOUNT
 from core.runtime.images import ImageLayer, image_tag
 
 if TYPE_CHECKING:
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 Mode = Literal["init", "image"]
 INIT_CONTAINER = "forgetui-harness"
 VOLUME = "forgetui-harness"
-# A Kubernetes container's env replaces the image's PATH (there is no way to append to it): the
-# harness's commands first, then Docker's default, which the base image and most task images use.
-SANDBOX_PATH = f"{BIN}:{DEFAULT_PATH}"
 # What the init container runs. Entry by entry rather than Docker's `cp -a MOUNT/. dir/`: as a non-root uid
 # (pod_security = "restricted") that would set the times of the emptyDir's root, which root owns: EPERM.
 INIT_SCRIPT = (
@@ -103,4 +101,4 @@ def pod_parts(
     return inits, volumes, mounts
 
 
-__all__ = ["INIT_CONTAINER", "INIT_SCRIPT", "SANDBOX_PATH", "build", "harness_image", "mounted_image", "pod_parts", "tree_image"]
+__all__ = ["BIN", "INIT_CONTAINER", "INIT_SCRIPT", "build", "harness_image", "mounted_image", "pod_parts", "tree_image"]

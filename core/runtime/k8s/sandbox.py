@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime.base import Entry, EntryByExec, ExecResult, SandboxFile, SandboxSpec, shell_command
-from core.runtime.k8s import exec_ws
+from core.runtime.k8s import exec_ws, harness
 from core.runtime.k8s.api import RETRY_STATUSES, backoff_s, status_of
 from core.runtime.k8s.manifest import CONTAINER, in_registry
 from core.runtime.k8s.startup import StartWatch, read_state
@@ -36,12 +36,20 @@ UNPACK = 'mkdir -p "$2" && head -c "$1" | tar xf - -C "$2"'
 UNPACK_AND_RUN = 'head -c "$1" | tar xf - -C / || exit 126; exec sh "$2" </dev/null'
 
 
-def command_script(argv: list[str], workdir: str, env: dict[str, str], timeout_s: float, script: str, stdin_path: str | None) -> str:
-    """The shell script an exec runs: remove itself, take stdin, cd, set env, run under ``timeout --signal=KILL``."""
+def command_script(
+    argv: list[str], workdir: str, env: dict[str, str], timeout_s: float, script: str, stdin_path: str | None, path_first: str | None = None
+) -> str:
+    """The shell script an exec runs: remove itself, take stdin, cd, set env, run under ``timeout --signal=KILL``.
+
+    ``path_first``: a folder put in front of the container's PATH (the shared harness's commands). A pod's
+    env could only replace the image's PATH; here the image's own PATH stays behind it, as on Docker.
+    """
     q = shlex.quote
     lines = [f"rm -f -- {q(script)}"]
     if stdin_path:
         lines.append(f"exec 0<{q(stdin_path)}; rm -f -- {q(stdin_path)}")
+    if path_first:
+        lines.append(f'PATH={q(path_first)}${{PATH:+:$PATH}}; export PATH')
     lines.append(f"cd -- {q(workdir)} || exit $?")
     env_part = " ".join(q(f"{k}={v}") for k, v in env.items())
     lines.append(f"exec {'env ' + env_part + ' ' if env_part else ''}{shlex.join(C.timeout_wrap(argv, timeout_s))}")
@@ -210,7 +218,8 @@ class KubernetesSandbox:
         tag = secrets.token_hex(6)
         script = f"/tmp/.forgetui-exec-{tag}.sh"
         stdin_path = f"/tmp/.forgetui-stdin-{tag}" if stdin is not None else None
-        text = command_script(argv, workdir or self.spec.workdir, dict(env or {}), timeout_s, script, stdin_path)
+        path_first = harness.BIN if self.spec.volumes else None
+        text = command_script(argv, workdir or self.spec.workdir, dict(env or {}), timeout_s, script, stdin_path, path_first)
         files = [(script.lstrip("/"), text.encode(), 0o600)]
         if stdin is not None and stdin_path:
             files.append((stdin_path.lstrip("/"), stdin, 0o600))
