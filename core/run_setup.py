@@ -104,21 +104,38 @@ class RunImages:
         """Whether tasks with their own image (on Kubernetes: every task) mount the harness instead of carrying it."""
         return self.runtime.name in ("docker", "kubernetes") and self.config.runtime.shared_harness and bool(self.harness_layers)
 
-    def _k8s_blocking(self) -> SandboxImage:
-        """On Kubernetes: the env image (no harness) and the harness image the pod mounts (core.runtime.k8s.harness)."""
+    def _task_base(self, task: Task | None) -> str:
+        """What a task's image is built on: its own Dockerfile's image (by content hash), or the configured base."""
+        from core.runtime import images
+
+        if task is None or task.image is None:
+            return self.config.runtime.base_image
+        return images.dockerfile_image_tag(task.id, task.image.dockerfile, task.image.context)
+
+    def _k8s_blocking(self, task: Task | None = None) -> SandboxImage:
+        """On Kubernetes: the task's image (the env on its base, no harness) and the harness image the pod mounts.
+
+        Nothing is built here (pods pull what `forgetui images build --push` made: `k8s_build_blocking`);
+        the tags are content hashes, so both sides name the same images. See core.runtime.k8s.harness.
+        """
         from core.runtime import harness_volume
         from core.runtime.k8s import harness
 
         base = self.config.runtime.base_image
         if not self.shares_harness:
-            return self._describe(self._on_base(base, self.layers))
+            return self._describe(self._on_base(self._task_base(task), self.layers))
         ca = self.ca.read_bytes() if self.ca else None
         mounted = harness.mounted_image(base, self.harness_layers, ca, self.config.runtime.kubernetes.harness_mount)
         # no PATH here: a pod's env would replace the image's; the pod's exec script puts the harness's first
-        return self._describe(self._on_base(base, self.env_layers), {mounted: harness_volume.MOUNT})
+        return self._describe(self._on_base(self._task_base(task), self.env_layers), {mounted: harness_volume.MOUNT})
 
-    def k8s_build_blocking(self) -> list[str]:
-        """Build on this Docker engine (``self.runtime``) every image a Kubernetes run's pods pull; returns their tags."""
+    def k8s_build_blocking(self, tasks: list[Task] | None = None) -> list[str]:
+        """Build on this Docker engine (``self.runtime``) every image a Kubernetes run of ``tasks`` pulls; returns their tags.
+
+        One image per distinct task base (the configured base, or each task's own Dockerfile) with the
+        env's layers, then the shared harness's image (or, with ``shared_harness = false``, the harness
+        baked into each task image).
+        """
         from core.runtime import images
         from core.runtime.k8s import harness
 
@@ -126,11 +143,15 @@ class RunImages:
         base = self.config.runtime.base_image
         if not images.image_exists(client, base):
             raise SandboxError(f"base image {base} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
-        if not self.shares_harness:
-            return [self._on_base(base, self.layers)]
-        mode = self.config.runtime.kubernetes.harness_mount
-        task = images.ensure_image(client, base, self.env_layers, self.ca) if self.env_layers or self.ca else base
-        return [task, *harness.build(client, base, self.harness_layers, self.ca, mode)]
+        own = {self._task_base(t): t for t in tasks or [] if t.image is not None}  # by the tag pods will name
+        bases = [images.ensure_dockerfile_image(client, t.id, t.image.dockerfile, t.image.context) for t in own.values() if t.image]
+        if not tasks or any(t.image is None for t in tasks):
+            bases.insert(0, base)
+        layers = self.env_layers if self.shares_harness else self.layers
+        out = [images.ensure_image(client, b, layers, self.ca) if layers or self.ca else b for b in bases]
+        if self.shares_harness:
+            out += harness.build(client, base, self.harness_layers, self.ca, self.config.runtime.kubernetes.harness_mount)
+        return list(dict.fromkeys(out))
 
     def default_blocking(self) -> str:
         return self._on_base(self.config.runtime.base_image, self.layers)
@@ -150,10 +171,12 @@ class RunImages:
     def _for_task_blocking(self, task: Task) -> SandboxImage:
         from core.runtime import harness_volume, images
 
+        if self.runtime.name == "kubernetes":
+            return self._k8s_blocking(task)
         if task.image is None:
-            return self._k8s_blocking() if self.runtime.name == "kubernetes" else self._describe(self.default_blocking())
+            return self._describe(self.default_blocking())
         if self.runtime.name != "docker":
-            raise SandboxError(f"task {task.id} brings its own Dockerfile: only the docker runtime builds those (build and push it for {self.runtime.name})")
+            raise SandboxError(f"task {task.id} brings its own Dockerfile: the local runtime cannot run it (use docker or kubernetes)")
         client = self.runtime.client  # type: ignore[attr-defined]
         task_base = images.ensure_dockerfile_image(client, task.id, task.image.dockerfile, task.image.context)
         if not self.shares_harness:

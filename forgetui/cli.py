@@ -234,11 +234,12 @@ def cmd_images(args: argparse.Namespace) -> int:
             raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
         runtime = pick_runtime(config)
         if runtime.name == "kubernetes":  # pods run what this engine builds, once pushed (or `kind load`ed)
-            from core.run_setup import RunImages
+            from core.run_setup import RunImages, select_tasks
             from core.runtime import make_runtime
 
-            # the task image, then the shared harness's image (runtime.kubernetes.harness_mount): one per line
-            tags = RunImages(make_runtime("docker"), config, env, harness).k8s_build_blocking()
+            # the task image(s) (each task's own Dockerfile too), then the shared harness's image: one per line
+            tasks = select_tasks(env, config.env.tasks, config.env.limit)
+            tags = RunImages(make_runtime("docker"), config, env, harness).k8s_build_blocking(tasks)
         else:
             tags = [build_image(runtime, config, env, harness)]
         for tag in tags:

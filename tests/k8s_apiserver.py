@@ -524,6 +524,11 @@ class ApiServerStandIn:
         inbound = asyncio.ensure_future(self._pump_input(ws, raw, protocol))
         await output
         inspect = await asyncio.to_thread(api.exec_inspect, exec_id["Id"])
+        for _ in range(100):  # the output can end a moment before Docker records the exit code
+            if pod.killed or (not inspect.get("Running") and inspect.get("ExitCode") is not None):
+                break
+            await asyncio.sleep(0.05)
+            inspect = await asyncio.to_thread(api.exec_inspect, exec_id["Id"])
         if pod.killed or (request.match_info["ns"], name) not in self.pods:
             pass  # the container died with the pod: the stream just ends, no status
         elif not ws.closed:

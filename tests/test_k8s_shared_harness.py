@@ -242,3 +242,36 @@ def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_
     assert [c["image"] for c in pod["spec"]["initContainers"]] == [harness_tag]
     assert pod["spec"]["containers"][0]["image"] == base_image
 
+
+
+def test_harbor_tasks_with_their_own_images_share_one_harness_on_kubernetes(standin, base_image, tmp_path, monkeypatch):
+    """Two tasks, each its own Dockerfile: `images build` makes each task image (no harness) and one harness image; pods mount it."""
+    from core.run import execute_run
+    from core.runtime import make_runtime
+    from envs.harbor import HarborEnv
+    from tests.test_shared_harness import _harbor_task
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    suite = tmp_path / "suite"
+    for i in range(2):
+        _harbor_task(suite, f"k8s-probe-{i}", f"FROM {base_image}\nWORKDIR /app\nENV WHICH={i}\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "done"}]}))
+    port = _free_port()
+    cfg = load_config(None, [
+        "env.name=harbor", f"env.path={json.dumps(str(suite))}", 'harness.name="tests.test_k8s_shared_harness:MountedReact"',
+        f'policy.backend="scripted:{script}"', "runtime.kind=kubernetes", f"runtime.base_image={json.dumps(base_image)}",
+        f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}", f"runtime.kubernetes.namespace={NS}",
+        "run.max_retries=0", "run.concurrency=2", f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
+    ])
+    env, react = HarborEnv(path=str(suite)), MountedReact()
+    built = RunImages(make_runtime("docker"), cfg, env, react).k8s_build_blocking(env.tasks())  # what `images build` pushes
+    harness_tag = KH.harness_image(base_image, [react.image_layer()])
+    own = [RunImages(pick_runtime(cfg), cfg, env, react)._task_base(t) for t in env.tasks()]
+    assert built == [*own, harness_tag] and base_image not in built  # every task brings its own: the bare base is not needed
+    summary = asyncio.run(execute_run(cfg))
+    assert (summary.passed, summary.infra_errors) == (2, 0), summary
+    recorded = rows(summary.store, "SELECT image_digest, meta->>'harness_volume' FROM rollouts ORDER BY task_id")
+    assert recorded == [(tag, harness_tag) for tag in own]  # each ran in its own image, the harness from the shared one
+    assert sorted(p["spec"]["containers"][0]["image"] for p in standin.created) == sorted(own)
+    assert {p["spec"]["initContainers"][0]["image"] for p in standin.created} == {harness_tag}
