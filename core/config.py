@@ -73,7 +73,7 @@ class RuntimeConfig(_Section):
     egress_allow_private: list[str] = Field(default_factory=list, description="exact names of egress_allow that may resolve to loopback/private addresses (link-local and metadata never)")
     workdir: str = "/workspace"
     ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
-    shared_harness: bool = Field(True, description="docker: tasks with their own image mount the harness from one read-only volume instead of a copy baked into each task image")
+    shared_harness: bool = Field(True, description="the harness is installed once and mounted read-only (docker: a volume, for tasks with their own image; kubernetes: from its own image, for every task) instead of a copy baked into each task image")
     registry: str | None = Field(None, description="kubernetes: the registry pods pull from (`forgetui images build CONFIG --push` pushes there)")
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
 
