@@ -180,3 +180,20 @@ def test_a_browser_that_crashes_is_an_infra_error_and_is_retried(docker_client, 
     CrashOnceHarness.launches = 0
     summary, rows = _run("tests.test_miniwob:CrashOnceHarness", ["click-button"], "run.max_retries=0")
     assert summary.infra_errors == 1 and rows[0][1] == "infra_error" and "browser" in rows[0][4], rows
+
+
+class NeverLoadsEnv(MiniWoBEnv):
+    """click-button whose page URL points at nothing: the page never loads."""
+
+    def make_task(self, name: str, index: int) -> Task:
+        task = super().make_task(name, index)
+        task.setup = (task.setup or "").replace(f"/{name}.html", "/no-such-page.html") + " --load-timeout 3"
+        return task
+
+
+@pytest.mark.docker
+def test_a_page_that_never_loads_is_an_infra_error(docker_client, base_image) -> None:
+    summary, rows = _run("oracle", ["click-button"], "env.name=tests.test_miniwob:NeverLoadsEnv", "run.max_retries=1")
+    ((_task, status, reward, _passed, error, _verifier, _stdout, attempt),) = rows
+    assert summary.infra_errors == 1 and status == "infra_error" and reward is None and attempt == 1, rows
+    assert "task setup failed" in error and "did not load within 3" in error, error

@@ -473,6 +473,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--timeout", type=float, default=120.0, help="the episode's clock in seconds")
     s.add_argument("--mode", default="train")
     s.add_argument("--wait", type=float, default=60.0)
+    s.add_argument("--load-timeout", type=float, default=30.0, help="seconds the task page may take to load")
     sub.add_parser("serve", help=argparse.SUPPRESS)
     sub.add_parser("stop", help="stop the server")
     o = sub.add_parser("observe", help="the task, the element tree with ids, and a screenshot")
@@ -506,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(STATE_DIR, "config.json")) as fh:
             return serve(json.load(fh))
     if args.cmd == "start":
-        cfg = {"task": args.task, "url": args.url, "seed": args.seed, "timeout": args.timeout, "mode": args.mode}
+        cfg = {"task": args.task, "url": args.url, "seed": args.seed, "timeout": args.timeout, "mode": args.mode, "load_timeout": args.load_timeout}
         return start(cfg, args.wait)
     try:
         if args.cmd == "observe":
