@@ -73,7 +73,8 @@ def test_init_copy_pod_validates_and_carries_no_harness_in_the_task_image(securi
     config = _k8s_config("runtime.registry=registry.example/me", f"runtime.kubernetes.pod_security={security}")
     runtime = pick_runtime(config)
     react = ReactHarness()
-    image = RunImages(runtime, config, load_env("toy"), react)._k8s_blocking()
+    toy = load_env("toy")
+    image = asyncio.run(RunImages(runtime, config, toy, react).for_task(toy.tasks()[0]))
     harness_tag = KH.harness_image(config.runtime.base_image, [react.image_layer()])
     # the toy env adds no layer: the task image is the bare base, the harness comes from its own image
     assert image.tag == config.runtime.base_image and image.volumes == {harness_tag: HV.MOUNT}
@@ -91,7 +92,7 @@ def test_init_copy_pod_validates_and_carries_no_harness_in_the_task_image(securi
     assert task["image"] == f"registry.example/me/{config.runtime.base_image}"
 
     config.runtime.shared_harness = False  # the old way: the harness baked into the task image, no init container
-    baked = RunImages(pick_runtime(config), config, load_env("toy"), react)._k8s_blocking()
+    baked = asyncio.run(RunImages(pick_runtime(config), config, toy, react).for_task(toy.tasks()[0]))
     assert baked.volumes == {} and baked.tag == harness_tag
 
 
