@@ -15,7 +15,8 @@ from core.store.writer import Store
 from forgetui.tui import run_data
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.cell_viewer import CellViewer
-from forgetui.tui.widgets.result_table import CELL_CHARS, PAGE, ResultTable
+from forgetui.tui.widgets.result_table import CELL_CHARS, ResultTable
+from forgetui.tui.widgets.windowed_table import WINDOW
 from forgetui.tui.widgets.schema_tree import SchemaTree
 from forgetui.tui.widgets.sql_console import SqlConsole
 from tests.tui_stores import build_run
@@ -82,13 +83,18 @@ async def test_10000_rows_are_paged_and_json_cells_open_in_the_viewer(home: Path
         console.sql = ("SELECT i, json_object('i', i, 'words', ['alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta']) AS j "
                        "FROM range(10000) t(i)")
         await pilot.press("f5")
-        await until(pilot, lambda: table.row_count == PAGE, "the first page")
+        await until(pilot, lambda: table.row_count == WINDOW, "the first window")
         assert "10000 rows" in status_of(console)
         assert len(table.get_row_at(0)[1].plain) == CELL_CHARS  # cut, not tens of thousands of columns wide
         table.focus()
-        await pilot.press("ctrl+end")
-        assert table.row_count == 10_000 and table.cursor_row == 9_999
-        assert str(table.get_row_at(9_999)[0]) == "9999"
+        for _ in range(WINDOW + 5):  # past the window's edge: it slides, the table never holds more than a window
+            await pilot.press("down")
+        await until(pilot, lambda: table.absolute_row == WINDOW + 5, "the cursor past the first window")
+        assert table.window_start > 0 and table.row_count == WINDOW
+        assert str(table.get_row_at(table.cursor_row)[0]) == str(WINDOW + 5)
+        await pilot.press("end")
+        assert table.absolute_row == 9_999 and table.row_count == WINDOW
+        assert str(table.get_row_at(table.cursor_row)[0]) == "9999" and "of 10000" in table.border_subtitle
         await pilot.press("right", "enter")
         await until(pilot, lambda: isinstance(app.screen, CellViewer), "the cell viewer")
         viewer = app.screen
