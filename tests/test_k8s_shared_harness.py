@@ -276,3 +276,16 @@ def test_harbor_tasks_with_their_own_images_share_one_harness_on_kubernetes(stan
     assert recorded == [(tag, harness_tag) for tag in own]  # each ran in its own image, the harness from the shared one
     assert sorted(p["spec"]["containers"][0]["image"] for p in standin.created) == sorted(own)
     assert {p["spec"]["initContainers"][0]["image"] for p in standin.created} == {harness_tag}
+
+
+def test_a_ca_bundle_names_the_same_task_image_on_kubernetes_as_images_build_makes(tmp_path):
+    """With runtime.ca_bundle and no env layer, pods pulled the bare base while `images build` made (and pushed) base + CA."""
+    from core.runtime.images import image_tag
+
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n")
+    config = _k8s_config(f"runtime.ca_bundle={json.dumps(str(ca))}")
+    toy, react = load_env("toy"), ReactHarness()
+    image = asyncio.run(RunImages(pick_runtime(config), config, toy, react).for_task(toy.tasks()[0]))
+    assert image.tag == image_tag(config.runtime.base_image, [], ca.read_bytes()) != config.runtime.base_image
+    assert image.volumes == {KH.harness_image(config.runtime.base_image, [react.image_layer()], ca.read_bytes()): HV.MOUNT}
