@@ -224,25 +224,28 @@ def test_a_run_whose_init_container_fails_records_an_infra_error_naming_it(stand
     assert not rows(summary.store, "SELECT * FROM calls")  # the harness never started
 
 
-def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_path, monkeypatch):
-    """A whole run (kubeconfig, proxy, scripted policy): ReAct runs from the init-copied mount, cannot write it, and passes."""
+@pytest.mark.parametrize("mode", ["init", "image"])
+def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_path, monkeypatch, mode):
+    """A whole run (kubeconfig, proxy, scripted policy): ReAct runs from the shared mount, cannot write it, and passes."""
     from core.run import execute_run
-    from core.runtime.images import ensure_image
 
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
-    cfg = _run_config(standin, base_image, tmp_path, "MountedReact")
-    harness_tag = KH.harness_image(base_image, [MountedReact().image_layer()])
-    ensure_image(standin.docker, base_image, [MountedReact().image_layer()])  # `forgetui images build` did this (and a push)
+    cfg = _run_config(standin, base_image, tmp_path, "MountedReact", f"runtime.kubernetes.harness_mount={mode}")
+    layers = [MountedReact().image_layer()]
+    (mounted,) = KH.build(standin.docker, base_image, layers, None, mode)  # `forgetui images build` did this (and a push)
+    assert mounted == KH.mounted_image(base_image, layers, None, mode)
     summary = asyncio.run(execute_run(cfg))
     assert (summary.passed, summary.infra_errors) == (1, 0), summary
-    ((digest, volume, meta),) = rows(summary.store, "SELECT image_digest, meta->>'harness_volume', meta->>'stderr_tail' FROM rollouts")
-    assert digest == base_image and volume == harness_tag  # ran in the bare base image, the harness from its own image
+    ((digest, volume),) = rows(summary.store, "SELECT image_digest, meta->>'harness_volume' FROM rollouts")
+    assert digest == base_image and volume == mounted  # ran in the bare base image, the harness from its own image
     ((tool_result,),) = rows(summary.store, "SELECT request::VARCHAR FROM calls ORDER BY started_at DESC LIMIT 1")
     assert "CANNOT-WRITE" in tool_result and "Read-only file system" in tool_result and "react_agent.py" in tool_result
     (pod,) = standin.created
-    assert [c["image"] for c in pod["spec"]["initContainers"]] == [harness_tag]
     assert pod["spec"]["containers"][0]["image"] == base_image
-
+    if mode == "init":
+        assert [c["image"] for c in pod["spec"]["initContainers"]] == [mounted]
+    else:
+        assert pod["spec"]["volumes"][0]["image"]["reference"] == mounted and "initContainers" not in pod["spec"]
 
 
 def test_harbor_tasks_with_their_own_images_share_one_harness_on_kubernetes(standin, base_image, tmp_path, monkeypatch):
