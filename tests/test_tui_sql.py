@@ -16,9 +16,9 @@ from forgetui.tui import run_data
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.cell_viewer import CellViewer
 from forgetui.tui.widgets.result_table import CELL_CHARS, ResultTable
-from forgetui.tui.widgets.windowed_table import WINDOW
 from forgetui.tui.widgets.schema_tree import SchemaTree
 from forgetui.tui.widgets.sql_console import SqlConsole
+from forgetui.tui.widgets.windowed_table import WINDOW
 from tests.tui_stores import build_run
 
 
