@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,44 @@ def test_a_page_that_never_loads_is_an_infra_error(docker_client, base_image) ->
     ((_task, status, reward, _passed, error, _verifier, _stdout, attempt),) = rows
     assert summary.infra_errors == 1 and status == "infra_error" and reward is None and attempt == 1, rows
     assert "task setup failed" in error and "did not load within 3" in error, error
+
+
+class McpHarness(Harness):
+    """Speaks MCP to the sandbox's `gui-mcp` over stdio: initialize, list the tools, observe, click the button."""
+
+    name = "miniwob-mcp"
+    protocols = ()
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        messages = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "observe", "arguments": {}}},
+            {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "click", "arguments": {"id": 4}}},
+        ]
+        # the screenshot's base64 is shortened to its length, so the whole exchange fits the recorded stdout tail
+        shorten = (
+            "import json, sys\n"
+            "for line in sys.stdin:\n"
+            "    r = json.loads(line)\n"
+            "    for c in (r.get('result') or {}).get('content') or []:\n"
+            "        if c.get('type') == 'image': c['data'] = len(c['data'])\n"
+            "    print(json.dumps(r))\n"
+        )
+        script = f"printf '%s\\n' \"$@\" | gui-mcp | python3 -c {shlex.quote(shorten)}"
+        return LaunchSpec(command=["bash", "-c", script, "mcp", *(json.dumps(m) for m in messages)])
+
+
+@pytest.mark.docker
+def test_the_mcp_server_lists_the_gui_tools_and_acts(docker_client, base_image) -> None:
+    summary, rows = _run("tests.test_miniwob:McpHarness", ["click-test"])
+    ((_task, status, reward, _passed, error, _verifier, stdout, _attempt),) = rows
+    assert (status, reward) == ("done", 1.0), (error, stdout)
+    replies = {r["id"]: r for r in map(json.loads, stdout.strip().splitlines())}
+    assert replies[1]["result"]["capabilities"] == {"tools": {}}
+    names = {t["name"] for t in replies[2]["result"]["tools"]}
+    assert {"observe", "click", "click_xy", "type_text", "press_key", "scroll", "select_option"} == names
+    observed = replies[3]["result"]["content"]
+    assert "task: Click the button." in observed[0]["text"] and observed[1]["type"] == "image" and observed[1]["mimeType"] == "image/png" and observed[1]["data"] > 1000
+    assert replies[4]["result"]["isError"] is False and "clicked [4] button#subbtn" in replies[4]["result"]["content"][0]["text"]

@@ -13,6 +13,8 @@ MINIWOB_SPEC = "miniwob==1.1.0"
 BROWSER_PACKAGES = ["chromium", "chromium-driver", "python3-selenium", "fonts-dejavu-core"]
 GUI_SOURCE = Path(__file__).with_name("sandbox") / "gui.py"
 GUI_PATH = "/usr/local/bin/gui"
+MCP_SOURCE = Path(__file__).with_name("sandbox") / "gui_mcp.py"
+MCP_PATH = "/usr/local/bin/gui-mcp"
 HTML_ROOT = f"{INSTALL_ROOT}/miniwob/html"  # the wheel's html/ folder, as the sandbox sees it
 
 
@@ -27,12 +29,12 @@ def miniwob_html() -> Path:
     return html
 
 
-def gui_layer() -> ImageLayer:
-    """The `gui` CLI (sandbox/gui.py) as /usr/local/bin/gui."""
+def cli_layer(name: str, gui_source: Path) -> ImageLayer:
+    """`gui_source` as /usr/local/bin/gui, and the MCP server over it (sandbox/gui_mcp.py) as /usr/local/bin/gui-mcp."""
     return ImageLayer(
-        name="gui-cli",
-        dockerfile=f"COPY gui-cli.py {GUI_PATH}\nRUN chmod 755 {GUI_PATH}\n",
-        files={"gui-cli.py": GUI_SOURCE.read_text(encoding="utf-8")},
+        name=name,
+        dockerfile=f"COPY {name}.py {GUI_PATH}\nCOPY gui-mcp.py {MCP_PATH}\nRUN chmod 755 {GUI_PATH} {MCP_PATH}\n",
+        files={f"{name}.py": gui_source.read_text(encoding="utf-8"), "gui-mcp.py": MCP_SOURCE.read_text(encoding="utf-8")},
     )
 
 
@@ -45,7 +47,7 @@ def miniwob_layer() -> ImageLayer:
     """The browser, the MiniWoB++ pages under HTML_ROOT and the `gui` CLI: everything a miniwob rollout needs."""
     html = miniwob_html()
     pages = ImageLayer(name="miniwob-html", dockerfile=f"COPY miniwob-html {HTML_ROOT}\n", dirs={"miniwob-html": HostDir(html, html.parent.parent.name)})
-    return combined_layer("miniwob", browser_layer(), pages, gui_layer())
+    return combined_layer("miniwob", browser_layer(), pages, cli_layer("gui-cli", GUI_SOURCE))
 
 
-__all__ = ["GUI_PATH", "HTML_ROOT", "browser_layer", "gui_layer", "miniwob_html", "miniwob_layer"]
+__all__ = ["GUI_PATH", "HTML_ROOT", "MCP_PATH", "browser_layer", "cli_layer", "miniwob_html", "miniwob_layer"]
