@@ -18,9 +18,9 @@ from envs.desktop.tasks import HOME, KINDS
 PROGRAMS = ("xterm", "mousepad", "gnumeric")
 
 
-def test_twelve_tasks_over_three_real_programs_with_seeded_parameters() -> None:
+def test_thirteen_tasks_over_three_real_programs_with_seeded_parameters() -> None:
     tasks = DesktopEnv().tasks()
-    assert len(tasks) == 12 == len(KINDS)
+    assert len(tasks) == 13 == len(KINDS)
     assert {next(p for p in PROGRAMS if p in KINDS[t.meta["task"]].app) for t in tasks} == set(PROGRAMS)
     for task in tasks:
         assert task.workdir == HOME and task.solution and task.meta["gui"] == "desktop"
@@ -57,10 +57,10 @@ def _run(harness: str, names: list[str] | None, *extra: str) -> tuple[Any, list[
 @pytest.mark.timeout(1200)
 def test_oracle_passes_and_noop_scores_zero_on_every_task(docker_client, base_image) -> None:
     summary, rows = _run("oracle", None)
-    assert summary.infra_errors == 0 and len(rows) == 12
+    assert summary.infra_errors == 0 and len(rows) == 13
     assert all(r[1] == "done" and r[2] == 1.0 and r[3] for r in rows), [r for r in rows if not r[3]]
     summary, rows = _run("noop", None)
-    assert summary.infra_errors == 0 and len(rows) == 12
+    assert summary.infra_errors == 0 and len(rows) == 13
     assert all(r[1] == "done" and r[2] == 0.0 and r[3] is False for r in rows), [r for r in rows if r[2]]
 
 

@@ -39,7 +39,7 @@ INSTRUCTION_FILES = {name: f"# Working in this sandbox\n\n{GUIDE}\n" for name in
 
 
 class DesktopEnv(Environment):
-    """Options: ``names`` (task names or globs; default all 12), ``instances`` per task (1), ``seed`` (0), ``timeout`` (s, 300)."""
+    """Options: ``names`` (task names or globs; default all 13), ``instances`` per task (1), ``seed`` (0), ``timeout`` (s, 300)."""
 
     name = "desktop"
     version = "1"

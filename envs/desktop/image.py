@@ -11,8 +11,8 @@ from envs.miniwob.image import cli_layer
 # the X server, window manager and tools the CLI uses, then the programs tasks open
 DESKTOP_PACKAGES = [
     "xvfb", "openbox", "xdotool", "scrot", "x11-utils", "dbus-x11", "fonts-dejavu-core",
-    "xterm", "mousepad", "gnumeric",
-]  # fmt: skip
+    "xterm", "mousepad", "gnumeric", "libglib2.0-bin",
+]  # fmt: skip  (libglib2.0-bin: gsettings, to read a setting the agent changed)
 GUI_SOURCE = Path(__file__).with_name("sandbox") / "desk.py"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from core.runtime.base import Sandbox
 
 HOME = "/root/work"  # the tasks' working directory: the terminal starts here, the files live here
+BUS = "/tmp/forgetui-gui/bus"  # the desktop's session bus (`gui start`): settings are read through it
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor", "island", "juniper", "kestrel", "lumen")
 Check = Callable[[Sandbox, dict[str, Any]], Awaitable[tuple[float, str]]]
 
@@ -138,6 +139,13 @@ async def _sheet_header(sb: Sandbox, p: dict[str, Any]) -> tuple[float, str]:
     return verdict(got == p["word"], f"C1 = {got!r}")
 
 
+async def _line_numbers(sb: Sandbox, p: dict[str, Any]) -> tuple[float, str]:
+    key = ["gsettings", "get", "org.xfce.mousepad.preferences.view", "show-line-numbers"]
+    res = await sb.exec(["sh", "-c", 'DBUS_SESSION_BUS_ADDRESS="unix:path=$0" exec "$@"', BUS, *key], timeout_s=30)
+    got = res.stdout.strip()
+    return verdict(got == "true", f"show-line-numbers = {got or res.stderr.strip()!r}")
+
+
 def _column_csv(p: dict[str, Any]) -> dict[str, str]:
     return {"book.csv": "".join(f"{v}\n" for v in p["values"])}
 
@@ -178,6 +186,9 @@ KINDS: dict[str, Kind] = {
         Kind("editor-clear-file", MOUSEPAD.format(file="scratch.txt"), lambda r: {"junk": " ".join(r.sample(WORDS, 5))},
              lambda p: EDITOR + f"It has {HOME}/scratch.txt open. Delete all of its text and save the now empty file.",
              _editor_clear, files=lambda p: {"scratch.txt": p["junk"] + "\n"}),
+        Kind("editor-line-numbers", MOUSEPAD.format(file="notes.txt"), lambda r: {},
+             lambda p: EDITOR + "Turn on the display of line numbers in it (a setting in its View menu).",
+             _line_numbers, files=lambda p: {"notes.txt": "one\ntwo\nthree\n"}),
         Kind("sheet-fill-cell", "gnumeric book.gnumeric", lambda r: {"n": r.randint(10, 999)},
              lambda p: SPREADSHEET + f"Enter the number {p['n']} in cell B3 and save the workbook (ctrl+s).",
              _sheet_fill, files=_table_csv, prepare=TO_GNUMERIC),

@@ -65,6 +65,10 @@ def solve(task: str, p: dict[str, Any]) -> None:
         editor(("key", "ctrl+Home"), ("key", "shift+End"), ("type", "status: final"))
     elif task == "editor-clear-file":
         editor(("key", "ctrl+a"), ("key", "Delete"))
+    elif task == "editor-line-numbers":
+        gui("click", gui("find", "Mousepad"))
+        keys("alt+v", "u")  # View > Line Numbers (its mnemonic)
+        time.sleep(1.0)
     elif task == "sheet-fill-cell":
         spreadsheet(["Right", "Down", "Down"], str(p["n"]))
     elif task == "sheet-sum-column":
