@@ -250,6 +250,13 @@ async def test_live_store_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             await settle(app, pilot, lambda: table.row_count == 3 and stores.stores[0].runs[0].status == "done")
             assert [r[0] for r in table_rows(table)] == ["0", "1", "2"]
             assert stores.stores[0].n_calls == 3
+            await pilot.press("c")
+            table.focus()
+            await pilot.press("f")  # follow: the cursor goes to the newest call, and stays on new ones
+            await settle(app, pilot, lambda: table.cursor_row == 2)
+            store.record_call(call_row(3, "ro-a"))
+            store.flush()
+            await settle(app, pilot, lambda: table.row_count == 4 and table.cursor_row == 3)
     finally:
         store.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.binding import Binding
 from textual.timer import Timer
 from textual.widgets import DataTable
 
@@ -19,12 +20,14 @@ class CallsTable(DataTable):
     holding the arrow key through 50 rows loads one call, not 50)."""
 
     BORDER_TITLE = "Calls"
+    BINDINGS = [Binding("f", "toggle_follow", "Follow")]
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.store: Path | None = None
         self._cells: dict[str, tuple[str, ...]] = {}
         self._settle: Timer | None = None
+        self.follow = False  # keep the cursor on the newest call as a live store grows
 
     def on_mount(self) -> None:
         for name in CALL_COLUMNS:
@@ -52,7 +55,21 @@ class CallsTable(DataTable):
                         self.update_cell(call_id, col, b)
             self._cells[call_id] = cells
         add_gradually(self, new, self._cells.get)
-        self.border_subtitle = f"{len(calls)} calls"
+        if self.follow and new:
+            self.call_after_refresh(self._to_newest, new[-1])
+        self.border_subtitle = f"{len(calls)} calls" + (" · following" if self.follow else "")
+
+    def _to_newest(self, call_id: str) -> None:
+        if self.follow and call_id in self.rows:
+            self.move_cursor(row=self.get_row_index(call_id), animate=False)
+        elif self.follow and call_id in self._cells:  # still being added: try after the next refresh
+            self.call_after_refresh(self._to_newest, call_id)
+
+    def action_toggle_follow(self) -> None:
+        self.follow = not self.follow
+        self.notify("following the newest call" if self.follow else "follow off", title="calls")
+        if self.follow and self._cells:
+            self._to_newest(list(self._cells)[-1])
 
     def clear_calls(self) -> None:
         self.clear()
