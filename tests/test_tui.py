@@ -365,3 +365,17 @@ async def test_theme_is_saved_help_opens_and_the_palette_has_the_run_commands(ho
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
         assert app.theme == "nord"
+
+
+async def test_enter_on_a_call_opens_its_rollout(home: Path) -> None:
+    from forgetui.tui.screens.rollout_screen import RolloutScreen
+
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(160, 48)) as pilot:
+        table = app.query_one(CallsTable)
+        await settle(app, pilot, lambda: table.row_count == 3)
+        await pilot.press("c", "down", "enter")  # the second call: ro-b's
+        await settle(app, pilot, lambda: isinstance(app.screen, RolloutScreen))
+        assert app.screen.rollout_id == "ro-b"
+        conv = app.screen.query_one("#conv", Static)
+        await settle(app, pilot, lambda: "question number 0 from ro-b" in text_of(conv))

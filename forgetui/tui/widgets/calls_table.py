@@ -9,7 +9,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable
 
 from forgetui.tui.data import CALL_COLUMNS, CallRow
-from forgetui.tui.messages import CallSelected
+from forgetui.tui.messages import CallSelected, RolloutOpened
+from forgetui.tui.run_data import store_source
 from forgetui.tui.widgets.gradual import add_gradually
 
 SETTLE_S = 0.15  # the cursor must rest this long before the inspector loads the call
@@ -28,6 +29,7 @@ class CallsTable(DataTable):
         self._cells: dict[str, tuple[str, ...]] = {}
         self._settle: Timer | None = None
         self.follow = False  # keep the cursor on the newest call as a live store grows
+        self._rollout_of: dict[str, str] = {}
 
     def on_mount(self) -> None:
         for name in CALL_COLUMNS:
@@ -40,6 +42,7 @@ class CallsTable(DataTable):
             self._cells.clear()
             self.store = store
         wanted = {c.call_id: c.cells() for c in calls}
+        self._rollout_of = {c.call_id: c.rollout_id for c in calls}
         for gone in [k for k in self._cells if k not in wanted]:
             if gone in self.rows:
                 self.remove_row(gone)
@@ -58,6 +61,13 @@ class CallsTable(DataTable):
         if self.follow and new:
             self.call_after_refresh(self._to_newest, new[-1])
         self.border_subtitle = f"{len(calls)} calls" + (" · following" if self.follow else "")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter: the call's rollout, on its own screen (conversation, decoded tokens, verifier)."""
+        event.stop()
+        rollout = self._rollout_of.get(str(event.row_key.value))
+        if rollout and self.store is not None:
+            self.post_message(RolloutOpened(store_source(self.store), rollout))
 
     def _to_newest(self, call_id: str) -> None:
         if self.follow and call_id in self.rows:
