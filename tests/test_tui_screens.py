@@ -191,3 +191,19 @@ async def test_filter_input_is_hidden_until_slash(home: Path) -> None:
         await pilot.press("slash")
         await pilot.pause()
         assert box.has_focus and box.size.height > 0
+
+
+async def test_a_long_conversation_shows_its_first_calls_then_all(home: Path, tokenizer) -> None:
+    from forgetui.tui.screens.rollout_screen import FIRST_CALLS
+
+    build_run(home, "long-run", tasks=1, samples=1, calls=FIRST_CALLS + 5, tokenizer=tokenizer)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RolloutScreen(run_data.RunSource(home / "runs" / "long-run"), "long-run/task-0/0"))
+        conv = app.screen.query_one("#conv", Static)
+        await until(pilot, lambda: "more calls" in text_of(conv), "the first calls")
+        assert f"call {FIRST_CALLS}/{FIRST_CALLS + 5}" in text_of(conv) and "… 5 more calls" in text_of(conv)
+        await pilot.press("m")
+        await until(pilot, lambda: f"call {FIRST_CALLS + 5}/{FIRST_CALLS + 5}" in text_of(conv), "every call")
+        assert "more calls" not in text_of(conv)

@@ -23,9 +23,12 @@ from forgetui.tui.widgets.call_json import CallJson
 from forgetui.tui.widgets.token_view import TokenView
 
 
-def conversation_text(calls: list[dict[str, Any]]) -> Text:
+FIRST_CALLS = 40  # calls shown at first: laying out a 200-call conversation blocks the screen; `m` shows all
+
+
+def conversation_text(calls: list[dict[str, Any]], limit: int | None = None) -> Text:
     """Each call's new turns (what the harness added since the previous call), its response, and the tools
-    offered wherever they change."""
+    offered wherever they change; the first `limit` calls (all when None)."""
     text = Text()
     seen_turns, seen_tools = 0, None
     for n, call in enumerate(calls):
@@ -52,6 +55,9 @@ def conversation_text(calls: list[dict[str, Any]]) -> Text:
             text.append(f"\ntool call not parsed: {call['tool_parse_error']}", style="red")
         text.append("\n\n")
         seen_turns = len(turns) + len(reply)
+        if limit is not None and n + 1 >= limit and n + 1 < len(calls):
+            text.append(f"… {len(calls) - n - 1} more calls: press m to show them all", style="bold yellow")
+            break
     return text if calls else Text("no calls recorded", style="dim")
 
 
@@ -74,7 +80,8 @@ def verifier_text(d: RolloutDetail) -> Text:
 class RolloutScreen(Screen):
     """Tabs: Conversation, Tokens, Verifier & log, Raw JSON. `b` shows the next branch's sample."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("b", "next_branch", "Next branch")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("b", "next_branch", "Next branch"),
+                Binding("m", "all_calls", "All calls")]
 
     def __init__(self, source: RunSource, rollout_id: str) -> None:
         super().__init__()
@@ -106,7 +113,8 @@ class RolloutScreen(Screen):
         try:
             detail = load_rollout(self.source, self.rollout_id)
             # the texts too are built here, off the event loop: a 200-call conversation is a lot of parsing
-            self.post_message(RolloutLoaded(detail, conversation_text(detail.calls), verifier_text(detail)))
+            conversation = conversation_text(detail.calls, FIRST_CALLS)
+            self.post_message(RolloutLoaded(detail, conversation, verifier_text(detail)))
         except ForgetuiError as exc:
             self.post_message(LoadFailed("rollout", str(exc)))
 
@@ -132,6 +140,10 @@ class RolloutScreen(Screen):
         if sample is not None and len(d.samples) > 1:
             note = f"branch {self.branch % len(d.samples) + 1}/{len(d.samples)} (b: next)" + (f" · {note}" if note else "")
         self.query_one(TokenView).show_sample(sample, note)
+
+    def action_all_calls(self) -> None:
+        if self.detail is not None and len(self.detail.calls) > FIRST_CALLS:
+            self.query_one("#conv", Static).update(conversation_text(self.detail.calls))
 
     def action_next_branch(self) -> None:
         self.branch += 1

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from forgetui.tui.run_data import SampleView
 from forgetui.tui.widgets.call_inspector import prob_colour
 
-WINDOW = 600  # tokens rendered at once around the cursor: a 50k-token sample costs the same few ms per key
+WINDOW = 400  # tokens rendered at once around the cursor: a 50k-token sample costs the same few ms per key
 INSERTED = "rgb(150,150,150) on rgb(40,40,40)"
 
 

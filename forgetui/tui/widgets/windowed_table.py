@@ -10,7 +10,7 @@ from typing import Any
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-WINDOW = 300  # rows held at once
+WINDOW = 150  # rows held at once (a tall terminal shows ~45)
 EDGE = 10  # the window slides when the cursor comes this close to its edge
 
 
