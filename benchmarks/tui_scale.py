@@ -158,9 +158,11 @@ async def drive(home: Path, rollouts: int) -> dict[str, float]:
         out["open_largest_rollout_s"] = time.perf_counter() - t
         out["largest_sample_tokens"] = float(len(view.sample.token_ids))
 
-        meter.phase = "token cursor"
+        meter.phase = "tokens tab"
         app.screen.query_one("#rollout-tabs").active = "tab-tokens"
         view.focus()
+        await pilot.pause(0.5)
+        meter.phase = "token cursor"
         t = time.perf_counter()
         for _ in range(25):
             await pilot.press("n", "pagedown")

@@ -22,7 +22,6 @@ from forgetui.tui.widgets.call_inspector import heading, turns_text
 from forgetui.tui.widgets.call_json import CallJson
 from forgetui.tui.widgets.token_view import TokenView
 
-
 FIRST_CALLS = 40  # calls shown at first: laying out a 200-call conversation blocks the screen; `m` shows all
 
 
