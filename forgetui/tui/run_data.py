@@ -429,7 +429,14 @@ def tokenizer_for(config: dict[str, Any]) -> Any | None:
     if name not in BUILTIN_MODELS and not Path(name).expanduser().is_dir():
         return None
     try:
-        return load_tokenizer(resolve_model(name))
+        folder = Path(resolve_model(name))
+        if (folder / "tokenizer.json").exists():
+            # the Rust tokenizer alone: importing transformers' tokenizer classes holds the GIL ~150 ms,
+            # a visible freeze of the screen the first time a rollout opens; decoding needs nothing more
+            from tokenizers import Tokenizer
+
+            return Tokenizer.from_file(str(folder / "tokenizer.json"))
+        return load_tokenizer(folder)
     except Exception:  # noqa: BLE001 - no tokenizer means ids without text, not a broken screen
         log.info("no tokenizer for %s: token ids are shown undecoded", name, exc_info=True)
         return None
@@ -483,8 +490,8 @@ def load_rollout(source: RunSource, rollout_id: str, *, decode: bool = True, tok
         "SELECT call_id, seq, attempt, api, model, status, error, finish_reason, request, response, branch, "
         "extends_parent, prefix_tokens, latency_ms, completion_token_ids, completion_logprobs, tool_parse_error "
         f"FROM calls WHERE rollout_id = {rid} ORDER BY attempt NULLS FIRST, seq, started_at"))
-    for call in calls:
-        call["request"], call["response"] = parse_json(call.get("request")), parse_json(call.get("response"))
+    # request/response stay JSON text: a 200-call rollout resends its history each call, and parsed that is
+    # ~100,000 long-lived dicts for Python's GC to walk on every full collection (visible stalls). Parse on use.
     samples = [
         SampleView(sample_id=str(s["sample_id"]), branch=int(s["branch"] or 0), token_ids=list(s["token_ids"] or []),
                    loss_mask=[int(m) for m in s["loss_mask"] or []],

@@ -15,9 +15,10 @@ from textual.widgets import Footer, Header, OptionList, Static, TabbedContent, T
 from textual.widgets.option_list import Option
 
 from core.errors import ForgetuiError
+from forgetui.tui import heap
 from forgetui.tui.conversation import request_turns, response_turns, tools_offered
 from forgetui.tui.messages import LoadFailed, RolloutLoaded
-from forgetui.tui.run_data import RolloutDetail, RunSource, fmt, load_rollout
+from forgetui.tui.run_data import RolloutDetail, RunSource, fmt, load_rollout, parse_json
 from forgetui.tui.widgets.call_inspector import heading, turns_text
 from forgetui.tui.widgets.call_json import CallJson
 from forgetui.tui.widgets.token_view import TokenView
@@ -31,12 +32,13 @@ def conversation_text(calls: list[dict[str, Any]], limit: int | None = None) -> 
     text = Text()
     seen_turns, seen_tools = 0, None
     for n, call in enumerate(calls):
-        turns = request_turns(str(call.get("api") or "chat"), call.get("request"))
+        request, response = parse_json(call.get("request")), parse_json(call.get("response"))
+        turns = request_turns(str(call.get("api") or "chat"), request)
         flags = f"{call.get('api')} · {call.get('status')} · branch {call.get('branch')}"
         if call.get("extends_parent") is False and n:
             flags += " · NEW BRANCH (history rewritten)"
         text.append_text(heading(f"call {n + 1}/{len(calls)}  ({flags})"))
-        tools = tools_offered(call.get("request"))
+        tools = tools_offered(request)
         if tools != seen_tools:
             text.append("tools offered: ", style="bold yellow")
             text.append(", ".join(name for name, _ in tools) or "none", style="yellow")
@@ -45,7 +47,7 @@ def conversation_text(calls: list[dict[str, Any]], limit: int | None = None) -> 
         new = turns[seen_turns:] if call.get("extends_parent") and len(turns) >= seen_turns else turns
         text.append_text(turns_text(new))
         text.append("\n")
-        reply = response_turns(call.get("response")) if call.get("response") is not None else []
+        reply = response_turns(response) if response is not None else []
         if reply:
             text.append_text(turns_text(reply))
         elif call.get("error"):
@@ -103,6 +105,9 @@ class RolloutScreen(Screen):
                 yield CallJson(id="raw-json")
         yield Footer()
 
+    def on_unmount(self) -> None:
+        heap.thaw()
+
     def on_mount(self) -> None:
         self.sub_title = self.rollout_id
         self.load()
@@ -129,6 +134,7 @@ class RolloutScreen(Screen):
         if d.calls:
             calls.highlighted = 0
             self.query_one(CallJson).show_call(d.calls[0])
+        self.call_after_refresh(heap.freeze_loaded)
 
     def _show_branch(self) -> None:
         d = self.detail

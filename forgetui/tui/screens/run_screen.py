@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
+from forgetui.tui import heap
 from forgetui.tui.messages import LoadFailed, RunLoaded
 from forgetui.tui.run_data import RunDetail, RunSource, fmt, load_run
 from forgetui.tui.widgets.pass_table import PassTable
@@ -71,6 +72,9 @@ class RunScreen(Screen):
                     yield TrainCurves(id="run-curves")
         yield Footer()
 
+    def on_unmount(self) -> None:
+        heap.thaw()
+
     def on_mount(self) -> None:
         self.sub_title = f"run {self.run_id}"
         self.query_one(RolloutLines).focus()
@@ -105,6 +109,7 @@ class RunScreen(Screen):
         self.query_one(PassTable).show_report(d.report)
         self.query_one(TrainCurves).show_steps(d.train_steps)
         self.query_one(RolloutLines).show_lines(d.rollouts)
+        self.call_after_refresh(heap.freeze_loaded)
 
     def action_toggle_tab(self) -> None:
         tabs = self.query_one("#run-tabs", TabbedContent)

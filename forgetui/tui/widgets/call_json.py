@@ -8,10 +8,13 @@ from typing import Any
 from textual.binding import Binding
 from textual.widgets import TextArea
 
+from forgetui.tui.run_data import parse_json
+
 
 def raw_json(call: dict[str, Any]) -> str:
     """A call's request and response bodies as indented JSON."""
-    body = {"call_id": call.get("call_id"), "request": call.get("request"), "response": call.get("response")}
+    body = {"call_id": call.get("call_id"), "request": parse_json(call.get("request")),
+            "response": parse_json(call.get("response"))}
     return json.dumps(body, indent=2, ensure_ascii=False, default=str)
 
 
