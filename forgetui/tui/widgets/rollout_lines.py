@@ -10,16 +10,8 @@ from textual.widgets import DataTable
 
 from forgetui.tui.messages import RolloutOpened
 from forgetui.tui.run_data import ROLLOUT_LINE_COLUMNS, RolloutLine, RunSource
-from forgetui.tui.widgets.rollouts_table import STATUS_STYLES
+from forgetui.tui.widgets.rollouts_table import styled
 from forgetui.tui.widgets.windowed_table import WindowedTable
-
-
-def styled(column: str, value: str, line: RolloutLine) -> Text | str:
-    if column == "status":
-        return Text(value, style=STATUS_STYLES.get(value, ""))
-    if column == "reward" and value and line.passed is not None:
-        return Text(value, style="green" if line.passed else "red")
-    return value
 
 
 class RolloutLines(WindowedTable):

@@ -6,13 +6,14 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from forgetui.tui.data import ROLLOUT_COLUMNS, RolloutRow
+from forgetui.tui.run_data import RolloutLine
 from forgetui.tui.widgets.gradual import add_gradually
 
 STATUS_STYLES = {"done": "green", "failed": "red", "timeout": "yellow", "infra_error": "magenta",
                  "running": "cyan", "starting": "cyan", "verifying": "cyan", "pending": "dim"}
 
 
-def styled(column: str, value: str, row: RolloutRow) -> Text | str:
+def styled(column: str, value: str, row: RolloutRow | RolloutLine) -> Text | str:
     """Colour the status cell (and a passing/failing reward); other cells stay plain text."""
     if column == "status":
         return Text(value, style=STATUS_STYLES.get(value, ""))
