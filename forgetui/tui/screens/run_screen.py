@@ -99,7 +99,7 @@ class RunScreen(Screen):
     @on(RunLoaded)
     def _loaded(self, message: RunLoaded) -> None:
         d = message.detail
-        self.detail = d
+        first, self.detail = self.detail is None, d
         now = time.monotonic()
         if self._calls_seen is not None and now > self._calls_seen[0]:
             self._calls_per_s = max(0, d.n_calls - self._calls_seen[1]) / (now - self._calls_seen[0])
@@ -109,7 +109,8 @@ class RunScreen(Screen):
         self.query_one(PassTable).show_report(d.report)
         self.query_one(TrainCurves).show_steps(d.train_steps)
         self.query_one(RolloutLines).show_lines(d.rollouts)
-        self.call_after_refresh(heap.freeze_loaded)
+        if first:  # once: a live run's later polls would freeze their own garbage until the screen closes
+            self.call_after_refresh(heap.freeze_loaded)
 
     def action_toggle_tab(self) -> None:
         tabs = self.query_one("#run-tabs", TabbedContent)
