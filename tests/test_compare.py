@@ -107,3 +107,19 @@ def test_a_sharded_run_reads_as_one(runs, tmp_path, monkeypatch):
     assert sharded[0]["rollouts"] == single[0]["rollouts"] == 20
     assert sharded[0]["pass_rate"] == single[0]["pass_rate"]
     assert sharded[0]["reward"] == single[0]["reward"]
+
+
+def test_a_run_is_a_run_id_a_run_folder_or_a_store_file(runs, tmp_path, monkeypatch):
+    from core.analytics.metrics import stores_of
+    from core.errors import ConfigError
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("FORGETUI_HOME", str(home))
+    run_dir = home / "runs" / "R"
+    run_dir.mkdir(parents=True)
+    write_run(run_dir / "store.duckdb", "R", 0, "only-a")
+    by_id, by_dir, by_file = behaviour_table(["R"]), behaviour_table([run_dir]), behaviour_table([run_dir / "store.duckdb"])
+    assert by_id == by_dir == by_file and by_id[0]["rollouts"] == 20
+    assert stores_of(run_dir) == [run_dir / "store.duckdb"]
+    with pytest.raises(ConfigError, match="no run 'nope'"):
+        stores_of("nope")

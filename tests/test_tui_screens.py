@@ -15,6 +15,7 @@ from forgetui.tui import run_data
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
+from forgetui.tui.widgets.behaviour_table import BehaviourTable
 from forgetui.tui.widgets.call_json import CallJson
 from forgetui.tui.widgets.pass_table import PassTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
@@ -125,6 +126,15 @@ async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
         assert curves.size.height > 10 and curves.has_focus
         loss = curves.query_one("#curve-loss").plt
         assert "loss 0.167" in loss.build()  # the last step's loss, 0.5 / 3, in the plot's title
+        await pilot.press("t")  # behaviour: `forgetui analyze`'s table, computed when the tab opens
+        behaviour = screen.query_one(BehaviourTable)
+        await until(pilot, lambda: behaviour.row_count > 0, "the behaviour table")
+        header = [str(c.label) for c in behaviour.columns.values()]
+        assert header[0].startswith("metric") and len(header) == 1 + 3  # one group per training step
+        assert all("train-run · toy · react" in h and "(n=" in h for h in header[1:])
+        rows = {r[0]: r[1:] for r in cells(behaviour)}
+        assert {"pass rate", "tool calls", "turns", "verified after last write"} <= set(rows)
+        assert all(v != "-" for v in rows["tool calls"])
         await pilot.press("t")
         assert "step 2: reward 0.650" in text_of(screen.query_one("#run-summary-text", Static))
         first = cells(lines)[0]

@@ -53,7 +53,7 @@ METRIC_KEYS = tuple(m.key for m in METRICS)
 
 
 def store_of(run: str | Path) -> Path:
-    """A run id (FORGETUI_HOME/runs/<id>/store.duckdb) or a store file's path."""
+    """A run id (FORGETUI_HOME/runs/<id>/store.duckdb) or a store file's path; the file must exist."""
     from core.store.query import store_for_run
 
     path = Path(run).expanduser()
@@ -67,17 +67,28 @@ def store_of(run: str | Path) -> Path:
     return store
 
 
-def query(run: str | Path, sql: str, params_note: str = "") -> list[dict[str, Any]]:
-    """Rows of a read-only query on a run's store with the behaviour views inlined, as dicts."""
-    from core.store.query import run_query, run_query_shards, run_shards, store_for_run
+def stores_of(run: str | Path) -> list[Path]:
+    """The store files of a run: a run id or a run folder (its store, and a veRL run's worker shards), or one store file."""
+    from core.store.query import SHARDS_DIR, store_for_run
 
-    shards = [] if Path(str(run)).suffix == ".duckdb" else run_shards(str(run))
+    path = Path(run).expanduser()
+    if path.suffix == ".duckdb" or path.is_file():
+        return [store_of(path)]
+    run_dir = path if path.is_dir() else store_for_run(str(run)).parent
+    shards = sorted((run_dir / SHARDS_DIR).glob("*/store.duckdb"))
+    main = run_dir / "store.duckdb"
+    if not shards:
+        return [store_of(main if path.is_dir() else run)]
+    return ([main] if main.exists() else []) + shards  # a veRL run: one store per agent-loop worker, read as one
+
+
+def query(run: str | Path, sql: str, params_note: str = "") -> list[dict[str, Any]]:
+    """Rows of a read-only query on a run (see `stores_of`) with the behaviour views inlined, as dicts."""
+    from core.store.query import run_query, run_query_shards
+
+    stores = stores_of(run)
     try:
-        if shards:  # a veRL run: one store per agent-loop worker, read as one
-            main = store_for_run(str(run))
-            result = run_query_shards([main, *shards] if main.exists() else shards, with_views(sql))
-        else:
-            result = run_query(store_of(run), with_views(sql))
+        result = run_query(stores[0], with_views(sql)) if len(stores) == 1 else run_query_shards(stores, with_views(sql))
     except StoreError as exc:
         raise StoreError(f"behaviour query on {run}{params_note} failed: {exc}") from exc
     return [dict(zip(result.columns, row, strict=True)) for row in result.rows]

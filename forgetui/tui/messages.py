@@ -186,3 +186,12 @@ class RolloutLoaded(Message):
         self.detail = detail
         self.conversation = conversation
         self.verifier = verifier
+
+
+class BehaviourLoaded(Message):
+    """A run's behaviour table (header, rows) as `forgetui analyze` prints it."""
+
+    def __init__(self, header: list[str], rows: list[list[str]]) -> None:
+        super().__init__()
+        self.header = header
+        self.rows = rows

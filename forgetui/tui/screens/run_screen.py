@@ -1,4 +1,4 @@
-"""A run, live or finished: counts and throughput, pass@k/pass^k, training curves, recent errors, its rollouts."""
+"""A run, live or finished: counts and throughput, pass@k/pass^k, training curves, behaviour metrics, recent errors, its rollouts."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
 from forgetui.tui import heap
-from forgetui.tui.messages import LoadFailed, RunLoaded
+from forgetui.tui.messages import BehaviourLoaded, LoadFailed, RunLoaded
 from forgetui.tui.run_data import RunDetail, RunSource, fmt, load_run
+from forgetui.tui.widgets.behaviour_table import BehaviourTable
 from forgetui.tui.widgets.pass_table import PassTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.train_curves import TrainCurves
@@ -48,7 +49,8 @@ class RunScreen(Screen):
     """Loads the run on a worker (and again every REFRESH_S while it runs); Enter on a rollout opens it."""
 
     BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "reload", "Refresh"),
-                Binding("t", "toggle_tab", "Rollouts/curves")]
+                Binding("t", "toggle_tab", "Rollouts/curves/behaviour")]
+    TABS = ("tab-lines", "tab-curves", "tab-behaviour")
 
     def __init__(self, source: RunSource, run_id: str | None = None, refresh_s: float = REFRESH_S) -> None:
         super().__init__()
@@ -70,6 +72,8 @@ class RunScreen(Screen):
                     yield RolloutLines(self.source, id="run-lines")
                 with TabPane("Training curves", id="tab-curves"):
                     yield TrainCurves(id="run-curves")
+                with TabPane("Behaviour", id="tab-behaviour"):
+                    yield BehaviourTable(id="run-behaviour")
         yield Footer()
 
     def on_unmount(self) -> None:
@@ -88,6 +92,27 @@ class RunScreen(Screen):
 
     def action_reload(self) -> None:
         self.load()
+        if self.query_one("#run-tabs", TabbedContent).active == "tab-behaviour":
+            self.load_behaviour()
+
+    @on(TabbedContent.TabActivated, "#run-tabs")
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-behaviour":  # computed on demand: a pass over every recorded call
+            self.load_behaviour()
+
+    @work(thread=True, exclusive=True, group="behaviour", exit_on_error=False)
+    def load_behaviour(self) -> None:
+        from core.analytics.metrics import behaviour_table, display_rows
+
+        run = self.source.store_file if self.source.store_file is not None else self.source.run_dir
+        try:
+            self.post_message(BehaviourLoaded(*display_rows(behaviour_table([run]))))
+        except ForgetuiError as exc:
+            self.post_message(LoadFailed("behaviour", str(exc)))
+
+    @on(BehaviourLoaded)
+    def _behaviour_loaded(self, message: BehaviourLoaded) -> None:
+        self.query_one(BehaviourTable).show_rows(message.header, message.rows)
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def load(self) -> None:
@@ -114,10 +139,14 @@ class RunScreen(Screen):
 
     def action_toggle_tab(self) -> None:
         tabs = self.query_one("#run-tabs", TabbedContent)
-        tabs.active = "tab-curves" if tabs.active == "tab-lines" else "tab-lines"
-        (self.query_one(TrainCurves) if tabs.active == "tab-curves" else self.query_one(RolloutLines)).focus()
+        tabs.active = self.TABS[(self.TABS.index(tabs.active) + 1) % len(self.TABS)] if tabs.active in self.TABS else self.TABS[0]
+        widget = {"tab-lines": RolloutLines, "tab-curves": TrainCurves, "tab-behaviour": BehaviourTable}[tabs.active]
+        self.query_one(widget).focus()
 
     @on(LoadFailed)
     def _failed(self, message: LoadFailed) -> None:
         message.stop()
+        if message.what == "behaviour":  # the run itself loaded: say it on the table, keep the summary
+            self.query_one(BehaviourTable).border_subtitle = message.error[:200]
+            return
         self.query_one("#run-summary-text", Static).update(Text(message.error, style="bold red"))
