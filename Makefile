@@ -32,7 +32,7 @@ test: install ## run the whole test suite (PYTEST_ARGS='-m "not slow"' for the q
 demo: install ## recorded sessions (scripted and built-in models behind the proxy, rows in DuckDB), then a short training that moves the reward
 	$(VENV)/bin/forgetui demo
 
-bench: install ## run the benchmarks (ratios against baselines measured in the same run; LiteLLM's proxy gets its own benchmarks/.venv-baselines)
+bench: install ## the proxy and rollout-engine benchmarks (ratios against baselines measured in the same run); the others: README's Benchmarks section
 	@$(PY) benchmarks/proxy_overhead.py; a=$$?; $(PY) benchmarks/rollout_throughput.py; b=$$?; exit $$((a | b))
 
 lint: install ## ruff and the import contract (core never imports the app, textual, harnesses or envs)
