@@ -86,6 +86,8 @@ class Environment(ABC):
     threshold: ClassVar[float] = 1.0
     # the keyword options it takes (None: not declared, anything is passed through); `load_env` rejects others
     accepted_options: ClassVar[frozenset[str] | None] = None
+    # its graders read the agent's transcript: the recorded conversation is written to the sandbox before verify
+    graders_read_trajectory: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options = options

@@ -108,3 +108,24 @@ def test_codex_trajectory_is_graded(tmp_path, docker_client, base_image) -> None
 def test_claude_code_trajectory_is_graded(tmp_path, docker_client, base_image) -> None:
     row, calls = _run(tmp_path, base_image, "claude-code", TOOL_SCRIPT)
     _assert_graded_from_trajectory(row, calls, "messages")
+
+
+def test_envs_whose_graders_read_no_transcript_get_none_written(tmp_path, docker_client, base_image) -> None:
+    """The copy costs a query and a sandbox write per rollout: only suites that grade transcripts (harbor) pay it."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "done"}]}))
+    config = load_config(None, [
+        "env.name=toy", 'env.tasks=["hello"]', 'harness.name="react"', f'policy.backend="scripted:{script}"',
+        "runtime.kind=docker", "run.max_retries=0",
+    ])  # fmt: skip
+    from core.run import execute_run
+
+    summary = asyncio.run(execute_run(config))
+    con = duckdb.connect(summary.store, read_only=True)
+    try:
+        (meta,) = con.execute("SELECT meta FROM rollouts").fetchone()
+        (n_calls,) = con.execute("SELECT count(*) FROM calls WHERE status = 'ok'").fetchone()
+    finally:
+        con.close()
+    meta = json.loads(meta) if isinstance(meta, str) else meta
+    assert n_calls >= 2 and meta["trajectory_messages"] == 0

@@ -216,8 +216,8 @@ class Attempt:
 
     async def _write_trajectory(self, sandbox: Any) -> int:
         """Put the recorded conversation at TRAJECTORY_PATH for graders (one OpenAI chat message per line); how many messages."""
-        if self.ctx.trajectory is None:
-            return 0
+        if self.ctx.trajectory is None or not self.ctx.env.graders_read_trajectory:
+            return 0  # (a query and a copy into the sandbox: only for suites whose graders read the transcript)
         messages = await self.ctx.trajectory(self.item.rollout_id, self.attempt_no) or []
         data = b"".join(orjson.dumps(m) + b"\n" for m in messages)
         await sandbox.put_file(TRAJECTORY_PATH, data, 0o644)

@@ -152,6 +152,7 @@ class HarborEnv(Environment):
     name = "harbor"
     version = "1"
     accepted_options = frozenset({"path", "strict", "threshold"})
+    graders_read_trajectory = True  # harbor graders may read the transcript (/logs/agent/trajectory.jsonl)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
