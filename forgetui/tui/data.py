@@ -127,7 +127,7 @@ def sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _json(value: Any) -> Any:
+def parse_json(value: Any) -> Any:
     """JSON columns come back as text (file or live endpoint); parse them, keep anything unparsable as is."""
     if isinstance(value, (str, bytes)):
         try:
@@ -238,8 +238,8 @@ def load_call(path: Path, call_id: str) -> CallDetail:
     return CallDetail(
         call_id=_text(row.get("call_id")), rollout_id=_text(row.get("rollout_id")), api=_text(row.get("api")),
         model=_text(row.get("model")), status=_text(row.get("status")), error=row.get("error"),
-        finish_reason=row.get("finish_reason"), request=_json(row.get("request")),
-        response=_json(row.get("response")),
+        finish_reason=row.get("finish_reason"), request=parse_json(row.get("request")),
+        response=parse_json(row.get("response")),
         prompt_token_ids=list(row.get("prompt_token_ids") or []),
         completion_token_ids=list(row.get("completion_token_ids") or []),
         completion_logprobs=[float(x) if x is not None else math.nan for x in row.get("completion_logprobs") or []],

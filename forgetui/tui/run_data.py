@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -15,7 +14,7 @@ from core.errors import StoreError
 from core.eval_report import build_report
 from core.rollout.status import TERMINAL_VALUES
 from core.store.query import SHARDS_DIR, QueryResult, last_written, read_sidecar, run_query, run_query_shards
-from forgetui.tui.data import sql_str
+from forgetui.tui.data import parse_json, sql_str
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +79,6 @@ def query_store(path: Path, sql: str, max_rows: int = 100_000) -> QueryResult:
 
 def rows_of(result: QueryResult) -> list[dict[str, Any]]:
     return [dict(zip(result.columns, r, strict=False)) for r in result.rows]
-
-
-def parse_json(value: Any) -> Any:
-    if isinstance(value, (str, bytes)):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def fmt(value: float | None, spec: str = ".3f") -> str:
