@@ -88,3 +88,63 @@ def test_a_20_mb_image_is_refused_as_too_large_before_decoding() -> None:
     with pytest.raises(ProtocolError, match="over 10 MiB") as info:
         extract_images("chat", body)
     assert info.value.status == 400 and info.value.kind == "too_large" and len(big) > MAX_IMAGE_BYTES
+
+
+# --- through the live proxy ---------------------------------------------------------------------
+
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages", "gemini": "/v1beta/models/policy:generateContent"}
+
+
+def _post(proxy, api: str, body: dict) -> tuple[int, dict]:
+    import httpx
+
+    reply = httpx.post(f"{proxy.base}{PATHS[api]}", json=body, headers={"x-api-key": proxy.token}, timeout=120)
+    return reply.status_code, reply.json()
+
+
+def _error_message(api: str, payload: dict) -> str:
+    """The message of a 400 in the protocol's own error shape."""
+    if api == "messages":
+        assert payload["type"] == "error" and payload["error"]["type"] in ("invalid_request_error", "request_too_large")
+        return payload["error"]["message"]
+    if api == "gemini":
+        assert payload["error"]["code"] == 400 and payload["error"]["status"] == "INVALID_ARGUMENT"
+        return payload["error"]["message"]
+    assert payload["error"]["type"] == "invalid_request_error"
+    return payload["error"]["message"]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages", "gemini"])
+def test_a_text_only_backend_refuses_an_image_with_a_400_in_the_protocols_shape(api: str, live_proxy) -> None:
+    proxy = live_proxy("builtin:tiny")
+    status, payload = _post(proxy, api, bodies(png(3))[api])
+    assert status == 400, payload
+    assert "the policy backend tiny takes text only" in _error_message(api, payload)
+    assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
+
+
+def test_bad_and_oversized_images_are_400s_through_the_proxy(live_proxy, script_file) -> None:
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    bad = {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}]}]}
+    status, payload = _post(proxy, "chat", bad)
+    assert status == 400 and "not valid base64" in _error_message("chat", payload)
+    big = b"\x89PNG\r\n\x1a\n" + b"\0" * (20 * 1000 * 1000)
+    huge = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(big)}}]}]}
+    status, payload = _post(proxy, "messages", huge)
+    assert status == 400 and "over 10 MiB" in _error_message("messages", payload)
+
+
+def test_an_image_resent_in_later_calls_is_stored_once(live_proxy, script_file) -> None:
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'one'}, {'text': 'two'}])}")
+    a, b = png(4), png(5)
+    first = bodies(a)["chat"]
+    assert _post(proxy, "chat", first)[0] == 200
+    second = bodies(a)["chat"]
+    second["messages"] += [{"role": "assistant", "content": "one"}, {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(b)}"}}]}]
+    assert _post(proxy, "chat", second)[0] == 200
+    rows = proxy.rows("SELECT sha256, media_type, bytes, data FROM blobs ORDER BY bytes, sha256")
+    want = {hashlib.sha256(x).hexdigest(): x for x in (a, b)}
+    assert sorted(r[0] for r in rows) == sorted(want) and all(bytes(r[3]) == want[r[0]] and r[2] == len(want[r[0]]) for r in rows)
+    calls = proxy.rows("SELECT image_hashes, request FROM calls ORDER BY seq")
+    assert [c[0] for c in calls] == [[hashlib.sha256(a).hexdigest()], [hashlib.sha256(a).hexdigest(), hashlib.sha256(b).hexdigest()]]
+    assert all(b64(a) not in str(c[1]) and BLOB_KEY in str(c[1]) for c in calls)

@@ -264,6 +264,10 @@ def render_turn(text: str, calls: list[dict[str, Any]]) -> str:
 class ScriptedBackend:
     """A `TokenBackend` that plays a script, turn i for a session's i-th call."""
 
+    # it takes image inputs (rendered as the "[image]" placeholder text): the stand-in for a
+    # vision-language policy in GUI tests; the built-in models are text-only and refuse them
+    accepts_images = True
+
     def __init__(self, script_path: Path, tokenizer_model: str = "tiny") -> None:
         self.script_path = Path(script_path)
         self.turns, self.loop = load_script(self.script_path)

@@ -25,6 +25,7 @@ from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError
 from core.protocols.base import WireProtocol
 from core.protocols.checks import check_tool_call_arguments
+from core.protocols.images import Image, extract_images
 from core.protocols.registry import get_protocol
 from core.proxy.asgi import (
     SSE_HEADERS,
@@ -101,6 +102,7 @@ class ProxyApp:
         self.call_timeout_s = call_timeout_s
         self.served_model = served_model
         self.inflight: set[asyncio.Task] = set()
+        self._blobs_seen: set[str] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -168,10 +170,18 @@ class ProxyApp:
             request = proto.parse_request(_loads(body), model=model, stream=stream)
             tools_hash = _tools_hash(request)
             check_tool_call_arguments(request)
+            images, body = take_images(api, body)
         except ProtocolError as exc:
             await self._error(send, proto, exc.status, exc.kind, str(exc))
             return
         policy = await ready_policy(self.policy)
+        if images and not accepts_images(policy):
+            message = (
+                f"the policy backend {policy.name} takes text only, and this request carries {len(images)} image(s); "
+                "send the screen as text, or serve a vision-language model"
+            )
+            await self._error(send, proto, 400, "invalid_request", message)
+            return
         if session.tools_hash is None:
             session.tools_hash = tools_hash
         call = CallInFlight(
@@ -180,9 +190,11 @@ class ProxyApp:
             seq=session.next_seq(),
             api=api,
             request=request,
-            body=body,  # stored as sent: valid JSON (it parsed), and storable however deep it nests
+            body=body,  # stored as sent (images as blob references): valid JSON, storable however deep it nests
             backend=policy.name,
+            images=images,
         )
+        self._store_blobs(call)
         response_id = _ID_PREFIX[api] + uuid.uuid4().hex[:24]
         events = policy.stream(request, session, call.call_id, call.trace)
         try:
@@ -314,6 +326,15 @@ class ProxyApp:
 
     # -- store --------------------------------------------------------------------------------
 
+    def _store_blobs(self, call: CallInFlight) -> None:
+        """Each image this proxy has not stored yet, once (a resent screenshot is the same hash)."""
+        record = getattr(self.store, "record_blob", None)
+        for image in call.images:
+            if record is None or image.sha256 in self._blobs_seen:
+                continue
+            self._blobs_seen.add(image.sha256)
+            record({"sha256": image.sha256, "media_type": image.media_type, "bytes": len(image.data), "data": image.data, "first_call_id": call.call_id, "created_at": call.started_wall})
+
     def _record(self, call: CallInFlight, status: str, completion: Completion | None, response: Any, error: str | None) -> None:
         if self.store is None:
             return
@@ -335,6 +356,20 @@ class ProxyApp:
                     task.cancel()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def take_images(api: str, body: bytes) -> tuple[list[Image], bytes]:
+    """The request's images (checked) and the body to record, with blob references where their bytes were."""
+    if b"image" not in body and b"inline" not in body.lower():  # no image part can be in it: skip a second parse
+        return [], body
+    parsed = _loads(body)
+    images = extract_images(api, parsed)
+    return images, (orjson.dumps(parsed) if images else body)
+
+
+def accepts_images(policy: Any) -> bool:
+    """Whether the policy's backend takes image inputs (a backend says so with `accepts_images = True`)."""
+    return bool(getattr(getattr(policy, "backend", None), "accepts_images", False))
 
 
 def _loads(body: bytes) -> Any:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from core.chat import ChatRequest, Completion
+from core.protocols.images import Image
 from core.proxy.policy import CallTrace
 from core.proxy.sessions import Session
 from core.store.writer import utcnow
@@ -52,6 +53,7 @@ class CallInFlight:
     body: bytes | Any  # the request body as sent (JSON bytes) or parsed
     backend: str
     trace: CallTrace = field(default_factory=CallTrace)
+    images: list[Image] = field(default_factory=list)  # the request's images (their bytes go to `blobs` once)
     started_wall: datetime = field(default_factory=utcnow)
     started: float = field(default_factory=time.perf_counter)
 
@@ -86,4 +88,5 @@ class CallInFlight:
             "backend": self.backend,
             "stream": self.request.stream,
             "weights_version": t.weights_version,
+            "image_hashes": [i.sha256 for i in self.images] or None,
         }

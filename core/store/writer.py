@@ -200,6 +200,10 @@ class Store:
         """Queue one call row (durable within ~linger + one commit); never touches the disk in the caller."""
         self._enqueue("insert", "calls", row)
 
+    def record_blob(self, row: dict[str, Any]) -> None:
+        """Store an image once per `sha256` (an upsert: writing the same hash again adds no row)."""
+        self._enqueue("upsert", "blobs", row)
+
     def insert_samples(self, rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
             self._enqueue("insert", "samples", {"created_at": utcnow(), **row})
