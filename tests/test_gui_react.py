@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,32 @@ def test_react_gui_mode_solves_a_miniwob_task_with_the_scripted_backend(docker_c
     assert tool_results == ["error: no element with id 999 on the page now; run `gui observe` for the current ids\n(exit code 1)"]
     # after the action the screen is shown again, as a user turn
     assert second["messages"][-1]["role"] == "user" and "task: Click the button." in second["messages"][-1]["content"][0]["text"]
+
+
+@pytest.mark.docker
+def test_react_image_mode_sends_screenshots_that_are_stored_once(docker_client, base_image, tmp_path: Path) -> None:
+    import duckdb
+
+    script = tmp_path / "gui.json"
+    script.write_text(json.dumps({"turns": [
+        {"tool_call": {"name": "click", "arguments": {"id": 999}}},
+        {"tool_call": {"name": "click", "arguments": {"id": 4}}},
+    ]}))  # fmt: skip
+    summary, rollouts, calls = _run(script, 'harness.options.gui="image"')
+    ((status, reward, _passed, error, _stdout, stderr),) = rollouts
+    assert (status, reward) == ("done", 1.0), (error, stderr)
+    first = json.loads(calls[0][2]) if isinstance(calls[0][2], str) else calls[0][2]
+    parts = first["messages"][1]["content"]
+    assert parts[-1]["type"] == "image_url" and parts[-1]["image_url"]["url"] is None  # the bytes are not in the row
+    ref = parts[-1]["image_url"]["forgetui_blob"]
+    con = duckdb.connect(summary.store, read_only=True)
+    try:
+        blobs = con.execute("SELECT sha256, media_type, bytes, data FROM blobs").fetchall()
+        hashes = [r[0] for r in con.execute("SELECT image_hashes FROM calls ORDER BY seq").fetchall()]
+    finally:
+        con.close()
+    assert ref == f"sha256:{hashes[0][0]}" and len(hashes[0]) == 1 and len(hashes[1]) == 2  # call 1 resends call 0's screenshot
+    assert {b[0] for b in blobs} == {h for hs in hashes for h in hs}  # each distinct screenshot once
+    for sha, media_type, size, data in blobs:
+        assert media_type == "image/png" and data[:8] == b"\x89PNG\r\n\x1a\n" and size == len(data)
+        assert hashlib.sha256(data).hexdigest() == sha
