@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from core.env import Environment, Score, Task
-from core.errors import ConfigError, SandboxError
+from core.errors import SandboxError
 from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.desktop.image import desktop_layer
 from envs.desktop.tasks import HOME, KINDS, setup_script
-from envs.miniwob.names import as_list, select
+from envs.miniwob.names import Selection, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
 START_WAIT_S = 90.0
@@ -48,12 +48,8 @@ class DesktopEnv(Environment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.patterns = as_list(options.get("names"))
-        self.instances = int(options.get("instances", 1))
-        self.seed = int(options.get("seed", 0))
-        self.timeout = float(options.get("timeout", DEFAULT_TIMEOUT_S))
-        if self.instances < 1:
-            raise ConfigError(f"desktop: instances must be >= 1, got {self.instances}")
+        chosen = Selection.of(options, "desktop", DEFAULT_TIMEOUT_S)
+        self.patterns, self.instances, self.seed, self.timeout = chosen.patterns, chosen.instances, chosen.seed, chosen.timeout
 
     def names(self) -> list[str]:
         return select(list(KINDS), self.patterns, "desktop")

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from core.env import Environment, Score, Task
-from core.errors import ConfigError, SandboxError
+from core.errors import SandboxError
 from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.miniwob.image import HTML_ROOT, miniwob_html, miniwob_layer
-from envs.miniwob.names import as_list, select
+from envs.miniwob.names import Selection, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
 ORACLE_TASKS = ("click-button", "click-link", "click-test", "focus-text", "enter-text", "choose-list", "click-checkboxes", "navigate-tree")
@@ -74,16 +74,10 @@ class MiniWoBEnv(Environment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.patterns = as_list(options.get("names"))
-        self.instances = int(options.get("instances", 1))
-        self.seed = int(options.get("seed", 0))
-        self.timeout = float(options.get("timeout", DEFAULT_TIMEOUT_S))
+        chosen = Selection.of(options, "miniwob", DEFAULT_TIMEOUT_S)
+        self.patterns, self.instances, self.seed, self.timeout = chosen.patterns, chosen.instances, chosen.seed, chosen.timeout
         self.mode = str(options.get("mode", "train"))
         self.time_penalty = bool(options.get("time_penalty", False))
-        if self.instances < 1:
-            raise ConfigError(f"miniwob: instances must be >= 1, got {self.instances}")
-        if self.timeout <= 0:
-            raise ConfigError(f"miniwob: timeout must be > 0 seconds, got {self.timeout:g}")
 
     def names(self) -> list[str]:
         """The task names the `names` option selects (all when unset); ConfigError for a pattern that matches none."""
