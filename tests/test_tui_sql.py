@@ -175,3 +175,34 @@ async def test_export_csv_and_parquet(home: Path) -> None:
     rows = duckdb.sql(f"SELECT rollout_id, ids FROM '{next(folder.glob('*.parquet'))}' ORDER BY 1").fetchall()
     assert rows[0] == ("run-q/task-0/0", [1, 2]) and len(rows) == 4
     assert Store  # the writer made the store above
+
+
+
+async def test_window_cells_that_look_like_markup_are_shown_as_written() -> None:
+    """A value such as an error `[Errno 2] ... [bold]` is text, not Rich markup to render (or to eat)."""
+    from textual.app import App
+
+    from forgetui.tui.widgets.windowed_table import WindowedTable
+
+    value = "[bold]x[/bold] [Errno 2]"
+
+    class Lines(WindowedTable):
+        def count(self) -> int:
+            return 1
+
+        def cells(self, index: int) -> list[str]:
+            return [value]
+
+    class One(App):
+        def compose(self):  # noqa: ANN202
+            yield Lines()
+
+        def on_mount(self) -> None:
+            table = self.query_one(Lines)
+            table.add_column("error", width=40)
+            table.show_window(0)
+
+    app = One()
+    async with app.run_test(size=(60, 6)) as pilot:
+        await pilot.pause()
+        assert value in app.export_screenshot().replace("&#160;", " ")  # drawn as written, not parsed as markup

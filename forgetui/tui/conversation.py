@@ -7,6 +7,9 @@ import logging
 from typing import Any
 
 from core.errors import ProtocolError
+from core.protocols.registry import (
+    get_protocol,  # at start-up: imported on first use, it stalled the UI ~20 ms
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +105,6 @@ def request_turns(api: str, body: Any) -> list[Turn]:
     """The conversation a request carries: parsed by its wire protocol when possible, else by shape."""
     if isinstance(body, dict):
         try:
-            from core.protocols.registry import get_protocol
-
             request = get_protocol(api).parse_request(body, model=body.get("model") or "?", stream=False)
         except (ValueError, ProtocolError, KeyError, TypeError, AttributeError) as exc:
             log.debug("showing the %s request by shape: %s", api, exc)

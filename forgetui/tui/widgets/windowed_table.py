@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-WINDOW = 150  # rows held at once (a tall terminal shows ~45)
+WINDOW = 100  # rows held at once (a tall terminal shows ~45; each new row is measured on the event loop)
 EDGE = 10  # the window slides when the cursor comes this close to its edge
 
 
@@ -50,8 +51,8 @@ class WindowedTable(DataTable):
         try:
             self.clear()
             self.window_start = offset
-            for i in range(offset, min(total, offset + WINDOW)):
-                self.add_row(*self.cells(i))
+            for i in range(offset, min(total, offset + WINDOW)):  # plain strings as Text: DataTable parses str as markup
+                self.add_row(*(Text(c) if isinstance(c, str) else c for c in self.cells(i)))
             if cursor is not None and self.row_count:
                 self.move_cursor(row=max(0, min(cursor - offset, self.row_count - 1)), column=column, animate=False)
         finally:
