@@ -475,3 +475,21 @@ def test_close_checkpoints_even_with_a_reader_transaction_open(tmp_path, caplog)
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert con.execute("SELECT run_id FROM runs").fetchall() == [("r",)]
     con.close()
+
+
+@pytest.mark.timeout(60)  # before cursors were closed on close, FORCE CHECKPOINT spun here for minutes
+def test_close_with_a_reader_result_open_and_a_later_write(tmp_path, caplog):
+    """A cursor holding a fetched-from result while the writer commits again: close still folds the WAL in."""
+    store = Store.open(tmp_path / "s.duckdb")
+    store.insert_run("r", {})
+    store.upsert_rollout({"rollout_id": "a", "run_id": "r", "status": "done"})
+    store.flush()
+    cur = store.cursor().execute("SELECT rollout_id, status FROM rollouts WHERE rollout_id = ?", ["a"])
+    assert cur.fetchone() == ("a", "done")
+    store.update_run_status("r", "failed")
+    store.close()
+    assert not (tmp_path / "s.duckdb.wal").exists()
+    assert "checkpoint" not in caplog.text.lower()
+    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
+    assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
+    con.close()

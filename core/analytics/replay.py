@@ -237,6 +237,7 @@ async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: s
             "SELECT rollout_id, reward, status, error, harness_version, image_digest, task_hash FROM rollouts WHERE rollout_id = ?", [items[0].rollout_id]
         )
         new_id, new_score, status, error, *now = cur.fetchone()
+        cur.close()
         run_id = session.run_id
     if status == "infra_error":  # the sandbox, not the harness, failed: there is no replay to compare
         raise SandboxError(f"the replay's sandbox failed ({error}); nothing was compared: fix that and replay again")

@@ -133,6 +133,9 @@ class Store:
         self._warned_at = 0.0
         self._closed = False
         self._close_lock = threading.Lock()
+        # cursors handed out for reads: close ends them, since one left inside a transaction blocks the
+        # checkpoint, and FORCE CHECKPOINT then spins until it is interrupted (minutes; seen in a replay)
+        self._cursors: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
         self._thread_error: BaseException | None = None
         self._live: Any = None
         self.query_token = secrets.token_urlsafe(24)  # required by the live query endpoints
@@ -241,7 +244,9 @@ class Store:
         """A cursor of the writer's connection for reads in this process (one per thread)."""
         if self._closed:
             raise StoreError(f"store {self.path} is closed")
-        return self._con.cursor()
+        cur = self._con.cursor()
+        self._cursors.add(cur)
+        return cur
 
     def serve_queries(self, host: str = "127.0.0.1", **kwargs: Any) -> str:
         """Serve read-only SQL over HTTP on a free loopback port and write `<store>.live.json`; returns the URL."""
@@ -277,13 +282,15 @@ class Store:
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
+        for cur in list(self._cursors):  # a reader's open transaction would block the checkpoint
+            try:
+                cur.close()
+            except duckdb.Error:
+                pass
         try:
             self._con.execute("CHECKPOINT")
-        except duckdb.Error:
-            try:  # a reader's cursor still holds a transaction: the store is closing, so abort it (the data is in the WAL either way)
-                self._con.execute("FORCE CHECKPOINT")
-            except duckdb.Error as exc:
-                log.warning("checkpoint of %s failed on close: %s", self.path, exc)
+        except duckdb.Error as exc:  # the data is in the WAL either way: the next open replays it
+            log.warning("checkpoint of %s failed on close: %s", self.path, exc)
         self._con.close()
 
     def __enter__(self) -> Store:
