@@ -124,3 +124,28 @@ def test_history_tool_arguments_too_deep_are_a_400_before_generation(live_proxy,
     assert resp.status_code == 400
     assert "nest too deep" in error_message(api, resp.json())
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
+
+
+def test_a_request_naming_images_and_nesting_1000_deep_is_answered_and_recorded(live_proxy, script_file):
+    """The image scan walks the body without recursion: the word "image" in a deep request broke it (RecursionError, a 500, no row)."""
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    body = b'{"model":"m","messages":[{"role":"user","content":"describe the image"}],"metadata":%s}' % nested(1000)
+    resp = httpx.post(proxy.base + ROUTES["chat"], content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 200, resp.text
+    ((status, stored, hashes),) = proxy.rows("SELECT status, strlen(request::VARCHAR), len(coalesce(image_hashes, [])) FROM calls")
+    assert status == "ok" and stored == len(body) and hashes == 0
+
+
+def test_an_image_in_a_request_too_deep_to_record_is_a_400_before_generation(live_proxy, script_file):
+    """Its blob references cannot be written back into a body orjson cannot serialise: refused, never answered and lost."""
+    from tests.test_gui_images import b64, png
+
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(png())}"}}
+    head = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, image]}]})
+    body = head[:-1] + b',"metadata":' + nested(300) + b"}"
+    resp = httpx.post(proxy.base + ROUTES["chat"], content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    assert "nests too deep" in error_message("chat", resp.json())
+    assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
+    assert proxy.rows("SELECT count(*) FROM blobs") == [(0,)]

@@ -80,14 +80,18 @@ def data_url(url: Any, where: str) -> Image:
 
 
 def _walk(node: Any, where: str) -> Iterator[tuple[dict[str, Any], str]]:
-    """Every object in `node` with the path it was found at."""
-    if isinstance(node, dict):
-        yield node, where
-        for key, value in node.items():
-            yield from _walk(value, f"{where}.{key}")
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _walk(value, f"{where}[{i}]")
+    """Every object in `node` with the path it was found at, in document order.
+
+    Iterative: a request may nest as deep as the JSON parser allows (~1000 levels), past Python's recursion limit.
+    """
+    stack: list[tuple[Any, str]] = [(node, where)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            yield node, where
+            stack.extend((value, f"{where}.{key}") for key, value in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}[{i}]") for i, value in reversed(list(enumerate(node))))
 
 
 def _take(part: dict[str, Any], api: str, where: str) -> Image | None:

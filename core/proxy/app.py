@@ -360,11 +360,16 @@ class ProxyApp:
 
 def take_images(api: str, body: bytes) -> tuple[list[Image], bytes]:
     """The request's images (checked) and the body to record, with blob references where their bytes were."""
-    if b"image" not in body and b"inline" not in body.lower():  # no image part can be in it: skip a second parse
+    if b"image" not in body and b"inline" not in body:  # no image part can be in it: skip a second parse
         return [], body
     parsed = _loads(body)
     images = extract_images(api, parsed)
-    return images, (orjson.dumps(parsed) if images else body)
+    if not images:
+        return images, body
+    try:
+        return images, orjson.dumps(parsed)
+    except orjson.JSONEncodeError as exc:  # refused before any generation: an answered call could not be recorded
+        raise ProtocolError(f"a request with images nests too deep to record ({exc}); at most about 250 levels of objects and lists are supported") from None
 
 
 def accepts_images(policy: Any) -> bool:
