@@ -92,6 +92,25 @@ def test_an_interrupted_fill_is_redone(docker_client, base_image, tiny_volume, m
         docker_client.volumes.get(name + "-empty").remove(force=True)
 
 
+def test_concurrent_callers_fill_a_volume_once(docker_client, base_image, tiny_volume, monkeypatch) -> None:
+    """Tasks with different images ask for one harness at once: one fill, every caller gets the filled volume."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    layer, name = tiny_volume
+    fills: list[str] = []
+    real_fill = HV._fill
+
+    def counted(*args, **kwargs):
+        fills.append(args[1])
+        return real_fill(*args, **kwargs)
+
+    monkeypatch.setattr(HV, "_fill", counted)
+    with ThreadPoolExecutor(4) as pool:
+        names = list(pool.map(lambda _: HV.ensure_harness_volume(docker_client, base_image, [layer]), range(4)))
+    assert names == [name] * 4 and fills == [name]
+    assert HV._complete(docker_client, name, base_image)
+
+
 def _harbor_task(root: Path, name: str, dockerfile: str) -> Path:
     task = root / name
     (task / "environment").mkdir(parents=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ FILL_SCRIPT = (
 )
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VOLUME_LABEL = "forgetui.harness-volume"
+# one fill per volume in this process: tasks with different images ask for the same harness at once,
+# and a second fill would delete the marker and copy over files a started sandbox is using
+_FILL_LOCKS: dict[str, threading.Lock] = {}
+_FILL_LOCKS_GUARD = threading.Lock()
 
 
 def volume_name(base: str, layers: list[ImageLayer], ca_bundle: bytes | None = None) -> str:
@@ -65,13 +70,21 @@ def _complete(client: Any, name: str, probe_image: str) -> bool:
 
 def ensure_harness_volume(client: Any, base: str, layers: list[ImageLayer], ca_bundle: Path | None = None) -> str:
     """The volume holding `layers` (built on `base`) once; filled unless complete already. Returns its name."""
-    import docker.errors
-
     ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
     name = volume_name(base, layers, ca)
-    if _complete(client, name, base):
-        log.info("harness volume %s exists; reusing it", name)
-        return name
+    with _FILL_LOCKS_GUARD:
+        lock = _FILL_LOCKS.setdefault(name, threading.Lock())
+    with lock:
+        if _complete(client, name, base):
+            log.info("harness volume %s exists; reusing it", name)
+            return name
+        return _fill(client, name, base, layers, ca_bundle, ca)
+
+
+def _fill(client: Any, name: str, base: str, layers: list[ImageLayer], ca_bundle: Path | None, ca: bytes | None) -> str:
+    """Build the harness image if needed, copy its install tree into volume `name`, and drop the image again."""
+    import docker.errors
+
     tag = image_tag(base, layers, ca)
     had_image = image_exists(client, tag)
     # recipes install on the host and only copy in: the build needs no network (nor Docker's bridge)
