@@ -99,6 +99,7 @@ class ProbeHarness(Harness):
         script = (
             "gui observe --no-screenshot; echo observe-rc=$?; gui click 9999; echo click-rc=$?; "
             'gui type "hi" --into 9999; echo type-rc=$?; gui screenshot; '
+            "gui drag 4 4 30 12; echo drag-rc=$?; gui drag 4 4 99999 12; echo dragout-rc=$?; "  # the text area at the top: harmless
             '"$@"; echo oracle-rc=$?; gui click 1; echo after-rc=$?'
         )
         return LaunchSpec(command=["bash", "-c", script, "probe", *oracle.command], files=oracle.files, workdir=oracle.workdir)
@@ -163,6 +164,7 @@ def test_a_group_sees_one_instance_and_bad_actions_are_messages(docker_client, b
     for task_id, status, reward, _passed, _error, _verifier, stdout, _attempt in rows:
         assert status == "done" and reward == 1.0, (task_id, stdout)
         assert "observe-rc=0" in stdout and "click-rc=1" in stdout and "type-rc=1" in stdout and "oracle-rc=0" in stdout
+        assert "dragged from (4, 4) to (30, 12)" in stdout and "drag-rc=0" in stdout and "dragout-rc=1" in stdout
         assert "after-rc=1" in stdout  # acting after the page judged the episode is refused
         assert "/tmp/forgetui-gui/screen-" in stdout
         pages.setdefault(task_id, set()).add(stdout.split("observe-rc")[0])
@@ -235,7 +237,7 @@ def test_the_mcp_server_lists_the_gui_tools_and_acts(docker_client, base_image) 
     replies = {r["id"]: r for r in map(json.loads, stdout.strip().splitlines())}
     assert replies[1]["result"]["capabilities"] == {"tools": {}}
     names = {t["name"] for t in replies[2]["result"]["tools"]}
-    assert {"observe", "click", "click_xy", "type_text", "press_key", "scroll", "select_option"} == names
+    assert {"observe", "click", "click_xy", "drag", "type_text", "press_key", "scroll", "select_option"} == names
     observed = replies[3]["result"]["content"]
     assert "task: Click the button." in observed[0]["text"] and observed[1]["type"] == "image" and observed[1]["mimeType"] == "image/png" and observed[1]["data"] > 1000
     assert replies[4]["result"]["isError"] is False and "clicked [4] button#subbtn" in replies[4]["result"]["content"][0]["text"]

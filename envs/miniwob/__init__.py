@@ -3,7 +3,7 @@
 The task's setup starts `gui start` in the sandbox: a long-lived server drives Debian's Chromium
 through chromedriver, loads the task page (from the `miniwob==1.1.0` wheel) and starts its episode
 from the task's seed, so every sample of a GRPO group sees the same instance. The agent looks and
-acts through the `gui` CLI (observe, click, click-xy, type, key, scroll, select); the verifier asks
+acts through the `gui` CLI (observe, click, click-xy, drag, type, key, scroll, select); the verifier asks
 the same server for the page's own reward (`WOB_RAW_REWARD_GLOBAL` once `WOB_DONE_GLOBAL` is set:
 the un-timed reward by default, `time_penalty = true` for MiniWoB's time-scaled
 `WOB_REWARD_GLOBAL`), negative rewards clipped to 0. A browser that crashed or a page that never
@@ -34,6 +34,7 @@ Look at the page and act on it with the `gui` command in the shell:
   gui observe              the task text, the page's elements as [id] tag "text" @ x,y, and a screenshot's path
   gui click ID             click an element by its id
   gui click-xy X Y         click at page coordinates (pixels of the screenshot)
+  gui drag X1 Y1 X2 Y2     drag with the left button from (X1, Y1) to (X2, Y2)
   gui type 'TEXT' [--into ID]   type into the focused element (or click ID first)
   gui key KEY              press a key: Enter, Tab, Backspace, ctrl+a, ...
   gui scroll DY [--at ID]  scroll by DY pixels (positive = down)

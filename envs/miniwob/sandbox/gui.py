@@ -9,6 +9,7 @@ sends one request over a unix socket and prints the answer:
     gui observe [--json]        the task, the page as a pruned element tree with ids, a screenshot path
     gui click ID                click an element by its id (from `observe`)
     gui click-xy X Y            click at page coordinates (pixels of the screenshot)
+    gui drag X1 Y1 X2 Y2        drag with the left button from (X1, Y1) to (X2, Y2)
     gui type TEXT [--into ID]   type into the focused element (or click ID first)
     gui key KEY                 press a key: Enter, Tab, Backspace, ctrl+a, ...
     gui scroll DY [--at ID]     scroll by DY pixels (positive = down)
@@ -213,6 +214,24 @@ class Browser:
         self._click_at(x, y)
         return f"clicked at ({x:g}, {y:g})"
 
+    def drag(self, x1: float, y1: float, x2: float, y2: float) -> str:
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        self._live()
+        width, height = self.driver.execute_script("return [window.innerWidth, window.innerHeight];")
+        for x, y in ((x1, y1), (x2, y2)):
+            if not (0 <= x < width and 0 <= y < height):
+                raise ActionError(f"({x:g}, {y:g}) is outside the page ({width}x{height} pixels)")
+        chain = ActionChains(self.driver, duration=50)
+        pointer = chain.w3c_actions.pointer_action
+        pointer.move_to_location(int(x1), int(y1))
+        pointer.pointer_down()
+        pointer.move_to_location(int((x1 + x2) / 2), int((y1 + y2) / 2))  # pages listen for the moves in between
+        pointer.move_to_location(int(x2), int(y2))
+        pointer.pointer_up()
+        chain.w3c_actions.perform()
+        return f"dragged from ({x1:g}, {y1:g}) to ({x2:g}, {y2:g})"
+
     def type(self, text: str, into: int | None = None) -> str:
         from selenium.webdriver.common.action_chains import ActionChains
 
@@ -300,6 +319,7 @@ def serve(cfg: dict[str, Any]) -> int:
         "screenshot": lambda a: browser.screenshot(),
         "click": lambda a: {"message": browser.click(int(a["id"]))},
         "click_xy": lambda a: {"message": browser.click_xy(float(a["x"]), float(a["y"]))},
+        "drag": lambda a: {"message": browser.drag(float(a["x1"]), float(a["y1"]), float(a["x2"]), float(a["y2"]))},
         "type": lambda a: {"message": browser.type(str(a["text"]), a.get("into"))},
         "key": lambda a: {"message": browser.key(str(a["key"]))},
         "scroll": lambda a: {"message": browser.scroll(int(a["dy"]), a.get("at"))},
@@ -487,6 +507,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     cx = sub.add_parser("click-xy", help="click at page coordinates")
     cx.add_argument("x", type=float)
     cx.add_argument("y", type=float)
+    dr = sub.add_parser("drag", help="drag with the left button from (X1, Y1) to (X2, Y2)")
+    for name in ("x1", "y1", "x2", "y2"):
+        dr.add_argument(name, type=float)
     t = sub.add_parser("type", help="type text into the focused element")
     t.add_argument("text")
     t.add_argument("--into", type=int, help="click this element id first")
@@ -528,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         ops = {
             "click": lambda: request("click", id=args.id),
             "click-xy": lambda: request("click_xy", x=args.x, y=args.y),
+            "drag": lambda: request("drag", x1=args.x1, y1=args.y1, x2=args.x2, y2=args.y2),
             "type": lambda: request("type", text=args.text, into=args.into),
             "key": lambda: request("key", key=args.key),
             "scroll": lambda: request("scroll", dy=args.dy, at=args.at),
