@@ -113,6 +113,14 @@ def test_network_policy_lets_pods_reach_the_proxy_only():
     assert {"protocol": "UDP", "port": 53} in dns_rule["ports"]  # a name needs the cluster's DNS
     with pytest.raises(ConfigError, match="proxy_pod_labels"):
         network_policy_manifest("r", "ann", KubernetesConfig(), "http://proxy.example:8400")
+    # an allowed CIDR never opens the cloud metadata address, not even "everything"
+    wide = network_policy_manifest("r", "ann", KubernetesConfig(namespace=NS, egress_allow=["0.0.0.0/0", "::/0", "169.254.0.0/16", "10.0.0.0/8"]), "http://172.18.0.1:8400")
+    kubernetes_validate.validate(wide, K8S_VERSION, strict=True)
+    blocks = [rule["to"][0]["ipBlock"] for rule in wide["spec"]["egress"][1:]]
+    assert blocks == [
+        {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}, {"cidr": "::/0", "except": ["fd00:ec2::254/128"]},
+        {"cidr": "169.254.0.0/16", "except": ["169.254.169.254/32"]}, {"cidr": "10.0.0.0/8"},
+    ]
 
 
 def test_config_section_and_legacy_keys():

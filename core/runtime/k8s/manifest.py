@@ -166,12 +166,28 @@ def _proxy_peers(cfg: KubernetesConfig, proxy_public_url: str | None) -> tuple[l
     return rules, dns
 
 
+# cloud metadata services (AWS/GCP/Azure/OpenStack's link-local one, AWS's IPv6 one): an allowed CIDR never
+# opens them, even 0.0.0.0/0 — they hand out the node's credentials
+METADATA_BLOCKS = ("169.254.169.254/32", "fd00:ec2::254/128")
+
+
+def _allowed_block(cidr: str) -> dict[str, Any]:
+    """An ``ipBlock`` for an ``egress_allow`` CIDR, with the metadata addresses it contains carved out."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    carve = []
+    for block in map(ipaddress.ip_network, METADATA_BLOCKS):
+        # a CIDR that is the metadata address itself was asked for by name: the API server also refuses an equal `except`
+        if block.version == net.version and block.subnet_of(net) and block != net:  # type: ignore[arg-type]
+            carve.append(str(block))
+    return {"cidr": cidr, "except": carve} if carve else {"cidr": cidr}
+
+
 def network_policy_manifest(
     run_id: str, owner: str, cfg: KubernetesConfig, proxy_public_url: str | None
 ) -> dict[str, Any]:
     """A NetworkPolicy for the run's pods: no ingress; egress to the proxy (+ DNS, + ``egress_allow``) only."""
     proxy, dns = _proxy_peers(cfg, proxy_public_url)
-    extra = [{"to": [{"ipBlock": {"cidr": cidr}}]} for cidr in cfg.egress_allow]
+    extra = [{"to": [{"ipBlock": _allowed_block(cidr)}]} for cidr in cfg.egress_allow]
     labels = {k: L.k8s_value(v) for k, v in L.selector(run_id, owner).items()}
     return {
         "apiVersion": "networking.k8s.io/v1",
