@@ -72,7 +72,7 @@ def test_manifest_is_valid_and_locked_down():
     assert {"name": "FORGETUI_PROXY_URL", "value": "http://10.0.0.5:8400"} in ctr["env"]
 
 
-def test_restricted_and_other_pod_options_validate():
+def test_restricted_and_other_pod_options_validate(caplog):
     cfg = KubernetesConfig(
         namespace="ns", pod_security="restricted", node_selector={"pool": "cpu"}, image_pull_secrets=["regcred"],
         service_account="sb", tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -83,6 +83,7 @@ def test_restricted_and_other_pod_options_validate():
     pod = manifest["spec"]
     sc = pod["containers"][0]["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}  # all "restricted" allows
+    assert 'SYS_ADMIN not added: pod_security = "restricted" allows NET_BIND_SERVICE only' in caplog.text  # said, not silent
     assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.errors import ConfigError
 
@@ -73,6 +73,16 @@ class KubernetesConfig(BaseModel):
         description="how the shared harness reaches a pod: init (an init container copies it into an emptyDir; any "
         "cluster) or image (an image volume: Kubernetes >= 1.31 with the ImageVolume feature gate)",
     )
+
+    @model_validator(mode="after")
+    def _say_what_restricted_drops(self) -> KubernetesConfig:
+        dropped = [c for c in self.add_capabilities if c != "NET_BIND_SERVICE"] if self.pod_security == "restricted" else []
+        if dropped:
+            log.warning(
+                "runtime.kubernetes.add_capabilities: %s not added: pod_security = \"restricted\" allows NET_BIND_SERVICE only "
+                "(use pod_security = \"baseline\" for the others)", ", ".join(dropped),
+            )
+        return self
 
 
 def migrate_legacy(values: Any) -> Any:
