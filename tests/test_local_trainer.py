@@ -235,6 +235,9 @@ def test_a_zero_variance_group_gets_no_gradient(prompt, completions) -> None:
     assert metrics["samples"] == 2 and metrics["samples_skipped"] == 2 and metrics["optimizer_step"] == 0.0
     assert metrics["grad_norm"] == 0.0 and t.updates == 0
     assert all(bool((start[k] == v).all()) for k, v in weights(t).items())
+    # the sampler-vs-trainer check still ran, over every sampled token, not a 0.0 nobody measured
+    assert metrics["logprob_diff_tokens"] == sum(sum(s.loss_mask) for s in flat) > 0
+    assert metrics["logprob_diff_max"] == t.logprob_agreement(flat)["logprob_diff_max"] <= 1e-3
 
 
 def test_flat_groups_are_skipped_beside_a_group_with_signal(prompt, completions) -> None:

@@ -252,7 +252,8 @@ class LocalTrainer:
         Samples with advantage 0 (or no sampled token) are skipped: they would add no policy
         gradient; they are counted in `samples` and `samples_skipped`. The `logprob_diff_*`
         metrics compare recorded logprobs with those of the current weights before the update,
-        over the trained samples' tokens (see `logprob_agreement` for any samples).
+        over the trained samples' tokens, or over every sample's when none trains (a flat step);
+        `logprob_diff_tokens` says over how many tokens.
         """
         from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 
@@ -276,10 +277,18 @@ class LocalTrainer:
             "tokens": float(tokens),
             "logprob_diff_max": 0.0,
             "logprob_diff_mean": 0.0,
+            "logprob_diff_tokens": float(tokens),
             "optimizer_step": 0.0,
         }
         if not active:
             log.info("step: no sample with a non-zero advantage among %d; no update", len(samples))
+            # still check the sampler against the trainer: a flat step would otherwise report a perfect 0.0 unmeasured
+            measurable = [s for s in samples if _trainable(s) > 0]
+            if measurable:
+                agreement = self.logprob_agreement(measurable)
+                metrics["logprob_diff_max"] = agreement["logprob_diff_max"]
+                metrics["logprob_diff_mean"] = agreement["logprob_diff_mean"]
+                metrics["logprob_diff_tokens"] = agreement["tokens"]
             return metrics
         batch_info = {
             "dp_size": 1,
