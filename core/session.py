@@ -40,6 +40,7 @@ from core.run_setup import (
     select_tasks,
 )
 from core.runtime.base import Runtime
+from core.store.query import SHARDS_DIR
 from core.store.writer import Store
 
 log = logging.getLogger(__name__)
@@ -65,12 +66,18 @@ class RunSession:
         resume: bool = False,
         policy: Policy | None = None,
         on_event: Callable[[RolloutEvent], None] | None = None,
+        worker: str | None = None,
     ) -> None:
         self.config = config
         self.run_id = run_id or new_run_id()
         self.resuming = resume
         self.run_dir: Path = runs_dir() / self.run_id
         self.store_path = self.run_dir / "store.duckdb"
+        # one process among several of a run (a veRL agent-loop worker): its own pid file and sandbox scope,
+        # so its exit or death removes its sandboxes only (core.rollout.orphans)
+        self.worker = worker
+        self.sandbox_scope = f"{self.run_id}@{worker}" if worker else self.run_id
+        self.pid_dir = self.run_dir / SHARDS_DIR / worker if worker else self.run_dir
         self.on_event = on_event
         self.policy: Policy | DeferredPolicy | None = policy
         self.store: Store | None = None
@@ -107,7 +114,8 @@ class RunSession:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.toml").write_text(dump_toml(config))
         self.store = Store.open(self.store_path)
-        write_pid_file(self.run_dir)
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        write_pid_file(self.pid_dir, self.sandbox_scope if self.worker else None)
         self.store.insert_run(self.run_id, config.model_dump(), status="running")
         self.store.serve_queries()
         self.runtime = pick_runtime(config)
@@ -142,6 +150,7 @@ class RunSession:
             sandbox={"cpus": config.runtime.cpus, "memory": config.runtime.memory, "pids_limit": config.runtime.pids_limit, "network": config.runtime.network, "proxy": self.server.url,
                      "egress_allow": list(config.runtime.egress_allow), "egress_allow_private": list(config.runtime.egress_allow_private)},
             logs_dir=self.run_dir / "logs",
+            sandbox_scope=self.sandbox_scope,
         )
 
     def _update_rollout(self, row: dict[str, Any]) -> None:
@@ -247,14 +256,14 @@ class RunSession:
             await asyncio.to_thread(server.stop)
         if runtime is not None:
             try:
-                await asyncio.shield(runtime.reap(run_id=self.run_id))  # nothing of this run outlives it
+                await asyncio.shield(runtime.reap(run_id=self.sandbox_scope))  # nothing of this run (or worker) outlives it
             except Exception:  # noqa: BLE001
-                log.warning("could not reap the sandboxes of run %s; `forgetui gc` will", self.run_id, exc_info=True)
+                log.warning("could not reap the sandboxes of %s; `forgetui gc` will", self.sandbox_scope, exc_info=True)
         if store is not None:
             store.update_run_status(self.run_id, self.status)
             store.close()
             self.store = None
-        remove_pid_file(self.run_dir)
+        remove_pid_file(self.pid_dir)
         if policy is not None:
             await policy.aclose()
         self.policy = None

@@ -96,6 +96,7 @@ class RunContext:
     trajectory: Callable[[str, int], Awaitable[list[dict[str, Any]] | None]] | None = None
     logs_dir: Path | None = None
     removals: set[asyncio.Future] = field(default_factory=set)  # sandbox removals still in flight
+    sandbox_scope: str | None = None  # the run label its sandboxes carry (default run_id; a veRL worker has its own)
 
 
 class Attempt:
@@ -129,7 +130,7 @@ class Attempt:
         ctx.update({"rollout_id": self.item.rollout_id, "started_at": utcnow(), "image_digest": image.identity})
         spec = SandboxSpec(
             image=image.tag,
-            run_id=ctx.run_id,
+            run_id=ctx.sandbox_scope or ctx.run_id,
             rollout_id=self.item.rollout_id,
             workdir=task.workdir or ctx.workdir,
             timeout_s=timeout + SETUP_TIMEOUT_S + VERIFY_TIMEOUT_S,

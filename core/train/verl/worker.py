@@ -151,8 +151,8 @@ async def open_worker_run(
         sampling_for=lambda token: holder["w"].sampling_for(token) if "w" in holder else None,
     )
     policy = TokenPolicy(backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens or 2048)
-    session = RunSession(config, run_id=run_id or os.environ.get(RUN_ID_ENV) or new_run_id(), policy=policy)
     shard = shard_name()
+    session = RunSession(config, run_id=run_id or os.environ.get(RUN_ID_ENV) or new_run_id(), policy=policy, worker=shard)
     session.store_path = shard_store_path(session.run_dir, shard)
     session.store_path.parent.mkdir(parents=True, exist_ok=True)
     try:
