@@ -164,7 +164,7 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
     ),
     (
         "store_errors",
-        "Rows the writer could not store (dead letters), kept so nothing is lost silently.",
+        "Rows the writer could not store as given, kept as JSON so nothing is lost silently (a row not even JSON can hold goes to `dead_letters`, as bytes).",
         [
             ("at", "TIMESTAMP", "When the write failed (UTC)."),
             ("table_name", "VARCHAR", "Table the row was meant for."),

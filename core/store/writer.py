@@ -383,7 +383,6 @@ class Store:
         """Keep a row that failed: as JSON in `store_errors`, else as bytes in `dead_letters` (which cannot refuse them)."""
         pk = PRIMARY_KEYS.get(op.table)
         key = op.row.get(pk) if pk else None
-        log.error("store: dropped a %s row (%s=%r) into store_errors: %s", op.table, pk, key, exc)
         entry = {"at": utcnow(), "table_name": op.table, "row": op.row, "error": str(exc)}
         self.dead_letter.append(entry)
         try:
@@ -391,6 +390,7 @@ class Store:
                 "INSERT INTO store_errors VALUES (?, ?, ?, ?)",
                 [entry["at"], op.table, to_json_text(op.row), str(exc)],
             )
+            log.error("store: a %s row (%s=%r) could not be stored as given; kept as JSON in store_errors: %s", op.table, pk, key, exc)
             return
         except Exception as exc2:  # noqa: BLE001 - the row itself cannot be JSON here: keep its bytes
             error = f"{exc}; and as JSON in store_errors: {exc2}"
