@@ -8,7 +8,6 @@ connects to an outside or metadata address, not even to see it blocked.
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
 import threading
@@ -21,6 +20,7 @@ from core.config import RunConfig
 from core.errors import ConfigError
 from core.runtime import egress as E
 from core.runtime.base import SandboxSpec
+from tests.loopback import text_handler, threaded_http
 
 # Runs in the sandbox: urllib requests (proxies from the environment, as any HTTP client takes them), a raw
 # CONNECT tunnel to the egress port, and the sandbox's proxy variables; printed as one JSON object.
@@ -62,29 +62,14 @@ print(json.dumps(out))
 """
 
 
-class _Outside(http.server.BaseHTTPRequestHandler):
-    """Stands for an outside service: answers with the path and Host header it saw."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        body = f"outside answers {self.path} for {self.headers.get('Host')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+# stands for an outside service: answers with the path and Host header it saw
+OUTSIDE = text_handler(lambda h: f"outside answers {h.path} for {h.headers.get('Host')}".encode())
 
 
 @pytest.fixture
 def outside() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Outside)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with threaded_http(OUTSIDE) as port:
+        yield port
 
 
 class Hooks:
@@ -332,25 +317,20 @@ def test_a_run_with_egress_allow_reaches_the_named_host_and_records_its_decision
     from core.config import load_config
     from core.run import execute_run
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _Outside)  # the system resolver, no hook: an address literal
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    task = tmp_path / "suite" / "fetch"
-    for sub in ("environment", "solution", "tests"):
-        (task / sub).mkdir(parents=True)
-    (task / "task.toml").write_text("[agent]\ntimeout_sec = 60.0\n")
-    (task / "instruction.md").write_text("fetch the data")
-    (task / "environment" / "Dockerfile").write_text(f"FROM {base_image}\nWORKDIR /app\n")
-    (task / "solution" / "solve.sh").write_text(SOLVE.replace("PORT", str(port)))
-    (task / "tests" / "test.sh").write_text(CHECK.replace("PORT", str(port)))
-    allowed = f'"127.0.0.2:{port}"'
-    try:
+    # the system resolver, no hook: an address literal
+    with threaded_http(OUTSIDE, host="127.0.0.2") as port:
+        task = tmp_path / "suite" / "fetch"
+        for sub in ("environment", "solution", "tests"):
+            (task / sub).mkdir(parents=True)
+        (task / "task.toml").write_text("[agent]\ntimeout_sec = 60.0\n")
+        (task / "instruction.md").write_text("fetch the data")
+        (task / "environment" / "Dockerfile").write_text(f"FROM {base_image}\nWORKDIR /app\n")
+        (task / "solution" / "solve.sh").write_text(SOLVE.replace("PORT", str(port)))
+        (task / "tests" / "test.sh").write_text(CHECK.replace("PORT", str(port)))
+        allowed = f'"127.0.0.2:{port}"'
         cfg = load_config(None, ["env.name=harbor", f"env.path={json.dumps(str(task.parent))}", 'harness.name="oracle"', "runtime.kind=docker",
                                  "run.max_retries=0", f"runtime.egress_allow=[{allowed}]", f"runtime.egress_allow_private=[{allowed}]"])
         summary = asyncio.run(execute_run(cfg))
-    finally:
-        server.shutdown()
-        server.server_close()
     con = duckdb.connect(summary.store, read_only=True)
     try:
         ((status, reward, verifier, egress),) = con.execute("SELECT status, reward, meta->>'verifier', meta->'$.egress' FROM rollouts").fetchall()

@@ -7,7 +7,6 @@ tested by connecting to an outside address.
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
 import threading
@@ -17,6 +16,7 @@ import pytest
 
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec
+from tests.loopback import text_handler, threaded_http
 
 pytestmark = pytest.mark.docker
 
@@ -35,26 +35,11 @@ except Exception as e:
 """
 
 
-class _Secret(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        body = b"host-only secret"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def host_service() -> Iterator[int]:
     """Another service on the host, listening on every address: an isolated sandbox must not reach it."""
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _Secret)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with threaded_http(text_handler(lambda h: b"host-only secret"), host="0.0.0.0") as port:
+        yield port
 
 
 async def fetch(sb, url: str, body: dict | None = None) -> dict:
