@@ -297,6 +297,18 @@ async def test_a_copy_over_32_mib_travels_in_frames_without_stdin_eof(docker_cli
         await sb.stop()
 
 
+async def test_a_download_deadline_moves_with_its_bytes(standin, base_image):
+    """Output that keeps coming outlives the first deadline; the same exec without a moving deadline is cut at it."""
+    sb = _runtime(standin).create(_live(base_image))
+    await sb.start()
+    trickle = ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo chunk-$i; sleep 0.1; done"]
+    code, out, _ = await sb._run(trickle, None, 0.3, moving_s=5.0)
+    assert code == 0 and out.decode().split()[-1] == "chunk-12"
+    code, out, _ = await sb._run(trickle, None, 0.3)
+    assert code is None and b"chunk-12" not in out  # a fixed deadline: cut while the bytes still came
+    await sb.stop()
+
+
 async def test_a_pod_killed_mid_exec_is_a_sandbox_error(standin, base_image):
     rt = _runtime(standin)
     sb = rt.create(_live(base_image))

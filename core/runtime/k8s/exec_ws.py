@@ -119,10 +119,12 @@ def _readable(ws: Any, timeout_s: float) -> bool:
     return bool(select.select([sock], [], [], max(0.0, timeout_s))[0])
 
 
-def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall_s: float) -> ExecOutcome:
+def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall_s: float, moving_s: float | None = None) -> ExecOutcome:
     """Send ``stdin`` in frames, read until the server closes or ``deadline_s`` passes (finished=False).
 
     A connection that answers nothing, pings included, for ``ping_s + stall_s`` raises ExecStreamError.
+    With ``moving_s`` the deadline moves to at least that long after each stdout frame: a download of
+    unknown size ends only when its bytes stop coming, not at a fixed time.
     """
     import websocket
 
@@ -157,6 +159,8 @@ def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall
             channel, payload = data[0], data[1:]
             if channel == STDOUT:
                 out += payload
+                if moving_s is not None:
+                    end = max(end, heard + moving_s)
             elif channel == STDERR:
                 err += payload
             elif channel == ERROR:

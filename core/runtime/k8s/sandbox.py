@@ -171,13 +171,15 @@ class KubernetesSandbox:
         state = read_state(pod)
         return state.running and not state.deleting
 
-    def _exec_blocking(self, command: list[str], stdin: bytes | None, deadline_s: float) -> tuple[int | None, bytes, bytes]:
+    def _exec_blocking(
+        self, command: list[str], stdin: bytes | None, deadline_s: float, moving_s: float | None = None
+    ) -> tuple[int | None, bytes, bytes]:
         """(exit code, or None when ``deadline_s`` passed; stdout; stderr). A lost pod raises the "gone" SandboxError."""
         cfg = self.runtime.cfg
         url = exec_ws.exec_url(self.runtime.api.configuration, self.namespace, self.name, CONTAINER, command, stdin is not None)
         try:
             ws = self._connect_blocking(url)
-            outcome = exec_ws.run(ws, stdin, deadline_s, ping_s=cfg.ping_interval_s, stall_s=cfg.request_timeout_s)
+            outcome = exec_ws.run(ws, stdin, deadline_s, ping_s=cfg.ping_interval_s, stall_s=cfg.request_timeout_s, moving_s=moving_s)
             if not outcome.finished:
                 return None, outcome.stdout, outcome.stderr
             code = exec_ws.exit_code(outcome.status)
@@ -201,9 +203,11 @@ class KubernetesSandbox:
                 time.sleep(backoff_s(attempt))
         raise AssertionError("unreachable")
 
-    async def _run(self, command: list[str], stdin: bytes | None, deadline_s: float) -> tuple[int | None, bytes, bytes]:
+    async def _run(
+        self, command: list[str], stdin: bytes | None, deadline_s: float, moving_s: float | None = None
+    ) -> tuple[int | None, bytes, bytes]:
         self._require()
-        return await asyncio.to_thread(self._exec_blocking, command, stdin, deadline_s)
+        return await asyncio.to_thread(self._exec_blocking, command, stdin, deadline_s, moving_s)
 
     async def exec(
         self,
@@ -262,7 +266,10 @@ class KubernetesSandbox:
     async def get_file(self, path: str) -> bytes:
         target = PurePosixPath(C.absolute(path, self.spec.workdir))
         command = ["sh", "-c", 'test -f "$1/$2" || exit 44; tar cf - -C "$1" "$2"', "sh", str(target.parent), target.name]
-        code, out, err = await self._run(command, None, COPY_BASE_S * 10)
+        # its size is unknown until it arrives: the deadline moves with the bytes (no byte for COPY_BASE_S ends it)
+        code, out, err = await self._run(command, None, COPY_BASE_S, moving_s=COPY_BASE_S)
+        if code is None:
+            raise SandboxError(f"reading {target} from pod {self.name} timed out: no byte came for {COPY_BASE_S:.0f}s ({len(out)} bytes read)")
         if code == 44:
             raise FileNotFoundError(f"{target} does not exist in sandbox {self.name}")
         if code != 0:
