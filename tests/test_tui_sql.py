@@ -136,7 +136,7 @@ async def test_cancel_drops_the_answer(home: Path, monkeypatch: pytest.MonkeyPat
     release = threading.Event()
     real = run_data.query_store
 
-    def slow(path, sql, max_rows=100_000):
+    def slow(path, sql, max_rows=100_000, cancel=None):
         release.wait(10)
         return real(path, sql, max_rows)
 
@@ -156,6 +156,31 @@ async def test_cancel_drops_the_answer(home: Path, monkeypatch: pytest.MonkeyPat
         await pilot.press("f5")
         await until(pilot, lambda: table.row_count == 1, "the next query")
         assert str(table.get_row_at(0)[0]) == "43"
+
+
+async def test_cancel_interrupts_a_query_running_on_a_store_file(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Esc stops the query itself, not only the wait for it: DuckDB interrupts the connection it runs on."""
+    ended: list[str] = []
+    real = run_data.query_store
+
+    def recorded(path, sql, max_rows=100_000, cancel=None):
+        try:
+            return real(path, sql, max_rows, cancel)
+        except Exception as exc:
+            ended.append(str(exc))
+            raise
+
+    monkeypatch.setattr(run_data, "query_store", recorded)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        console, table = await open_console(app, pilot)
+        console.sql = "SELECT count(*) FROM range(100000000000) WHERE range % 7 = 3"  # minutes of work on two cores
+        await pilot.press("f5")
+        await until(pilot, lambda: "running" in status_of(console), "running")
+        await pilot.pause(0.3)  # the query is under way in its thread
+        await pilot.press("escape")
+        await until(pilot, lambda: bool(ended), "the interrupted query to end", tries=1000)
+        assert ended == ["query cancelled"] and table.row_count == 0
 
 
 async def test_export_csv_and_parquet(home: Path) -> None:

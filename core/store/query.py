@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,37 @@ def lock_down(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"SET {name} = {str(value).lower()}")
 
 
+class QueryCancel:
+    """Cancels a read-only query running on another thread: the connection it runs on is interrupted.
+
+    A query on a store file (or on a run's shards) stops at once with "cancelled"; one sent to a live
+    writer's endpoint runs on there (bounded by its own time limit) and only its answer is dropped.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cons: list[duckdb.DuckDBPyConnection] = []
+        self.cancelled = False
+
+    def watch(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The connection the query runs on (interrupted at once if the cancel came first)."""
+        with self._lock:
+            self._cons.append(con)
+            if not self.cancelled:
+                return
+        con.interrupt()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            cons = list(self._cons)
+        for con in cons:
+            try:
+                con.interrupt()
+            except duckdb.Error:  # closed already: the query ended
+                pass
+
+
 def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = DEFAULT_MAX_ROWS) -> QueryResult:
     """Run checked statements inside a READ ONLY transaction on a locked-down `cur`; the last one's rows are returned."""
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
@@ -109,6 +141,8 @@ def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = 
         columns = [d[0] for d in cur.description] if cur.description else []
         types = [str(d[1]) for d in cur.description] if cur.description else []
         rows = [list(r) for r in cur.fetchmany(max_rows + 1)] if cur.description else []
+    except duckdb.InterruptException as exc:
+        raise StoreError("query cancelled") from exc
     except duckdb.Error as exc:
         raise StoreError(f"query failed: {exc}") from exc
     finally:
@@ -177,7 +211,9 @@ def read_sidecar(store_path: Path) -> dict[str, Any] | None:
     return info
 
 
-def run_query(store_path: str | Path, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout: float = 60.0) -> QueryResult:
+def run_query(
+    store_path: str | Path, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout: float = 60.0, cancel: QueryCancel | None = None
+) -> QueryResult:
     """Run read-only SQL on a store, live (through its writer) or from the file; never blocks the writer."""
     import httpx
 
@@ -207,6 +243,8 @@ def run_query(store_path: str | Path, sql: str, *, max_rows: int = DEFAULT_MAX_R
             ) from exc
         raise StoreError(f"cannot open store {store_path} read-only: {exc}") from exc
     try:
+        if cancel is not None:
+            cancel.watch(con)
         return execute_read_only(con, sql, max_rows)
     finally:
         con.close()
@@ -264,9 +302,11 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def run_query_shards(stores: list[Path], sql: str, *, max_rows: int = DEFAULT_MAX_ROWS) -> QueryResult:
+def run_query_shards(stores: list[Path], sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, cancel: QueryCancel | None = None) -> QueryResult:
     """Read-only SQL over several stores as one: each ATTACHed read-only, every table a UNION ALL BY NAME view."""
     con = duckdb.connect(":memory:")
+    if cancel is not None:
+        cancel.watch(con)
     try:
         tables: dict[str, list[str]] = {}
         for i, path in enumerate(stores):

@@ -19,6 +19,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
+from core.store.query import QueryCancel
 from forgetui.tui import data, launcher, run_data, settings
 from forgetui.tui.messages import (
     CallLoaded,
@@ -145,6 +146,7 @@ class ForgetuiApp(App[int]):
         self._catalog_lock = threading.Lock()
         self._last_error: str | None = None
         self._sql_seq = 0
+        self._sql_cancel: QueryCancel | None = None  # cancels the running console query
         self.launched: list[launcher.Launched] = []  # runs started here: they outlive the TUI unless stopped
         self.settings = settings.Settings(self.catalog.home_path() / "tui" / "settings.json")
         if self.settings.theme in self.available_themes:
@@ -491,12 +493,12 @@ class ForgetuiApp(App[int]):
             self.post_message(CallLoaded(detail))
 
     @work(thread=True, exclusive=True, group="sql", exit_on_error=False)
-    def run_sql(self, path: Path, sql: str, seq: int = 0) -> None:
+    def run_sql(self, path: Path, sql: str, seq: int = 0, cancel: QueryCancel | None = None) -> None:
         """A console query on a worker thread; a run's store reads together with its veRL shards."""
         try:
             if not sql.strip():
                 raise ForgetuiError("type a query first, e.g. SELECT count(*) FROM calls")
-            result = run_data.query_store(path, sql, max_rows=data.SQL_MAX_ROWS)
+            result = run_data.query_store(path, sql, max_rows=data.SQL_MAX_ROWS, cancel=cancel)
         except ForgetuiError as exc:
             self.post_message(SqlFinished(sql, error=str(exc), seq=seq))
         except Exception as exc:
@@ -702,13 +704,19 @@ class ForgetuiApp(App[int]):
             self.query_one(SqlConsole).show_error("select a store first (s)")
             return
         self._sql_seq += 1
-        self.run_sql(self.store, message.sql, self._sql_seq)
+        if self._sql_cancel is not None:
+            self._sql_cancel.cancel()  # a newer query replaces it
+        self._sql_cancel = QueryCancel()
+        self.run_sql(self.store, message.sql, self._sql_seq, self._sql_cancel)
 
     @on(CancelSql)
     def _cancel_sql(self, message: CancelSql) -> None:
-        """Stop waiting for the query: its answer is dropped (a read-only query left running in its thread
-        finishes there and changes nothing)."""
+        """Stop the query: its connection is interrupted (a store file or a run's shards) and its answer dropped
+        (a query sent to a live writer's endpoint runs on there, within that endpoint's time limit)."""
         self._sql_seq += 1
+        if self._sql_cancel is not None:
+            self._sql_cancel.cancel()
+            self._sql_cancel = None
         self.workers.cancel_group(self, "sql")
 
     @on(ExportSql)

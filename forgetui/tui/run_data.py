@@ -13,7 +13,15 @@ from core import paths
 from core.errors import StoreError
 from core.eval_report import build_report
 from core.rollout.status import TERMINAL_VALUES
-from core.store.query import SHARDS_DIR, QueryResult, last_written, read_sidecar, run_query, run_query_shards
+from core.store.query import (
+    SHARDS_DIR,
+    QueryCancel,
+    QueryResult,
+    last_written,
+    read_sidecar,
+    run_query,
+    run_query_shards,
+)
 from forgetui.tui.data import parse_json, sql_str
 
 log = logging.getLogger(__name__)
@@ -53,12 +61,12 @@ class RunSource:
     def live(self) -> bool:
         return any(read_sidecar(p) is not None for p in self.files())
 
-    def query(self, sql: str, max_rows: int = 100_000) -> QueryResult:
+    def query(self, sql: str, max_rows: int = 100_000, cancel: QueryCancel | None = None) -> QueryResult:
         """Read-only SQL on the run: its one store (live endpoint or file), or every shard as one view."""
         shards = self.shards()
         if not shards:
-            return run_query(self.store, sql, max_rows=max_rows)
-        return run_query_shards(self.files(), sql, max_rows=max_rows)
+            return run_query(self.store, sql, max_rows=max_rows, cancel=cancel)
+        return run_query_shards(self.files(), sql, max_rows=max_rows, cancel=cancel)
 
 
 def store_source(path: Path) -> RunSource:
@@ -72,9 +80,9 @@ def store_source(path: Path) -> RunSource:
     return RunSource(path.parent, store_file=path)
 
 
-def query_store(path: Path, sql: str, max_rows: int = 100_000) -> QueryResult:
+def query_store(path: Path, sql: str, max_rows: int = 100_000, cancel: QueryCancel | None = None) -> QueryResult:
     """SQL on a store file; a run's store reads together with its shards."""
-    return store_source(path).query(sql, max_rows)
+    return store_source(path).query(sql, max_rows, cancel)
 
 
 def rows_of(result: QueryResult) -> list[dict[str, Any]]:
