@@ -17,13 +17,17 @@ from core.models.resolve import load_tokenizer, resolve_model
 from core.models.tiny import ensure_tiny_model
 from forgetui.tui import run_data
 from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.screens.confirm import Confirm
+from forgetui.tui.screens.new_run import NewRunScreen
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
+from forgetui.tui.widgets.behaviour_table import BehaviourTable
 from forgetui.tui.widgets.result_table import ResultTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.token_view import TokenView
+from forgetui.tui.widgets.train_curves import TrainCurves
 from tests.tui_stores import T0, build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
@@ -84,7 +88,43 @@ def test_run_screen(snap_compare, app: ForgetuiApp, size: str) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
-@pytest.mark.parametrize("tab", ["tab-conv", "tab-tokens"])
+@pytest.mark.parametrize("tab", ["tab-curves", "tab-behaviour"])
+def test_run_screen_tabs(snap_compare, app: ForgetuiApp, size: str, tab: str) -> None:
+    async def opened(pilot) -> None:
+        await until(pilot, lambda: app.query_one(RunsTable).row_count == 2)
+        await app.push_screen(RunScreen(run_data.RunSource(HOME / "runs" / "train-run"), refresh_s=3600))
+        await until(pilot, lambda: app.screen.query_one(RolloutLines).row_count == 24)
+        app.screen.query_one("#run-tabs").active = tab
+        if tab == "tab-behaviour":
+            await until(pilot, lambda: app.screen.query_one(BehaviourTable).row_count > 0)
+        else:
+            await until(pilot, lambda: app.screen.query_one(TrainCurves).border_subtitle == "4 steps")
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=opened)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_new_run_form(snap_compare, app: ForgetuiApp, size: str) -> None:
+    async def opened(pilot) -> None:
+        await until(pilot, lambda: app.query_one(RunsTable).row_count == 2)
+        app.push_screen(NewRunScreen(HOME / "tui" / "configs"))
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen))
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=opened)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_delete_dialog(snap_compare, app: ForgetuiApp, size: str) -> None:
+    async def asked(pilot) -> None:
+        await until(pilot, lambda: app.query_one(RunsTable).row_count == 2)
+        app.push_screen(Confirm("Delete run eval-run and everything it recorded?"))
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=asked)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("tab", ["tab-conv", "tab-tokens", "tab-verifier", "tab-raw"])
 def test_rollout_screen(snap_compare, app: ForgetuiApp, size: str, tab: str) -> None:
     async def opened(pilot) -> None:
         await until(pilot, lambda: app.query_one(RunsTable).row_count == 2)
