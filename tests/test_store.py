@@ -493,3 +493,39 @@ def test_close_with_a_reader_result_open_and_a_later_write(tmp_path, caplog):
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
     con.close()
+
+
+def test_close_while_readers_keep_asking_for_cursors(tmp_path):
+    """Live-query threads hand themselves cursors while the store closes: close never meets a busy connection,
+    and a reader after it gets a StoreError, not a crash."""
+    import threading
+
+    for round_ in range(5):
+        store = Store.open(tmp_path / f"s{round_}.duckdb")
+        store.insert_run("r", {})
+        store.flush()
+        stop = threading.Event()
+        unexpected: list[BaseException] = []
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    store.cursor().execute("SELECT count(*) FROM runs").fetchall()
+                except (StoreError, duckdb.Error):
+                    pass  # closed (or closing) under it: an answer, not a crash
+                except BaseException as exc:  # noqa: BLE001
+                    unexpected.append(exc)
+                    return
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for t in readers:
+            t.start()
+        try:
+            store.close()  # raised "connection is busy with another call" when a cursor was being handed out
+        finally:
+            stop.set()
+            for t in readers:
+                t.join()
+        assert unexpected == []
+        with pytest.raises(StoreError, match="closed"):
+            store.cursor()

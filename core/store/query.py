@@ -142,7 +142,7 @@ def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = 
         types = [str(d[1]) for d in cur.description] if cur.description else []
         rows = [list(r) for r in cur.fetchmany(max_rows + 1)] if cur.description else []
     except duckdb.InterruptException as exc:
-        raise StoreError("query cancelled") from exc
+        raise StoreError(f"query interrupted: cancelled, or past its time limit ({exc})") from exc
     except duckdb.Error as exc:
         raise StoreError(f"query failed: {exc}") from exc
     finally:

@@ -112,6 +112,25 @@ class _Op:
         self.kind, self.table, self.row = kind, table, row
 
 
+_IDLE_WAIT_S = 5.0
+
+
+def _close_when_idle(con: duckdb.DuckDBPyConnection) -> bool:
+    """Close `con`, waiting (up to _IDLE_WAIT_S) for a query another thread runs on it: DuckDB refuses a close
+    while the connection is busy instead of waiting. False when it was still busy at the end."""
+    deadline = time.monotonic() + _IDLE_WAIT_S
+    while True:
+        try:
+            con.close()
+            return True
+        except duckdb.ResourceInUseException:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        except duckdb.Error:  # closed already
+            return True
+
+
 class Store:
     """Read-write handle on one store file. Only one process may hold it; it serves live queries itself."""
 
@@ -136,6 +155,9 @@ class Store:
         # cursors handed out for reads: close ends them, since one left inside a transaction blocks the
         # checkpoint, and FORCE CHECKPOINT then spins until it is interrupted (minutes; seen in a replay)
         self._cursors: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+        # the writer's connection refuses a second call at once ("busy"): handing out a cursor (a live query's
+        # thread) and closing never overlap
+        self._con_lock = threading.Lock()
         self._thread_error: BaseException | None = None
         self._live: Any = None
         self.query_token = secrets.token_urlsafe(24)  # required by the live query endpoints
@@ -242,11 +264,12 @@ class Store:
     # ----------------------------------------------------------------- reads in this process
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of the writer's connection for reads in this process (one per thread)."""
-        if self._closed:
-            raise StoreError(f"store {self.path} is closed")
-        cur = self._con.cursor()
-        self._cursors.add(cur)
-        return cur
+        with self._con_lock:
+            if self._closed:
+                raise StoreError(f"store {self.path} is closed")
+            cur = self._con.cursor()
+            self._cursors.add(cur)
+            return cur
 
     def serve_queries(self, host: str = "127.0.0.1", **kwargs: Any) -> str:
         """Serve read-only SQL over HTTP on a free loopback port and write `<store>.live.json`; returns the URL."""
@@ -282,16 +305,15 @@ class Store:
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
-        for cur in list(self._cursors):  # a reader's open transaction would block the checkpoint
+        with self._con_lock:  # from here no cursor is handed out (cursor() sees _closed)
+            for cur in list(self._cursors):  # a reader's open transaction would block the checkpoint
+                _close_when_idle(cur)
             try:
-                cur.close()
-            except duckdb.Error:
-                pass
-        try:
-            self._con.execute("CHECKPOINT")
-        except duckdb.Error as exc:  # the data is in the WAL either way: the next open replays it
-            log.warning("checkpoint of %s failed on close: %s", self.path, exc)
-        self._con.close()
+                self._con.execute("CHECKPOINT")
+            except duckdb.Error as exc:  # the data is in the WAL either way: the next open replays it
+                log.warning("checkpoint of %s failed on close: %s", self.path, exc)
+            if not _close_when_idle(self._con):
+                log.warning("store %s: a reader's query still ran after %.0f s; closed without waiting for it", self.path, _IDLE_WAIT_S)
 
     def __enter__(self) -> Store:
         return self
@@ -301,7 +323,8 @@ class Store:
 
     # ----------------------------------------------------------------- the writer thread
     def _run(self) -> None:
-        cur = self._con.cursor()
+        with self._con_lock:
+            cur = self._con.cursor()
         try:
             while True:
                 item = self._queue.get()
