@@ -84,7 +84,10 @@ def task_info() -> dict[str, Any]:
 
 
 def x_alive() -> bool:
-    return subprocess.run(["xdotool", "getdisplaygeometry"], capture_output=True, env=_env(), timeout=10).returncode == 0
+    try:
+        return subprocess.run(["xdotool", "getdisplaygeometry"], capture_output=True, env=_env(), timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:  # a server still starting on a busy machine: not up yet (the caller's deadline decides)
+        return False
 
 
 def start(apps: list[str], wait_s: float, task: dict[str, Any]) -> int:
