@@ -1,5 +1,5 @@
-"""External harnesses on a GUI task: Codex and Claude Code act through the sandbox's `gui` CLI, told how by the
-instruction file each reads (AGENTS.md, CLAUDE.md), on a MiniWoB++ page in real Chromium, scripted backend."""
+"""External harnesses on a GUI task: Codex, Claude Code and OpenClaw act through the sandbox's `gui` CLI, told how
+by the instruction file each reads (AGENTS.md, CLAUDE.md, a skill), on a MiniWoB++ page in real Chromium, scripted backend."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ SCRIPT = [
 
 def test_every_task_ships_the_instruction_files_harnesses_read() -> None:
     task = MiniWoBEnv(names="click-test").tasks()[0]
-    for name in ("AGENTS.md", "CLAUDE.md"):
+    for name in ("AGENTS.md", "CLAUDE.md", ".agents/skills/gui/SKILL.md"):
         text = str(task.files[name])
         assert "gui observe" in text and "gui click ID" in text and "gui select ID" in text
+    assert str(task.files[".agents/skills/gui/SKILL.md"]).startswith("---\nname: gui\ndescription: ")  # a skill's frontmatter
 
 
 def _run(harness: str, tmp_path: Path) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
@@ -56,15 +57,19 @@ def _request_text(call: dict[str, Any]) -> str:
     return body if isinstance(body, str) else json.dumps(body)
 
 
+# what each harness reads into the model's context: its instruction file (the heading is in no prompt), or
+# for OpenClaw the skill (its exec mode reads no AGENTS.md; the skill's description is listed in its system prompt)
+READS = {"codex": "# Working in this sandbox", "claude-code": "# Working in this sandbox", "openclaw": "with the `gui` shell command"}
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(1200)  # a cold image build copies the harness's npm tree
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", pytest.param("openclaw", marks=pytest.mark.slow)])
 def test_external_harness_solves_a_miniwob_task_through_the_gui_cli(harness: str, docker_client, base_image, tmp_path: Path) -> None:
     summary, rollout, calls = _run(harness, tmp_path)
     assert (rollout["status"], rollout["reward"], rollout["passed"]) == ("done", 1.0, True), (rollout["error"], rollout["meta"])
     assert len(calls) == 3 and all(c["status"] == "ok" for c in calls)
-    # the harness read its instruction file (its heading is in no prompt) into the model's context
-    assert "# Working in this sandbox" in _request_text(calls[0])
+    assert READS[harness] in _request_text(calls[0])
     # the harness ran `gui observe` and the model saw the page's text form in the tool result of the next call
     second = _request_text(calls[1])
     assert "task: Click the button." in second and "button#subbtn" in second

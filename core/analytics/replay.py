@@ -28,8 +28,9 @@ WINDOW = 24  # tokens shown on each side of a prompt difference
 VOLATILE: dict[str, list[str]] = {
     "codex": [r"Chunk ID: [0-9a-f]+", r"Wall time: [0-9.]+ seconds", r"<current_date>[^<]*</current_date>", r"session_id[\"': =]+[0-9a-f-]+"],
     "claude-code": [r"Today's date is [0-9-]+"],
-    "gemini-cli": [r"Today's date is [^.\n]*"],
-    "openclaw": [r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z?"],
+    "gemini-cli": [r"Today's date is [^.\n]*", r"Process Group PGID: [0-9]+"],  # the shell tool's process group
+    # its session key (agent:main:explicit:<uuid>) is new on every run, and its runtime line names the host (the container's id)
+    "openclaw": [r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z?", r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", r"host=[^ |]+"],
     "opencode": [r"Today's date: [^\n]*"],
 }
 

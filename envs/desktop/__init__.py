@@ -35,7 +35,15 @@ GUIDE = """Look at the desktop and act on it with the `gui` command in the shell
   gui key KEY              press a key: Return, Tab, ctrl+s, ctrl+Home, shift+End, ...
   gui scroll DY [--at ID]  scroll (positive = down)
 The task is judged from the files the programs leave: save your work. Stop when you are done."""
-INSTRUCTION_FILES = {name: f"# Working in this sandbox\n\n{GUIDE}\n" for name in ("AGENTS.md", "CLAUDE.md")}
+INSTRUCTION_FILES = {
+    **{name: f"# Working in this sandbox\n\n{GUIDE}\n" for name in ("AGENTS.md", "CLAUDE.md")},
+    # OpenClaw's exec mode reads no AGENTS.md (it never bootstraps a workspace) but loads the skills under
+    # <workspace>/.agents/skills into its system prompt: the same guide as a skill
+    ".agents/skills/gui/SKILL.md": (
+        "---\nname: gui\ndescription: Look at and act on the desktop programs open on this sandbox's screen with the `gui` shell command "
+        f"(observe, click, type, key, scroll).\n---\n\n# The gui command\n\n{GUIDE}\n"
+    ),
+}
 
 
 class DesktopEnv(Environment):

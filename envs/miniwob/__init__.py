@@ -43,8 +43,16 @@ Look at the page and act on it with the `gui` command in the shell:
 Start with `gui observe`. Ids can change when the page changes: observe again after acting.
 The episode ends by itself when the page judges your answer: stop once `gui status` says done."""
 
-# the instruction files external harnesses read from their working directory (Codex, Claude Code)
-INSTRUCTION_FILES = {name: f"# Working in this sandbox\n\n{INSTRUCTION}\n" for name in ("AGENTS.md", "CLAUDE.md")}
+# the instruction files external harnesses read from their working directory (Codex, Claude Code, OpenClaw)
+INSTRUCTION_FILES = {
+    **{name: f"# Working in this sandbox\n\n{INSTRUCTION}\n" for name in ("AGENTS.md", "CLAUDE.md")},
+    # OpenClaw's exec mode reads no AGENTS.md (it never bootstraps a workspace) but loads the skills under
+    # <workspace>/.agents/skills into its system prompt: the same guide as a skill
+    ".agents/skills/gui/SKILL.md": (
+        "---\nname: gui\ndescription: Look at and act on the web page open in this sandbox's browser with the `gui` shell command "
+        f"(observe, click, type, key, scroll).\n---\n\n# The gui command\n\n{INSTRUCTION}\n"
+    ),
+}
 
 
 def task_names(html: Path) -> list[str]:
