@@ -66,7 +66,7 @@ def test_run_catalog_rows(home: Path) -> None:
     # eval-run: 6 rollouts with statuses done, done, failed, timeout, done, infra_error; passed where (t+i) even
     assert ev["progress"] == "6/6" and ev["status"] == "done" and ev["model"] == "builtin:tiny"
     assert ev["pass rate"] == "0.400" and ev["reward"] == "0.400"  # 2 of the 5 scored (infra error excluded)
-    assert train["step"] == "2/3" and train["progress"] == "24/24"
+    assert train["step"] == "3/3" and train["progress"] == "24/24"  # steps 0-2 of 3: done
     assert [r.run_id for r in run_data.filter_runs(list(runs.values()), "train")] == ["train-run"]
 
 
@@ -217,3 +217,14 @@ async def test_a_long_conversation_shows_its_first_calls_then_all(home: Path, to
         await pilot.press("m")
         await until(pilot, lambda: f"call {FIRST_CALLS + 5}/{FIRST_CALLS + 5}" in text_of(conv), "every call")
         assert "more calls" not in text_of(conv)
+
+
+def test_the_sandbox_log_shown_is_the_last_attempt_counted_as_numbers(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for n in (0, 2, 10):
+        (logs / f"hello.0.attempt{n}.log").write_text(f"attempt {n}")
+    (logs / "hello.0.s1.attempt0.log").write_text("another step's")
+    assert run_data.rollout_log(tmp_path, {"task_id": "hello", "sample_index": 0, "step": 0}) == "attempt 10"
+    assert run_data.rollout_log(tmp_path, {"task_id": "hello", "sample_index": 0, "step": 1}) == "another step's"
+    assert run_data.rollout_log(tmp_path, {"task_id": "hello", "sample_index": 1, "step": 0}) is None

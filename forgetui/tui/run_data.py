@@ -129,7 +129,8 @@ class RunInfo:
         return self.status
 
     def cells(self) -> dict[str, str]:
-        step = "" if self.train_step is None else f"{self.train_step}" + (f"/{self.train_steps}" if self.train_steps else "")
+        # steps done of the configured: train_steps.step counts from 0, so a finished 3-step run reads 3/3
+        step = "" if self.train_step is None else f"{self.train_step + 1}" + (f"/{self.train_steps}" if self.train_steps else "")
         return {
             "run": self.run_id, "status": self.shown_status, "env": self.env, "harness": self.harness,
             "model": self.model, "progress": f"{self.done}/{self.total}" if self.total else "",
@@ -449,7 +450,11 @@ def rollout_log(run_dir: Path, rollout: dict[str, Any]) -> str | None:
     """The sandbox's saved log of the rollout's last attempt (runs/<id>/logs/<task>.<sample>[.sN].attemptN.log)."""
     step = f".s{rollout['step']}" if rollout.get("step") else ""
     stem = f"{rollout.get('task_id')}.{rollout.get('sample_index')}{step}.attempt"
-    found = sorted((run_dir / "logs").glob(f"{stem}*.log"))
+    def attempt_no(path: Path) -> int:  # numerically: attempt10 comes after attempt2
+        digits = path.name[len(stem) : -len(".log")]
+        return int(digits) if digits.isdigit() else -1
+
+    found = sorted((run_dir / "logs").glob(f"{stem}*.log"), key=attempt_no)
     if not found:
         return None
     try:
