@@ -507,7 +507,7 @@ def test_close_while_readers_keep_asking_for_cursors(tmp_path):
         stop = threading.Event()
         unexpected: list[BaseException] = []
 
-        def read() -> None:
+        def read(store: Store, stop: threading.Event, unexpected: list[BaseException]) -> None:
             while not stop.is_set():
                 try:
                     store.cursor().execute("SELECT count(*) FROM runs").fetchall()
@@ -517,7 +517,7 @@ def test_close_while_readers_keep_asking_for_cursors(tmp_path):
                     unexpected.append(exc)
                     return
 
-        readers = [threading.Thread(target=read) for _ in range(4)]
+        readers = [threading.Thread(target=read, args=(store, stop, unexpected)) for _ in range(4)]
         for t in readers:
             t.start()
         try:
