@@ -489,10 +489,12 @@ def load_rollout(source: RunSource, rollout_id: str, *, decode: bool = True, tok
         raise StoreError(f"rollout {rollout_id} is not in {source.run_dir}")
     rollout = rows[0]
     rollout["meta"] = parse_json(rollout.get("meta"))
+    attempt = rollout.get("attempt")  # the attempt the row's verdict is about: an earlier one's calls are another conversation
+    final = f" AND coalesce(attempt, {int(attempt)}) = {int(attempt)}" if attempt is not None else ""
     calls = rows_of(source.query(
         "SELECT call_id, seq, attempt, api, model, status, error, finish_reason, request, response, branch, "
         "extends_parent, prefix_tokens, latency_ms, completion_token_ids, completion_logprobs, tool_parse_error "
-        f"FROM calls WHERE rollout_id = {rid} ORDER BY attempt NULLS FIRST, seq, started_at"))
+        f"FROM calls WHERE rollout_id = {rid}{final} ORDER BY seq, started_at"))
     # request/response stay JSON text: a 200-call rollout resends its history each call, and parsed that is
     # ~100,000 long-lived dicts for Python's GC to walk on every full collection (visible stalls). Parse on use.
     samples = [
