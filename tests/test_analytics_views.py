@@ -160,3 +160,13 @@ async def test_toy_verifier_records_one_check_per_required_output(tmp_path):
         assert made.checks == {d: (1.0 if d == dirs[1] else 0.0) for d in dirs}
     finally:
         await box.stop()
+
+
+def test_a_reference_harness_evaluates_no_model(store):
+    """oracle/noop load no policy: their rows say `none`, not the config's (unused) policy.backend, as reports do."""
+    from core.proxy.no_model import model_shown_for
+
+    for rid, harness in (("o", "oracle"), ("n", "noop"), ("r", "react")):
+        store.upsert_rollout({"rollout_id": rid, "run_id": "run", "env": "toy", "task_id": "t", "harness": harness, "status": "done", "attempt": 0})
+    assert rows(store, "SELECT rollout_id, model FROM rollout_behaviour ORDER BY rollout_id") == [("n", "none"), ("o", "none"), ("r", "scripted:x")]
+    assert [model_shown_for("builtin:tiny", h) for h in ("oracle", "noop", "react", "not-installed-here")] == ["none", "none", "builtin:tiny", "builtin:tiny"]

@@ -152,7 +152,7 @@ FROM firsts""",
     ),
     (
         "rollout_behaviour",
-        "One row per rollout with its behaviour metrics: `model` (the run's `policy.backend`), `status`, `reward`, "
+        "One row per rollout with its behaviour metrics: `model` (the run's `policy.backend`; `none` under oracle/noop), `status`, `reward`, "
         "`passed`; tool coverage (`classes_offered`, `classes_used`, `coverage` = used / offered among known "
         "classes, `tool_calls`, `unknown_tool_calls`, `malformed_calls`: calls with a `tool_parse_error`); "
         "self-verification (`wrote`: any write, `verified`: a later non-writing `shell`, `read` or `search` call "
@@ -184,7 +184,9 @@ FROM firsts""",
         list_count(list_filter(scores, lambda x: TRY_CAST(x AS DOUBLE) >= 1.0)) AS checks_met
     FROM (SELECT rollout_id, json_extract_string(meta, '$.checks.*') AS scores FROM rollouts)
 )
-SELECT r.run_id, r.rollout_id, r.env, r.task_id, r.harness, coalesce((ru.config->>'$.policy.backend'), '') AS model,
+SELECT r.run_id, r.rollout_id, r.env, r.task_id, r.harness,
+    -- the reference harnesses call no model: such a run evaluates none (core.proxy.no_model), whatever policy.backend says
+    CASE WHEN r.harness IN ('oracle', 'noop') THEN 'none' ELSE coalesce((ru.config->>'$.policy.backend'), '') END AS model,
     coalesce(r.step, 0) AS step, r.sample_index, r.status, r.reward, r.passed,
     coalesce(o.classes_offered, 0) AS classes_offered, coalesce(u.classes_used, 0) AS classes_used,
     CASE WHEN coalesce(o.classes_offered, 0) > 0 THEN coalesce(u.classes_used, 0) / o.classes_offered END AS coverage,

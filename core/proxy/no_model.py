@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import lru_cache
 from typing import Any
 
 from core.errors import BackendError
@@ -42,3 +43,20 @@ def model_shown(backend: str, harness: Any) -> str:
     from core.secrets import redact_text
 
     return redact_text(backend) if calls_model(harness) else NO_MODEL
+
+
+@lru_cache(maxsize=64)
+def _calls_model_named(harness: str) -> bool:
+    from core.registry import harness_class
+
+    try:
+        return calls_model(harness_class(harness))
+    except Exception:  # noqa: BLE001 - a harness not installed here: taken to call one
+        return True
+
+
+def model_shown_for(backend: str, harness: str) -> str:
+    """`model_shown` for a recorded run, from its harness's name (reports and the TUI read runs by name)."""
+    from core.secrets import redact_text
+
+    return redact_text(backend) if not harness or _calls_model_named(harness) else NO_MODEL

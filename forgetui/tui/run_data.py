@@ -12,6 +12,7 @@ from typing import Any
 from core import paths
 from core.errors import StoreError
 from core.eval_report import build_report
+from core.proxy.no_model import model_shown_for
 from core.rollout.status import TERMINAL_VALUES
 from core.store.query import (
     SHARDS_DIR,
@@ -171,7 +172,8 @@ def _from_row(row: dict[str, Any], kind: str, path: Path, live: bool, shards: in
     return RunInfo(
         run_id=str(row["run_id"]), kind=kind, path=path, status=str(row.get("status") or ""),
         created_at=_time(row.get("created_at")), env=str(row.get("env") or env.get("name") or ""),
-        harness=str(row.get("harness") or harness.get("name") or ""), model=str(policy.get("backend") or ""),
+        harness=str(row.get("harness") or harness.get("name") or ""),
+        model=model_shown_for(str(policy.get("backend") or ""), str(row.get("harness") or harness.get("name") or "")),
         total=int(row.get("total") or 0), done=int(row.get("done") or 0), passed=int(row.get("passed") or 0),
         scored=int(row.get("scored") or 0),
         mean_reward=None if row.get("mean_reward") is None else float(row["mean_reward"]),

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
+from core.proxy.no_model import model_shown_for
 from forgetui.tui import heap
 from forgetui.tui.messages import BehaviourLoaded, LoadFailed, RunLoaded
 from forgetui.tui.run_data import RunDetail, RunSource, fmt, load_run
@@ -30,8 +31,8 @@ def summary_text(d: RunDetail, calls_per_s: float | None) -> Text:
     text = Text()
     text.append(d.run_id, style="bold cyan")
     text.append(f"  {d.status}", style={"done": "bold green", "running": "bold cyan", "failed": "bold red"}.get(d.status, "bold yellow"))
-    policy = (d.config.get("policy") or {}).get("backend", "")
     env, harness = (d.config.get("env") or {}).get("name", ""), (d.config.get("harness") or {}).get("name", "")
+    policy = model_shown_for((d.config.get("policy") or {}).get("backend", ""), harness)
     text.append(f"\n{env} × {harness} × {policy}", style="dim")
     text.append(f"\n{done}/{len(d.rollouts)} rollouts finished · {d.busy} in sandboxes · {d.n_calls} calls")
     if calls_per_s is not None:
