@@ -60,18 +60,21 @@ async def test_new_run_form_shows_errors_inline_and_saves_valid_toml(home: Path)
         app.push_screen(NewRunScreen(home / "tui" / "configs"), answers.append)
         await pilot.pause()
         form = app.screen
-        await fill(pilot, form, {"run.n_samples": "0", "runtime.kind": "bogus", "env.name": "toy"})
+        await fill(pilot, form, {"run.n_samples": "0", "runtime.kind": "bogus", "env.name": "toy", "train.trainer": "ppo"})
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert "greater than or equal to 1" in text_of(form.query_one("#err-run-n_samples", Static))
         assert "auto" in text_of(form.query_one("#err-runtime-kind", Static))  # pydantic lists the choices
+        assert "sft" in text_of(form.query_one("#err-train-trainer", Static))
         assert text_of(form.query_one("#err-env-name", Static)) == ""
         assert isinstance(app.screen, NewRunScreen) and not answers
-        await fill(pilot, form, {"run.n_samples": "3", "runtime.kind": "local", "env.tasks": '["hello"]'})
+        await fill(pilot, form, {"run.n_samples": "3", "runtime.kind": "local", "env.tasks": '["hello"]', "train.trainer": "local",
+                                 "train.steps": "2", "train.lora_rank": "8", "train.tasks_per_step": "1"})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: answers, "the form closed")
     config = load_config(answers[0])
     assert (config.run.n_samples, config.runtime.kind, config.env.tasks) == (3, "local", ["hello"])
+    assert (config.train.steps, config.train.lora_rank, config.train.tasks_per_step) == (2, 8, 1)
 
 
 async def test_delete_asks_and_removes_the_folder(home: Path) -> None:

@@ -25,7 +25,14 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("run.concurrency", "concurrency", "4"),
     ("run.timeout_s", "timeout per rollout (s)", "600"),
     ("train.steps", "training steps", "0 = evaluate only"),
+    ("train.trainer", "trainer", "local | sft"),
+    ("train.tasks_per_step", "tasks per step", "all"),
+    ("train.estimator", "advantage estimator", "grpo | rloo | reinforce_plus_plus"),
     ("train.lr", "learning rate", "1e-6"),
+    ("train.lora_rank", "LoRA rank", "0 = full fine-tuning"),
+    ("train.kl_coef", "KL coefficient", "0"),
+    ("train.save_every", "checkpoint every N steps", "0 = at the end"),
+    ("train.from_runs", "SFT: teacher runs", '["RUN_ID"]'),
 )
 BASE = "base"  # the form's field for a config file to start from
 
