@@ -186,7 +186,9 @@ class ApiServerStandIn:
         self._thread.join(10)
         import docker.errors
 
-        for c in self.docker.containers.list(all=True, filters={"label": f"{LABEL}={self._id}"}):
+        # sparse: the SDK would inspect each listed container, and one a delete's grace period removes meanwhile
+        # makes that inspect (not the remove) fail with NotFound (seen in CI)
+        for c in self.docker.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}={self._id}"}):
             try:
                 c.remove(force=True)
             except docker.errors.APIError:  # removed (or being removed) by a delete's grace period meanwhile

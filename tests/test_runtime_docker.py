@@ -177,6 +177,23 @@ async def test_reap_removes_only_our_labelled_containers(docker_runtime, docker_
         assert await docker_runtime.reap(run_id=other_run) == 1
 
 
+async def test_reap_survives_a_container_removed_while_it_lists(docker_runtime, docker_client, base_image, run_id, monkeypatch):
+    """Another run's removal in flight: a container listed, then gone before it could be inspected. The reap
+    reads labels from the listing itself, so it never asks about one container (which then 404s) and stops."""
+    import docker.errors
+
+    sandboxes = [docker_runtime.create(_spec(base_image, run_id, rollout=f"r{i}")) for i in range(2)]
+    await asyncio.gather(*(sb.start() for sb in sandboxes))
+
+    def vanished(*args: Any, **kwargs: Any) -> Any:
+        raise docker.errors.NotFound("No such container (removed meanwhile)")
+
+    monkeypatch.setattr(docker_runtime.client.api, "inspect_container", vanished)
+    assert await docker_runtime.reap(run_id=run_id) == 2
+    monkeypatch.undo()
+    assert docker_client.containers.list(all=True, filters={"label": f"{L.RUN}={run_id}"}) == []
+
+
 def test_image_tag_is_a_stable_content_hash():
     layer = ImageLayer("env", "RUN echo hi > /hi\nCOPY a.txt /a.txt", {"a.txt": b"A"})
     tag = image_tag("forgetui/base:bookworm", [layer])

@@ -671,10 +671,12 @@ class DockerRuntime:
         if stopped:  # not "created": a live run's container is briefly created-not-started
             filters["status"] = ["exited", "dead"]
         docker = _docker()
-        containers = await asyncio.to_thread(self.client.containers.list, all=True, filters=filters)
+        # sparse: a full listing inspects every container, and one removed meanwhile (another run's removal in
+        # flight) fails the whole listing with NotFound; the list answer already carries the labels
+        containers = await asyncio.to_thread(self.client.containers.list, all=True, sparse=True, filters=filters)
         removed = 0
         for container in containers:
-            if not L.matches(container.labels, sel):
+            if not L.matches(container.attrs.get("Labels") or {}, sel):
                 continue
             try:
                 await asyncio.to_thread(container.remove, force=True)
@@ -682,7 +684,7 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
-                log.warning("could not remove container %s: %s", container.name, exc)
+                log.warning("could not remove container %s: %s", container.short_id, exc)
         if removed:
             log.info("reaped %d forgetui container(s) (%s)", removed, sel)
         return removed

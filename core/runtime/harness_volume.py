@@ -135,7 +135,8 @@ def prune_harness_volumes(client: Any, *, everything: bool = False) -> list[str]
     import docker.errors
 
     volumes = client.volumes.list(filters={"label": VOLUME_LABEL})
-    in_use = {m.get("Name") for c in client.containers.list(all=True) for m in (c.attrs.get("Mounts") or []) if m.get("Type") == "volume"}
+    # sparse: the list answer carries each container's mounts; inspecting each could meet one removed meanwhile
+    in_use = {m.get("Name") for c in client.containers.list(all=True, sparse=True) for m in (c.attrs.get("Mounts") or []) if m.get("Type") == "volume"}
     newest: dict[str, str] = {}
     if not everything:
         for v in sorted(volumes, key=lambda v: v.attrs.get("CreatedAt") or ""):
