@@ -169,11 +169,11 @@ def _from_row(row: dict[str, Any], kind: str, path: Path, live: bool, shards: in
     config = parse_json(row.get("config")) or {}
     config = config if isinstance(config, dict) else {}
     env, harness, policy, train = (config.get(k) or {} for k in ("env", "harness", "policy", "train"))
+    harness_name = str(row.get("harness") or harness.get("name") or "")
     return RunInfo(
         run_id=str(row["run_id"]), kind=kind, path=path, status=str(row.get("status") or ""),
         created_at=_time(row.get("created_at")), env=str(row.get("env") or env.get("name") or ""),
-        harness=str(row.get("harness") or harness.get("name") or ""),
-        model=model_shown_for(str(policy.get("backend") or ""), str(row.get("harness") or harness.get("name") or "")),
+        harness=harness_name, model=model_shown_for(str(policy.get("backend") or ""), harness_name),
         total=int(row.get("total") or 0), done=int(row.get("done") or 0), passed=int(row.get("passed") or 0),
         scored=int(row.get("scored") or 0),
         mean_reward=None if row.get("mean_reward") is None else float(row["mean_reward"]),
@@ -465,15 +465,20 @@ def rollout_log(run_dir: Path, rollout: dict[str, Any]) -> str | None:
         return None
 
 
+def final_attempt_calls(rollout: dict[str, Any]) -> str:
+    """The WHERE clause of a rollout's final attempt's calls: the attempt its row's verdict is about (an
+    earlier attempt's calls are another conversation)."""
+    attempt = rollout.get("attempt")
+    return f"rollout_id = {sql_str(str(rollout['rollout_id']))}" + (
+        f" AND coalesce(attempt, {int(attempt)}) = {int(attempt)}" if attempt is not None else "")
+
+
 def built_samples(source: RunSource, rollout: dict[str, Any]) -> tuple[list[SampleView], str | None]:
     """Samples of a rollout built from its final attempt's calls (core.train.samples); why not, when it cannot."""
     from core.errors import ForgetuiError
     from core.train.samples import CALL_COLS, build_samples
 
-    attempt = rollout.get("attempt")
-    where = f"rollout_id = {sql_str(str(rollout['rollout_id']))}" + (
-        f" AND coalesce(attempt, {int(attempt)}) = {int(attempt)}" if attempt is not None else "")
-    calls = rows_of(source.query(f"SELECT {', '.join(CALL_COLS)} FROM calls WHERE {where} ORDER BY seq, started_at"))
+    calls = rows_of(source.query(f"SELECT {', '.join(CALL_COLS)} FROM calls WHERE {final_attempt_calls(rollout)} ORDER BY seq, started_at"))
     try:
         built = build_samples(rollout, calls)
     except ForgetuiError as exc:
@@ -491,12 +496,10 @@ def load_rollout(source: RunSource, rollout_id: str, *, decode: bool = True, tok
         raise StoreError(f"rollout {rollout_id} is not in {source.run_dir}")
     rollout = rows[0]
     rollout["meta"] = parse_json(rollout.get("meta"))
-    attempt = rollout.get("attempt")  # the attempt the row's verdict is about: an earlier one's calls are another conversation
-    final = f" AND coalesce(attempt, {int(attempt)}) = {int(attempt)}" if attempt is not None else ""
     calls = rows_of(source.query(
         "SELECT call_id, seq, attempt, api, model, status, error, finish_reason, request, response, branch, "
         "extends_parent, prefix_tokens, latency_ms, completion_token_ids, completion_logprobs, tool_parse_error "
-        f"FROM calls WHERE rollout_id = {rid}{final} ORDER BY seq, started_at"))
+        f"FROM calls WHERE {final_attempt_calls(rollout)} ORDER BY seq, started_at"))
     # request/response stay JSON text: a 200-call rollout resends its history each call, and parsed that is
     # ~100,000 long-lived dicts for Python's GC to walk on every full collection (visible stalls). Parse on use.
     samples = [
