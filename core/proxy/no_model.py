@@ -46,17 +46,16 @@ def model_shown(backend: str, harness: Any) -> str:
 
 
 @lru_cache(maxsize=64)
-def _calls_model_named(harness: str) -> bool:
+def _harness_named(harness: str) -> Any:
+    """The registered harness class, or None (unknown: `calls_model` takes it to call one)."""
     from core.registry import harness_class
 
     try:
-        return calls_model(harness_class(harness))
-    except Exception:  # noqa: BLE001 - a harness not installed here: taken to call one
-        return True
+        return harness_class(harness) if harness else None
+    except Exception:  # noqa: BLE001 - a harness not installed here
+        return None
 
 
 def model_shown_for(backend: str, harness: str) -> str:
     """`model_shown` for a recorded run, from its harness's name (reports and the TUI read runs by name)."""
-    from core.secrets import redact_text
-
-    return redact_text(backend) if not harness or _calls_model_named(harness) else NO_MODEL
+    return model_shown(backend, _harness_named(harness))
