@@ -75,7 +75,6 @@ class RunSession:
         self.store_path = self.run_dir / "store.duckdb"
         # one process among several of a run (a veRL agent-loop worker): its own pid file and sandbox scope,
         # so its exit or death removes its sandboxes only (core.rollout.orphans)
-        self.worker = worker
         self.sandbox_scope = f"{self.run_id}@{worker}" if worker else self.run_id
         self.pid_dir = self.run_dir / SHARDS_DIR / worker if worker else self.run_dir
         self.on_event = on_event
@@ -115,7 +114,7 @@ class RunSession:
         (self.run_dir / "config.toml").write_text(dump_toml(config))
         self.store = Store.open(self.store_path)
         self.pid_dir.mkdir(parents=True, exist_ok=True)
-        write_pid_file(self.pid_dir, self.sandbox_scope if self.worker else None)
+        write_pid_file(self.pid_dir, self.sandbox_scope)
         self.store.insert_run(self.run_id, config.model_dump(), status="running")
         self.store.serve_queries()
         self.runtime = pick_runtime(config)

@@ -98,7 +98,7 @@ def lock_down(con: duckdb.DuckDBPyConnection) -> None:
 class QueryCancel:
     """Cancels a read-only query running on another thread: the connection it runs on is interrupted.
 
-    A query on a store file (or on a run's shards) stops at once with "cancelled"; one sent to a live
+    A query on a store file (or on a run's shards) stops at once ("query interrupted"); one sent to a live
     writer's endpoint runs on there (bounded by its own time limit) and only its answer is dropped.
     """
 
