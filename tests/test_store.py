@@ -461,6 +461,17 @@ def test_upsert_inserts_a_missing_key_once(store: Store) -> None:
     assert rows == [("ro8", "running", 0.5), ("ro9", None, None)]
 
 
+def assert_folded_in(path, caplog, sql: str, rows: list[tuple]) -> None:
+    """The closed store has no WAL left, logged no checkpoint trouble, and reads `rows` for `sql`."""
+    assert not path.with_name(path.name + ".wal").exists()
+    assert "checkpoint" not in caplog.text.lower()
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        assert con.execute(sql).fetchall() == rows
+    finally:
+        con.close()
+
+
 def test_close_checkpoints_even_with_a_reader_transaction_open(tmp_path, caplog):
     """A cursor left inside a transaction must not stop close from folding the WAL into the file."""
     store = Store.open(tmp_path / "s.duckdb")
@@ -470,11 +481,7 @@ def test_close_checkpoints_even_with_a_reader_transaction_open(tmp_path, caplog)
     cur.execute("BEGIN TRANSACTION")
     assert cur.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
     store.close()
-    assert not (tmp_path / "s.duckdb.wal").exists()
-    assert "checkpoint" not in caplog.text.lower()
-    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
-    assert con.execute("SELECT run_id FROM runs").fetchall() == [("r",)]
-    con.close()
+    assert_folded_in(tmp_path / "s.duckdb", caplog, "SELECT run_id FROM runs", [("r",)])
 
 
 @pytest.mark.timeout(60)  # before cursors were closed on close, FORCE CHECKPOINT spun here for minutes
@@ -488,11 +495,7 @@ def test_close_with_a_reader_result_open_and_a_later_write(tmp_path, caplog):
     assert cur.fetchone() == ("a", "done")
     store.update_run_status("r", "failed")
     store.close()
-    assert not (tmp_path / "s.duckdb.wal").exists()
-    assert "checkpoint" not in caplog.text.lower()
-    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
-    assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
-    con.close()
+    assert_folded_in(tmp_path / "s.duckdb", caplog, "SELECT status FROM runs", [("failed",)])
 
 
 def test_close_while_readers_keep_asking_for_cursors(tmp_path):
