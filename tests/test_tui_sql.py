@@ -177,7 +177,8 @@ async def test_cancel_interrupts_a_query_running_on_a_store_file(home: Path, mon
         console.sql = "SELECT count(*) FROM range(100000000000) WHERE range % 7 = 3"  # minutes of work on two cores
         await pilot.press("f5")
         await until(pilot, lambda: "running" in status_of(console), "running")
-        await pilot.pause(0.3)  # the query is under way in its thread
+        # the query is under way in its thread: its connection is watched by the cancel
+        await until(pilot, lambda: app._sql_cancel is not None and bool(app._sql_cancel._cons), "the query running on its connection")
         await pilot.press("escape")
         await until(pilot, lambda: bool(ended), "the interrupted query to end", tries=1000)
         assert len(ended) == 1 and ended[0].startswith("query interrupted: cancelled") and table.row_count == 0
