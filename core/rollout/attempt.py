@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from core.env import Environment, Task
 from core.errors import SandboxError
 from core.harness import Endpoint, Harness
 from core.proxy.sessions import SessionRegistry
+from core.rollout import trajectory_formats
 from core.rollout.status import Status, can_move
 from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec, as_bytes
 from core.store.writer import utcnow
@@ -28,7 +27,8 @@ log = logging.getLogger(__name__)
 SETUP_TIMEOUT_S = 300.0
 VERIFY_TIMEOUT_S = 600.0
 DEFAULT_TIMEOUT_S = 600.0  # a task that sets no timeout, with no run.timeout_s
-TRAJECTORY_PATH = "/logs/agent/trajectory.jsonl"  # the recorded conversation, written before the verifier runs
+# the recorded conversation, written before the verifier runs (and, beside it, in harbor's ATIF and as a Claude Code session)
+TRAJECTORY_PATH = trajectory_formats.TRAJECTORY_PATH
 
 
 def rollout_timeout(task_timeout_s: float | None, run_timeout_s: float | None, scale: float = 1.0) -> float:
@@ -201,7 +201,7 @@ class Attempt:
             await self._require_alive(sandbox, result.exit_code)
         outcome = ctx.harness.outcome(result)
         self._move(Status.VERIFYING)
-        meta["trajectory_messages"] = await self._write_trajectory(sandbox)
+        meta["trajectory_messages"] = await self._write_trajectory(sandbox, harness_workdir)
         try:
             score = await asyncio.wait_for(ctx.env.verify(sandbox, task, workdir), VERIFY_TIMEOUT_S)
         except TimeoutError:
@@ -215,13 +215,23 @@ class Attempt:
         self._move(status, ended_at=utcnow(), reward=score.score, passed=score.passed, error=error, meta=meta)
         return RolloutResult(status, score.score, score.passed, error, meta)
 
-    async def _write_trajectory(self, sandbox: Any) -> int:
-        """Put the recorded conversation at TRAJECTORY_PATH for graders (one OpenAI chat message per line); how many messages."""
+    async def _write_trajectory(self, sandbox: Any, cwd: str) -> int:
+        """Put the recorded conversation in the sandbox for graders (`trajectory_formats.trajectory_files`); how many messages."""
         if self.ctx.trajectory is None or not self.ctx.env.graders_read_trajectory:
             return 0  # (a query and a copy into the sandbox: only for suites whose graders read the transcript)
         messages = await self.ctx.trajectory(self.item.rollout_id, self.attempt_no) or []
-        data = b"".join(orjson.dumps(m) + b"\n" for m in messages)
-        await sandbox.put_file(TRAJECTORY_PATH, data, 0o644)
+        meta = trajectory_formats.TrajectoryMeta(
+            rollout_id=self.item.rollout_id, attempt=self.attempt_no, agent_name=self.ctx.harness.name,
+            agent_version=str(self.ctx.harness.version), model_name=self.ctx.model_name, cwd=cwd,
+            written_at=trajectory_formats.now_iso(),
+        )  # fmt: skip
+        try:
+            files = trajectory_formats.trajectory_files(messages, meta)
+        except Exception:  # noqa: BLE001 - a converter's bug must not cost the rollout its score: the JSONL still goes in
+            log.warning("rollout %s: could not convert its trajectory", self.item.rollout_id, exc_info=True)
+            files = {TRAJECTORY_PATH: trajectory_formats.chat_jsonl(messages)}
+        for path, data in files.items():
+            await sandbox.put_file(path, data, 0o644)
         return len(messages)
 
     async def _require_alive(self, sandbox: Any, exit_code: int) -> None:
