@@ -1,7 +1,9 @@
 """Graders read the trajectory: before the verifier runs, the rollout's recorded conversation is at
-/logs/agent/trajectory.jsonl (OpenAI chat messages with tool calls), whatever the harness.
+/logs/agent/trajectory.jsonl (OpenAI chat messages with tool calls), /logs/agent/trajectory.json
+(harbor's ATIF) and /logs/agent/sessions/projects/<cwd-slug>/<uuid>.jsonl (a Claude Code session),
+whatever the harness.
 
-A harbor task whose test.sh passes only when the trajectory shows a shell tool call carrying a marker:
+A harbor task whose test.sh passes only when all three show a shell tool call carrying a marker:
 the built-in harness and two external harnesses (Codex on the Responses API, Claude Code on
 Anthropic Messages) under the scripted backend, and two controls that must score 0.
 """
@@ -25,19 +27,49 @@ TOOL_SCRIPT = [{"tool": "shell", "command": f"echo {MARKER} > note.txt"}, {"text
 TEXT_ONLY = [{"text": f"I would run: echo {MARKER} > note.txt"}]  # names the marker, calls no tool
 GRADER = r"""#!/bin/bash
 python3 - <<'PY'
-import json
-ok = False
-try:
+import glob, json
+
+def marked(args):
+    return "MARKER" in (args if isinstance(args, str) else json.dumps(args))
+
+found, present, atif_calls = set(), set(), []
+try:  # OpenAI chat messages, one per line
     for line in open("/logs/agent/trajectory.jsonl"):
-        message = json.loads(line)
-        for call in message.get("tool_calls") or []:
-            if "MARKER" in call["function"]["arguments"]:
-                ok = True
+        if any(marked(c["function"]["arguments"]) for c in json.loads(line).get("tool_calls") or []):
+            found.add("jsonl")
 except FileNotFoundError:
     pass
-open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
+try:  # harbor's ATIF: the marked call and its result in one agent step
+    doc = json.load(open("/logs/agent/trajectory.json"))
+    present.add("atif")
+    for step in doc["steps"] if doc["schema_version"].startswith("ATIF-v1.") else []:
+        calls = step.get("tool_calls") or []
+        atif_calls += [c["tool_call_id"] for c in calls]
+        answered = {r.get("source_call_id") for r in (step.get("observation") or {}).get("results", [])}
+        if step["source"] == "agent" and any(marked(c["arguments"]) and c["tool_call_id"] in answered for c in calls):
+            found.add("atif")
+except FileNotFoundError:
+    pass
+for path in glob.glob("/logs/agent/sessions/projects/-app/*.jsonl"):  # a Claude Code session, as harbor keeps it
+    present.add("session")
+    events = [json.loads(line) for line in open(path)]
+    blocks = [b for e in events if isinstance(e["message"]["content"], list) for b in e["message"]["content"]]
+    uses = {b["id"] for b in blocks if b["type"] == "tool_use" and marked(b["input"])}
+    if uses & {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}:
+        found.add("session")
+print("present:", " ".join(sorted(present)))
+print("found:", " ".join(sorted(found)))
+print("atif-calls:", json.dumps(atif_calls))
+open("/logs/verifier/reward.txt", "w").write("1" if found == {"jsonl", "atif", "session"} else "0")
 PY
 """.replace("MARKER", MARKER)
+
+
+def _grader_said(row: dict, key: str) -> str:
+    """What the grader printed after `key:` (its stdout is in the verifier's detail)."""
+    lines = [line for line in row["meta"]["verifier"].splitlines() if line.startswith(f"{key}:")]
+    assert lines, row["meta"]["verifier"]
+    return lines[-1].removeprefix(f"{key}:").strip()
 
 
 def _suite(root: Path, base_image: str) -> Path:
@@ -82,6 +114,9 @@ def _assert_graded_from_trajectory(row: dict, calls: list[dict], api: str) -> No
     tool_calls = [c for m in messages for c in m.get("tool_calls") or []]
     assert any(MARKER in c["function"]["arguments"] for c in tool_calls)
     assert any(m["role"] == "tool" for m in messages) and messages[-1]["role"] == "assistant"
+    # and in harbor's ATIF and a Claude Code session too: the marked call with its result, the same call ids
+    assert _grader_said(row, "found") == "atif jsonl session"
+    assert json.loads(_grader_said(row, "atif-calls")) == [c["id"] for c in tool_calls]
 
 
 def test_builtin_harness_trajectory_is_graded(tmp_path, docker_client, base_image) -> None:
@@ -94,8 +129,10 @@ def test_a_text_only_answer_and_noop_score_zero(tmp_path, docker_client, base_im
     row, _ = _run(tmp_path, base_image, "react", TEXT_ONLY)
     assert (row["status"], row["reward"], row["passed"]) == ("done", 0.0, False), row["error"]
     assert row["meta"]["trajectory_messages"] >= 2
+    assert (_grader_said(row, "present"), _grader_said(row, "found")) == ("atif session", "")
     row, calls = _run(tmp_path, base_image, "noop", None)
     assert (row["reward"], row["passed"], calls) == (0.0, False, []) and row["meta"]["trajectory_messages"] == 0
+    assert _grader_said(row, "present") == ""  # nothing recorded: no ATIF document (it needs a step) and no session
 
 
 @pytest.mark.slow
