@@ -6,6 +6,8 @@ the conversations no later call carried on (`core.train.export.conversations`, o
 subagents, title calls, compactions), the one with the most messages — its final request's messages
 plus the assistant's last answer, tool calls as ``{"id", "type": "function", "function": {"name",
 "arguments"}}`` and tool results as ``{"role": "tool", "tool_call_id", "content"}``.
+`core.rollout.trajectory_formats` turns it into the files graders read (the JSONL, harbor's ATIF, a
+Claude Code session).
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ reachable). On Docker the harness is not copied into it: it is mounted read-only
 volume (core.runtime.harness_volume). A task.toml with `[environment].docker_image` and no
 Dockerfile uses that prebuilt image. The verifier runs after the harness exits: tests/ is copied to
 /tests (absent until then), /logs/verifier is emptied, then `bash /tests/test.sh` runs from the
-image's WORKDIR; the rollout's recorded conversation is at /logs/agent/trajectory.jsonl.
+image's WORKDIR; the rollout's recorded conversation is at /logs/agent/trajectory.jsonl (OpenAI chat
+messages), /logs/agent/trajectory.json (harbor's ATIF) and, as harbor keeps Claude Code's,
+/logs/agent/sessions/projects/<cwd-slug>/<uuid>.jsonl (core.rollout.trajectory_formats).
 
 A task passes when its reward reaches `[verifier].pass_threshold` (else the env's `threshold`
 option, else 1.0). `[metadata]` category, difficulty and tags feed the eval report's breakdown.
@@ -152,7 +154,7 @@ class HarborEnv(Environment):
     name = "harbor"
     version = "1"
     accepted_options = frozenset({"path", "strict", "threshold"})
-    graders_read_trajectory = True  # harbor graders may read the transcript (/logs/agent/trajectory.jsonl)
+    graders_read_trajectory = True  # harbor graders may read the transcript (/logs/agent/trajectory.json[l])
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
