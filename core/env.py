@@ -37,6 +37,14 @@ class TaskImage:
         return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server over stdio the sandbox carries for the agent: harnesses that take MCP tools start it."""
+
+    command: str  # the program in the sandbox (absolute path or on PATH)
+    args: tuple[str, ...] = ()
+
+
 @dataclass
 class Task:
     """One task: what the agent is told, and the workspace it starts from."""
@@ -52,6 +60,8 @@ class Task:
     solution: str | None = None  # host path of the reference solution script (the oracle harness); not task content
     verifier: str | None = None  # content hash of the verifier's own files (harbor's tests/): part of task_hash
     threshold: float | None = None  # the score that passes this task; None = the environment's threshold
+    # MCP servers (name → server) the task offers next to its CLI; adapters of harnesses with MCP configure them
+    mcp_servers: dict[str, McpServer] = field(default_factory=dict)
 
     @property
     def content_hash(self) -> str:
@@ -64,6 +74,8 @@ class Task:
             h.update(b"threshold\0" + repr(float(self.threshold)).encode())
         if self.image is not None:
             h.update(self.image.digest().encode())
+        if self.mcp_servers:  # the tools the agent gets; tasks without servers keep their old hash
+            h.update(b"mcp\0" + orjson.dumps({n: [s.command, *s.args] for n, s in self.mcp_servers.items()}, option=orjson.OPT_SORT_KEYS))
         for path in sorted(self.files):
             data = self.files[path]
             h.update(path.encode() + b"\0" + as_bytes(data))

@@ -21,6 +21,7 @@ from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.desktop.image import desktop_layer
 from envs.desktop.tasks import HOME, KINDS, setup_script
+from envs.miniwob import MCP_SERVERS
 from envs.miniwob.names import Selection, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
@@ -72,6 +73,7 @@ class DesktopEnv(Environment):
             id=f"{name}.{index}",
             instruction=f"{kind.instruction(params)}\n\n{GUIDE}",
             files={**INSTRUCTION_FILES, **kind.files(params)},
+            mcp_servers=dict(MCP_SERVERS),  # the same gui-mcp, over the desktop `gui`
             setup=setup_script(kind, params, START_WAIT_S),
             timeout_s=self.timeout,
             meta={"task": name, "instance": index, "params": params, "family": name, "gui": "desktop"},

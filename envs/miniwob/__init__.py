@@ -18,11 +18,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from core.env import Environment, Score, Task
+from core.env import Environment, McpServer, Score, Task
 from core.errors import SandboxError
 from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
-from envs.miniwob.image import HTML_ROOT, miniwob_html, miniwob_layer
+from envs.miniwob.image import HTML_ROOT, MCP_PATH, miniwob_html, miniwob_layer
 from envs.miniwob.names import Selection, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
@@ -53,6 +53,8 @@ INSTRUCTION_FILES = {
         f"(observe, click, type, key, scroll).\n---\n\n# The gui command\n\n{INSTRUCTION}\n"
     ),
 }
+# the same actions as MCP tools (the image's gui-mcp), for harnesses that take MCP servers
+MCP_SERVERS = {"gui": McpServer(command=MCP_PATH)}
 
 
 def task_names(html: Path) -> list[str]:
@@ -102,6 +104,7 @@ class MiniWoBEnv(Environment):
             instruction=INSTRUCTION,
             setup=start_command(name, seed, self.timeout, self.mode),
             files=dict(INSTRUCTION_FILES),
+            mcp_servers=dict(MCP_SERVERS),
             timeout_s=self.timeout + 30.0,
             meta={"task": name, "instance": index, "seed": seed, "mode": self.mode, "family": name, "gui": "browser"},
             solution=str(ORACLE) if name in ORACLE_TASKS else None,
@@ -127,4 +130,4 @@ class MiniWoBEnv(Environment):
         return self.score(max(0.0, value), detail)
 
 
-__all__ = ["MiniWoBEnv", "instance_seed", "task_names"]
+__all__ = ["MCP_SERVERS", "MiniWoBEnv", "instance_seed", "task_names"]

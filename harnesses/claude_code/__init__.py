@@ -3,7 +3,9 @@
 Claude Code speaks Anthropic Messages to ANTHROPIC_BASE_URL (no /v1). A known model id
 (`claude-sonnet-4-5`, mapped to the policy by the proxy) plus the switches below give a plain
 Messages body: no thinking, no prompt caching, no experimental betas; telemetry, error reporting,
-auto-update and every other non-essential call are off.
+auto-update and every other non-essential call are off. The task's MCP servers (`Task.mcp_servers`,
+e.g. the GUI envs' `gui-mcp`) are passed with `--mcp-config`; their tools reach the model as
+`mcp__<server>__<tool>` and run unasked under the bypassPermissions mode every run uses.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.env import Task
+from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
@@ -22,6 +24,7 @@ RUN_DIR = "/tmp/forgetui-claude"
 CONFIG_DIR = "/root/.claude-forgetui"  # CLAUDE_CONFIG_DIR: settings and state of this run only
 SETTINGS_PATH = f"{CONFIG_DIR}/settings.json"
 INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
+MCP_CONFIG_PATH = f"{RUN_DIR}/mcp.json"
 DEFAULT_MODEL = "claude-sonnet-4-5"  # a known id gives the plain request shape; the proxy serves the policy
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 QUIET_ENV = {
@@ -49,7 +52,7 @@ PLAIN_BODY_ENV = {
 class ClaudeCodeHarness(Harness):
     """Options: ``model`` (claude-sonnet-4-5: the id Claude Code is told), ``max_output_tokens`` (4096),
     ``max_turns`` (unset), ``tools`` (list of built-in tool names; unset = all), ``api_timeout_ms`` (600000),
-    ``max_retries`` (1), ``extra_args`` (list of extra `claude` args)."""
+    ``max_retries`` (1), ``mcp`` (true: start the task's MCP servers), ``extra_args`` (list of extra `claude` args)."""
 
     name = "claude-code"
     version = versions.version_of(versions.CLAUDE_CODE)
@@ -64,6 +67,7 @@ class ClaudeCodeHarness(Harness):
         self.tools = options.get("tools")
         self.api_timeout_ms = int(options.get("api_timeout_ms", 600_000))
         self.max_retries = int(options.get("max_retries", 1))
+        self.mcp = bool(options.get("mcp", True))
         self.extra_args = [str(a) for a in options.get("extra_args", [])]
 
     def image_layer(self) -> ImageLayer:
@@ -100,7 +104,11 @@ class ClaudeCodeHarness(Harness):
             **PLAIN_BODY_ENV,
         }
 
-    def cli_args(self) -> list[str]:
+    def mcp_servers(self, task: Task) -> dict[str, McpServer]:
+        """The task's MCP servers this run starts (none when the `mcp` option is off)."""
+        return dict(task.mcp_servers) if self.mcp else {}
+
+    def cli_args(self, mcp: bool = False) -> list[str]:
         """`claude` arguments; the prompt is read from stdin, which is the instruction file."""
         args = [
             "-p",
@@ -110,6 +118,9 @@ class ClaudeCodeHarness(Harness):
             "--model", self.model,
             "--settings", SETTINGS_PATH,
         ]  # fmt: skip
+        if mcp:
+            # only the task's servers (no user or project .mcp.json); the option after it ends the variadic list
+            args += ["--mcp-config", MCP_CONFIG_PATH, "--strict-mcp-config"]
         if self.max_turns is not None:
             args += ["--max-turns", str(int(self.max_turns))]
         if self.tools is not None:
@@ -119,15 +130,24 @@ class ClaudeCodeHarness(Harness):
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         # Claude Code works in its process cwd; stdin is the instruction file, never a terminal
         script = f'cd "$1" && shift && exec claude "$@" < {INSTRUCTION_PATH}'
+        servers = self.mcp_servers(task)
+        files: dict[str, bytes | str] = {SETTINGS_PATH: json.dumps(self.settings(), indent=2) + "\n", INSTRUCTION_PATH: task.instruction}
+        if servers:
+            files[MCP_CONFIG_PATH] = json.dumps(mcp_config(servers), indent=2) + "\n"
         return LaunchSpec(
-            command=["sh", "-c", script, "claude", workdir, *self.cli_args()],
+            command=["sh", "-c", script, "claude", workdir, *self.cli_args(mcp=bool(servers))],
             env=self.environment(endpoint),
-            files={SETTINGS_PATH: json.dumps(self.settings(), indent=2) + "\n", INSTRUCTION_PATH: task.instruction},
+            files=files,
             workdir=workdir,
         )
 
     def outcome(self, result: ExecResult) -> HarnessOutcome:
         return claude_outcome(result)
+
+
+def mcp_config(servers: dict[str, McpServer]) -> dict[str, Any]:
+    """The `--mcp-config` JSON: one stdio server per entry."""
+    return {"mcpServers": {name: {"type": "stdio", "command": s.command, "args": list(s.args)} for name, s in servers.items()}}
 
 
 def claude_result(stdout: str) -> dict[str, Any] | None:
@@ -164,4 +184,4 @@ def claude_outcome(result: ExecResult) -> HarnessOutcome:
     return HarnessOutcome(ok, detail)
 
 
-__all__ = ["ClaudeCodeHarness", "claude_outcome", "claude_result"]
+__all__ = ["ClaudeCodeHarness", "claude_outcome", "claude_result", "mcp_config"]
