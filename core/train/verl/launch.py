@@ -3,7 +3,9 @@
 Everything goes under runs/<run_id>/verl/: train.parquet, val.parquet, forgetui.toml (the resolved run
 config the agent-loop workers load), agent_loop.yaml, overrides.txt (one override a line) and
 command.sh (the command line). veRL itself needs GPUs (vLLM rollout, FSDP actor): without one the
-launch stops with a clear error after writing those files.
+launch stops with a clear error after writing those files. While veRL runs, the launcher writes one
+`train_steps` row per trainer step into runs/<run_id>/store.duckdb from veRL's `file` logger
+(`core.train.verl.metrics_sink`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from core.paths import home, runs_dir
 from core.proxy.factory import parse_spec
 from core.run_setup import new_run_id
 from core.train.verl.dataset import AGENT_NAME, write_dataset
+from core.train.verl.metrics_sink import FILE_LOGGER_ENV, MetricsSink, metrics_path, run_recording_metrics
 from core.train.verl.worker import CONFIG_ENV, RUN_ID_ENV
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class VerlPlan:
     overrides: list[str]
     n_train: int
     n_val: int
+    config: RunConfig | None = None  # the run config the plan was made from (the runs row's)
 
     @property
     def command(self) -> list[str]:
@@ -124,8 +127,9 @@ def verl_overrides(config: RunConfig, plan_files: dict[str, Path], run_id: str, 
         f"trainer.default_local_dir={runs_dir() / run_id / 'checkpoints'}",
         "trainer.project_name=forgetui",
         f"trainer.experiment_name={run_id}",
-        "trainer.logger=[console]",
+        "trainer.logger=[console,file]",  # file: veRL's per-step metrics, which the launcher turns into train_steps rows
         f"+ray_kwargs.ray_init.runtime_env.env_vars.FORGETUI_HOME={home()}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{FILE_LOGGER_ENV}={metrics_path(runs_dir() / run_id)}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{CONFIG_ENV}={plan_files['config']}",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{RUN_ID_ENV}={run_id}",
     ]
@@ -161,7 +165,7 @@ def prepare(config: RunConfig, opts: ClusterOptions, run_id: str | None = None) 
     files["config"].write_text(dump_toml(config))
     files["agent_loop"].write_text(agent_loop_yaml(files["config"], run_id))
     overrides = verl_overrides(config, files, run_id, n_train, opts)
-    plan = VerlPlan(run_id, folder, train_file, val_file, files["agent_loop"], folder / "overrides.txt", overrides, n_train, n_val)
+    plan = VerlPlan(run_id, folder, train_file, val_file, files["agent_loop"], folder / "overrides.txt", overrides, n_train, n_val, config)
     plan.overrides_file.write_text("\n".join(overrides) + "\n")
     (folder / "command.sh").write_text("#!/bin/sh\n" + plan.command_line() + "\n")
     return plan
@@ -185,6 +189,16 @@ def launch(plan: VerlPlan) -> int:
             f"The dataset and overrides are written in {plan.folder}; run {plan.folder / 'command.sh'} on a GPU node "
             "(or `forgetui train CONFIG --trainer local` here)"
         )
-    env = dict(os.environ, FORGETUI_HOME=str(home()), **{CONFIG_ENV: str(plan.folder / "forgetui.toml"), RUN_ID_ENV: plan.run_id})
+    run_dir = runs_dir() / plan.run_id
+    env = dict(os.environ, FORGETUI_HOME=str(home()), **{CONFIG_ENV: str(plan.folder / "forgetui.toml"), RUN_ID_ENV: plan.run_id, FILE_LOGGER_ENV: str(metrics_path(run_dir))})
+    if not logs_to_file(plan.overrides):
+        log.warning("trainer.logger has no `file` backend (an --override replaced it): this run gets no train_steps rows")
     log.info("launching veRL: %s", plan.command_line())
-    return subprocess.call(plan.command, env=env)
+    sink = MetricsSink(plan.run_id, run_dir, plan.config.model_dump() if plan.config is not None else None)
+    return run_recording_metrics(plan.command, env, sink)
+
+
+def logs_to_file(overrides: list[str]) -> bool:
+    """Whether the last trainer.logger override keeps veRL's `file` backend (what the metrics sink reads)."""
+    loggers = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("trainer.logger=")]
+    return bool(loggers) and "file" in loggers[-1].strip("[]").replace(" ", "").split(",")
