@@ -1,16 +1,24 @@
 """External harnesses on a GUI task: Codex, Claude Code and OpenClaw act through the sandbox's `gui` CLI, told how
-by the instruction file each reads (AGENTS.md, CLAUDE.md, a skill), on a MiniWoB++ page in real Chromium, scripted backend."""
+by the instruction file each reads (AGENTS.md, CLAUDE.md, a skill), on a MiniWoB++ page in real Chromium, scripted backend.
+Claude Code and Codex also start the task's MCP server (`gui-mcp`) and act through its tools."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.env import McpServer, Task
+from core.harness import Endpoint
+from envs.desktop import DesktopEnv
 from envs.miniwob import MiniWoBEnv
+from envs.miniwob.image import MCP_PATH
+from harnesses.claude_code import MCP_CONFIG_PATH, ClaudeCodeHarness
+from harnesses.codex import CONFIG_PATH, CodexHarness
 
 # the scripted policy calls whichever shell tool the harness offers: look, then click the button (id 4 on click-test)
 SCRIPT = [
@@ -28,14 +36,14 @@ def test_every_task_ships_the_instruction_files_harnesses_read() -> None:
     assert str(task.files[".agents/skills/gui/SKILL.md"]).startswith("---\nname: gui\ndescription: ")  # a skill's frontmatter
 
 
-def _run(harness: str, tmp_path: Path) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
+def _run(harness: str, tmp_path: Path, turns: list[dict[str, Any]] = SCRIPT) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
     import duckdb
 
     from core.config import load_config
     from core.run import execute_run
 
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": SCRIPT}))
+    script.write_text(json.dumps({"turns": turns}))
     sets = [
         "env.name=miniwob", 'env.options.names=["click-test"]', f'harness.name="{harness}"',
         f'policy.backend="scripted:{script}"', "runtime.kind=docker", "run.max_retries=0", "run.timeout_s=300",
@@ -75,3 +83,100 @@ def test_external_harness_solves_a_miniwob_task_through_the_gui_cli(harness: str
     assert "task: Click the button." in second and "button#subbtn" in second
     third = _request_text(calls[2])
     assert "clicked [4] button#subbtn" in third and "the episode is over: reward" in third
+
+
+# the same two actions through the MCP server: both harnesses show its tools to the model as mcp__<server>__<tool>
+MCP_SCRIPT = [
+    {"tool_call": {"name": "mcp__gui__observe", "arguments": {}}},
+    {"tool_call": {"name": "mcp__gui__click", "arguments": {"id": 4}}},
+    {"text": "I clicked the button through the gui tools; the page ended the episode."},
+]
+ENDPOINT = Endpoint(base_url="http://127.0.0.1:8123/r/tok", token="tok")
+
+
+def test_gui_tasks_offer_the_gui_mcp_server() -> None:
+    for task in (MiniWoBEnv(names="click-test").tasks()[0], DesktopEnv(names="term-exit").tasks()[0]):
+        assert task.mcp_servers == {"gui": McpServer(command=MCP_PATH)}
+
+
+def test_claude_code_passes_the_tasks_mcp_servers_and_only_those() -> None:
+    task = MiniWoBEnv(names="click-test").tasks()[0]
+    spec = ClaudeCodeHarness().launch(task, ENDPOINT, "/workspace")
+    assert json.loads(spec.files[MCP_CONFIG_PATH]) == {"mcpServers": {"gui": {"type": "stdio", "command": MCP_PATH, "args": []}}}
+    argv = spec.command[5:]
+    at = argv.index("--mcp-config")
+    assert argv[at + 1 : at + 3] == [MCP_CONFIG_PATH, "--strict-mcp-config"] and "--dangerously-skip-permissions" in argv
+    # no servers on the task, or the option off: no config file, no flag
+    for off in (ClaudeCodeHarness(mcp=False).launch(task, ENDPOINT, "/w"), ClaudeCodeHarness().launch(Task(id="t", instruction="x"), ENDPOINT, "/w")):
+        assert MCP_CONFIG_PATH not in off.files and "--mcp-config" not in off.command
+
+
+def test_codex_config_toml_starts_the_tasks_mcp_servers() -> None:
+    task = MiniWoBEnv(names="click-test").tasks()[0]
+    config = tomllib.loads(str(CodexHarness().launch(task, ENDPOINT, "/workspace").files[CONFIG_PATH]))
+    assert config["mcp_servers"] == {"gui": {"command": MCP_PATH, "args": [], "startup_timeout_sec": 30, "tool_timeout_sec": 150}}
+    assert config["model_providers"]["forge"]["base_url"] == ENDPOINT.openai_base  # the rest of the config is unchanged
+    assert "mcp_servers" not in tomllib.loads(str(CodexHarness(mcp=False).launch(task, ENDPOINT, "/w").files[CONFIG_PATH]))
+
+
+def _body(call: dict[str, Any]) -> dict[str, Any]:
+    """A recorded call's request body as the harness sent it."""
+    return call["request"] if isinstance(call["request"], dict) else json.loads(call["request"])
+
+
+def _tool_names(call: dict[str, Any]) -> list[str]:
+    """The names of the tools a recorded request offered (a Codex namespace as namespace/tool)."""
+    names = []
+    for tool in _body(call).get("tools") or []:
+        names += [f"{tool['name']}/{t['name']}" for t in tool.get("tools", [])] if tool.get("type") == "namespace" else [str(tool.get("name"))]
+    return names
+
+
+# what the model saw after each MCP call: gui-mcp's observe text, with the screenshot as an image (stored as a blob:
+# the CLI path above observes with --no-screenshot), then the click's result
+@pytest.mark.docker
+@pytest.mark.timeout(1200)
+def test_claude_code_solves_a_miniwob_task_through_the_gui_mcp_server(docker_client, base_image, tmp_path: Path) -> None:
+    summary, rollout, calls = _run("claude-code", tmp_path, MCP_SCRIPT)
+    assert (rollout["status"], rollout["reward"], rollout["passed"]) == ("done", 1.0, True), (rollout["error"], rollout["meta"])
+    assert len(calls) == 3 and all(c["status"] == "ok" for c in calls)
+    assert {"mcp__gui__observe", "mcp__gui__click", "mcp__gui__type_text", "Bash"} <= set(_tool_names(calls[0]))
+    messages = _body(calls[1])["messages"]
+    use, result = messages[-2]["content"][0], messages[-1]["content"][0]
+    assert (use["type"], use["name"], result["type"], result["tool_use_id"]) == ("tool_use", "mcp__gui__observe", "tool_result", use["id"])
+    text, image = result["content"]
+    assert "task: Click the button." in text["text"] and "[4] button#subbtn" in text["text"]
+    assert image["type"] == "image" and image["source"]["forgetui_blob"].startswith("sha256:")
+    messages = _body(calls[2])["messages"]
+    use, result = messages[-2]["content"][0], messages[-1]["content"][0]
+    assert (use["name"], use["input"], result["tool_use_id"]) == ("mcp__gui__click", {"id": 4}, use["id"])
+    assert "clicked [4] button#subbtn" in result["content"][0]["text"] and "the episode is over: reward" in result["content"][0]["text"]
+
+
+def _codex_call(call: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
+    """The function_call item of MCP tool `name` in a recorded Codex request, and the text of its output."""
+    items = _body(call)["input"]
+    use = next(i for i in items if i.get("type") == "function_call" and name in (f"{i.get('namespace')}__{i.get('name')}", i.get("name")))
+    output = next(i["output"] for i in items if i.get("type") == "function_call_output" and i.get("call_id") == use["call_id"])
+    return use, output if isinstance(output, str) else json.dumps(output)
+
+
+# Codex offers MCP tools as one Responses `namespace` tool (mcp__gui, its tools observe, click, ...) and runs a call
+# only when it names the namespace: the proxy must flatten the namespace for the policy and split the name back
+KNOWN_GAP = "unsupported call: mcp__gui__"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1200)
+def test_codex_solves_a_miniwob_task_through_the_gui_mcp_server(docker_client, base_image, tmp_path: Path) -> None:
+    summary, rollout, calls = _run("codex", tmp_path, MCP_SCRIPT)
+    assert calls and all(c["status"] == "ok" for c in calls)
+    assert {"mcp__gui/observe", "mcp__gui/click", "mcp__gui/type_text", "exec_command"} <= set(_tool_names(calls[0]))
+    if KNOWN_GAP in json.dumps(rollout["meta"]):
+        pytest.xfail("the proxy's Responses protocol drops Codex's `namespace` tools, so Codex refuses the policy's mcp__gui__observe call")
+    assert (rollout["status"], rollout["reward"], rollout["passed"]) == ("done", 1.0, True), (rollout["error"], rollout["meta"])
+    assert len(calls) == 3
+    use, output = _codex_call(calls[1], "mcp__gui__observe")
+    assert "task: Click the button." in output and "[4] button#subbtn" in output and "screenshot: /tmp/forgetui-gui/" in output
+    use, output = _codex_call(calls[2], "mcp__gui__click")
+    assert json.loads(use["arguments"]) == {"id": 4} and "clicked [4] button#subbtn" in output and "the episode is over: reward" in output

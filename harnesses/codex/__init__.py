@@ -3,6 +3,8 @@
 Codex speaks only the OpenAI Responses API and ignores OPENAI_BASE_URL, so the proxy is a custom
 model provider in $CODEX_HOME/config.toml. Plugins, analytics, update checks, web search and the
 multi-agent/goal/app tools are off: the model sees a few plain function tools (`exec_command`, ...).
+The task's MCP servers (`Task.mcp_servers`, e.g. the GUI envs' `gui-mcp`) are `[mcp_servers.<name>]`
+tables in the same config.toml.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.env import Task
+from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
@@ -26,6 +28,8 @@ LAST_MESSAGE_PATH = f"{RUN_DIR}/last-message.txt"
 API_KEY_ENV = "FORGE_API_KEY"
 PROVIDER = "forge"
 DEFAULT_CONTEXT_WINDOW = 32768
+MCP_STARTUP_TIMEOUT_S = 30
+MCP_TOOL_TIMEOUT_S = 150  # above gui-mcp's own 120 s limit on one `gui` command
 # quiet (no plugin, analytics or update traffic) and a small plain tool set
 QUIET_FLAGS = (
     "--disable", "plugins",
@@ -39,7 +43,9 @@ QUIET_FLAGS = (
 
 
 def _toml_value(value: Any) -> str:
-    """A TOML literal for a str/bool/int/float (JSON string escapes are valid TOML basic strings)."""
+    """A TOML literal for a str/bool/int/float or a list of them (JSON string escapes are valid TOML basic strings)."""
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -57,7 +63,8 @@ def to_toml(top: dict[str, Any], tables: dict[str, dict[str, Any]]) -> str:
 
 class CodexHarness(Harness):
     """Options: ``context_window`` (32768), ``reasoning_effort`` (unset), ``stream_idle_timeout_ms`` (600000),
-    ``request_max_retries`` (1), ``stream_max_retries`` (1), ``extra_args`` (list of extra `codex exec` args)."""
+    ``request_max_retries`` (1), ``stream_max_retries`` (1), ``mcp`` (true: start the task's MCP servers),
+    ``extra_args`` (list of extra `codex exec` args)."""
 
     name = "codex"
     version = versions.version_of(versions.CODEX)
@@ -71,6 +78,7 @@ class CodexHarness(Harness):
         self.stream_idle_timeout_ms = int(options.get("stream_idle_timeout_ms", 600_000))
         self.request_max_retries = int(options.get("request_max_retries", 1))
         self.stream_max_retries = int(options.get("stream_max_retries", 1))
+        self.mcp = bool(options.get("mcp", True))
         self.extra_args = [str(a) for a in options.get("extra_args", [])]
 
     def image_layer(self) -> ImageLayer:
@@ -79,8 +87,8 @@ class CodexHarness(Harness):
 
         return npm_layer("codex", [versions.spec_at(versions.CODEX, self.version)], links={"codex": BINARY, "rg": RG})
 
-    def config_toml(self, endpoint: Endpoint) -> str:
-        """$CODEX_HOME/config.toml: the proxy as the only provider, approvals and telemetry off."""
+    def config_toml(self, endpoint: Endpoint, mcp_servers: dict[str, McpServer] | None = None) -> str:
+        """$CODEX_HOME/config.toml: the proxy as the only provider, approvals and telemetry off, the task's MCP servers."""
         top: dict[str, Any] = {
             "model": endpoint.model,
             "model_provider": PROVIDER,
@@ -107,6 +115,13 @@ class CodexHarness(Harness):
             "features": {"plugins": False, "remote_plugin": False, "goals": False, "apps": False},
             "agents": {"enabled": False},  # no subagent tools (replaces the deprecated features.multi_agent)
         }
+        for name, server in (mcp_servers or {}).items():
+            tables[f"mcp_servers.{name}"] = {
+                "command": server.command,
+                "args": list(server.args),
+                "startup_timeout_sec": MCP_STARTUP_TIMEOUT_S,
+                "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
+            }
         return to_toml(top, tables)
 
     def exec_args(self, endpoint: Endpoint, workdir: str) -> list[str]:
@@ -138,7 +153,7 @@ class CodexHarness(Harness):
                 "NO_COLOR": "1",
                 "RUST_LOG": "error",
             },
-            files={CONFIG_PATH: self.config_toml(endpoint), INSTRUCTION_PATH: task.instruction},
+            files={CONFIG_PATH: self.config_toml(endpoint, task.mcp_servers if self.mcp else None), INSTRUCTION_PATH: task.instruction},
             workdir=workdir,
         )
 
