@@ -23,13 +23,68 @@ class ToolCall:
     arguments: str
 
 
+IMAGE_PLACEHOLDER = "[image]"  # an image in `content`, the text-only form of a message
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image input of a message: named by the sha256 of its bytes (the `blobs` row that holds them)."""
+
+    sha256: str
+    media_type: str
+    data: bytes | None = None  # None when parsed back from a record (the body holds a blob reference)
+
+    @property
+    def ref(self) -> str:
+        return f"sha256:{self.sha256}"
+
+
+Piece = str | ImagePart
+
+
+def content_fields(pieces: list[Piece]) -> dict[str, Any]:
+    """A canonical message's ``content`` from its pieces (text joined by newlines), and ``parts`` when one is an image."""
+    content = "\n".join(p if isinstance(p, str) else IMAGE_PLACEHOLDER for p in pieces)
+    if any(isinstance(p, ImagePart) for p in pieces):
+        return {"content": content, "parts": list(pieces)}
+    return {"content": content}
+
+
+def message_images(message: dict[str, Any]) -> list[ImagePart]:
+    """The images of one canonical message, in order."""
+    return [p for p in message.get("parts") or () if isinstance(p, ImagePart)]
+
+
+def request_images(messages: list[dict[str, Any]]) -> list[ImagePart]:
+    """Every image of a canonical conversation, in order."""
+    return [image for message in messages for image in message_images(message)]
+
+
+def image_refs(message: dict[str, Any]) -> tuple[str, ...]:
+    """The blob references of a message's images, from its canonical form (`parts`) or its exported one (`images`)."""
+    if "parts" in message:
+        return tuple(image.ref for image in message_images(message))
+    return tuple(message.get("images") or ())
+
+
+def exported_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A canonical message as JSON holds it: its images as ``"images": ["sha256:<hex>", ...]`` (rows of `blobs`)."""
+    if "parts" not in message:
+        return message
+    out = {k: v for k, v in message.items() if k != "parts"}
+    out["images"] = list(image_refs(message))
+    return out
+
+
 @dataclass
 class ChatRequest:
     """A request in canonical form.
 
     `messages` use OpenAI chat format: ``{"role": "system"|"user"|"assistant"|"tool",
     "content": str | None, "tool_calls": [{"id","type":"function","function":{"name","arguments"}}],
-    "tool_call_id": str}``; content is always a plain string (text parts joined).
+    "tool_call_id": str}``; content is always a plain string (text parts joined, an image as
+    ``[image]``). A message that carries images also has ``"parts"``: its pieces in order, each a
+    string or an `ImagePart`, for backends that take images (`content` is their texts joined).
     `tools` are OpenAI function tools ``{"type":"function","function":{name,description,parameters}}``.
     """
 

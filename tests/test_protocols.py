@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -10,10 +11,14 @@ import httpx2
 import openai
 import pytest
 
-from core.chat import ChatRequest, Completion, ToolCall
+from core.chat import ChatRequest, Completion, ImagePart, ToolCall
 from core.errors import ProtocolError
 from core.protocols.registry import get_protocol
 from tests.conftest import HARNESS_REQUESTS  # noqa: E402
+from tests.test_gui_images import b64, png
+
+PNG = png()
+PNG_PART = ImagePart(hashlib.sha256(PNG).hexdigest(), "image/png", PNG)
 
 FIXTURES = HARNESS_REQUESTS
 FIXTURE_API = {"codex": "responses", "claude-code": "messages", "gemini-cli": "gemini"}
@@ -127,7 +132,7 @@ def test_chat_tool_round_trip() -> None:
             {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "/w"}]},
             {
                 "role": "user",
-                "content": [{"type": "text", "text": "Thanks"}, {"type": "image_url", "image_url": {}}],
+                "content": [{"type": "text", "text": "Thanks"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(PNG)}"}}],
             },
         ],
         "tools": [
@@ -138,7 +143,8 @@ def test_chat_tool_round_trip() -> None:
     }
     req = chat.parse_request(body)
     assert req.messages[:5] == EXPECTED_TOOL_TURN[:5]
-    assert req.messages[5] == {"role": "user", "content": "Thanks\n[image]"}
+    # the text form keeps a placeholder; `parts` carries the image itself, for backends that take images
+    assert req.messages[5] == {"role": "user", "content": "Thanks\n[image]", "parts": ["Thanks", PNG_PART]}
     assert [t["function"]["name"] for t in req.tools] == ["ls"] and req.stop == ["END"]
 
 
@@ -248,7 +254,7 @@ def test_messages_error_tool_result_and_image() -> None:
             "messages": [
                 {
                     "role": "user",
-                    "content": [{"type": "image", "source": {}}, {"type": "text", "text": "what?"}],
+                    "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}, {"type": "text", "text": "what?"}],
                 },
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "x", "input": {}}]},
                 {
@@ -260,7 +266,7 @@ def test_messages_error_tool_result_and_image() -> None:
             ],
         }
     )
-    assert req.messages[0] == {"role": "user", "content": "[image]\nwhat?"}
+    assert req.messages[0] == {"role": "user", "content": "[image]\nwhat?", "parts": [PNG_PART, "what?"]}
     assert req.messages[-1] == {"role": "tool", "tool_call_id": "t", "content": "Error: boom"}
 
 

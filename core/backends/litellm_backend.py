@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from core.backends.base import GenerationContext
-from core.backends.openai_compat import OpenAICompatBackend
+from core.backends.openai_compat import OpenAICompatBackend, wire_messages
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
 from core.errors import BackendError, ContextLengthError, RateLimitedError
 from core.secrets import redact_text
@@ -61,8 +61,11 @@ def _litellm() -> Any:
 class LiteLLMBackend:
     """`litellm:MODEL` — e.g. ``litellm:openai/gpt-4o`` or ``litellm:hosted_vllm/qwen?api_base=http://...``."""
 
-    def __init__(self, model: str, api_base: str | None = None, api_key: str | None = None, token_ids: bool = False, timeout: float = 600.0) -> None:
+    def __init__(
+        self, model: str, api_base: str | None = None, api_key: str | None = None, token_ids: bool = False, timeout: float = 600.0, vision: bool | None = None
+    ) -> None:
         self.model = model
+        self._vision = vision  # None: as LiteLLM's model list says (`supports_vision`)
         self.name = f"litellm:{model}"
         self.api_base = api_base
         self.api_key = api_key
@@ -75,7 +78,17 @@ class LiteLLMBackend:
         self._native: OpenAICompatBackend | None = None
         if native is not None:
             base, upstream_model, key = native
-            self._native = OpenAICompatBackend(base, upstream_model, api_key=key, token_ids=token_ids, timeout=timeout, name=self.name)
+            self._native = OpenAICompatBackend(base, upstream_model, api_key=key, token_ids=token_ids, timeout=timeout, name=self.name, accepts_images=bool(vision))
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the model takes image inputs: `vision=` in the spec, else LiteLLM's model list (unknown: no)."""
+        if self._vision is None:
+            try:
+                self._vision = bool(_litellm().supports_vision(model=self.model))
+            except Exception:  # noqa: BLE001 - a model LiteLLM does not know: text only unless the spec says vision=1
+                self._vision = False
+        return self._vision
 
     def complete(self, request: ChatRequest, context: GenerationContext) -> AsyncIterator[StreamEvent]:
         if self._native is not None:
@@ -86,7 +99,7 @@ class LiteLLMBackend:
         litellm = _litellm()
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": wire_messages(request.messages),  # LiteLLM translates image parts for each provider
             "stream": True,
             "stream_options": {"include_usage": True},
             "timeout": self.timeout,

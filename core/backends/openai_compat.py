@@ -8,6 +8,7 @@ Token ids are recorded when the server returns them (vLLM's ``return_token_ids``
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
@@ -124,6 +125,26 @@ def is_context_length(raw: bytes) -> bool:
     return bool(_CONTEXT_LENGTH.search(error_message(raw)))
 
 
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical messages as OpenAI chat sends them: a message with images gets content parts (images as data URLs)."""
+    if not any("parts" in m for m in messages):
+        return messages
+    return [_wire_message(m) if "parts" in m else m for m in messages]
+
+
+def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    for piece in message["parts"]:
+        if isinstance(piece, str):
+            content.append({"type": "text", "text": piece})
+            continue
+        if piece.data is None:  # a request parsed back from a record: its bytes are in `blobs`, not here
+            raise BackendError(f"image {piece.ref} has no bytes here (a recorded request); load it from the store's blobs to send it")
+        url = f"data:{piece.media_type};base64,{base64.b64encode(piece.data).decode('ascii')}"
+        content.append({"type": "image_url", "image_url": {"url": url}})
+    return {**{k: v for k, v in message.items() if k != "parts"}, "content": content}
+
+
 class OpenAICompatBackend:
     """A `PassthroughBackend` that streams ``POST {api_base}/chat/completions`` itself.
 
@@ -139,8 +160,10 @@ class OpenAICompatBackend:
         token_ids: bool = False,
         timeout: float = 600.0,
         name: str | None = None,
+        accepts_images: bool = False,
     ) -> None:
         self.api_base = api_base.rstrip("/")
+        self.accepts_images = accepts_images  # the server's model takes image inputs (the proxy refuses them otherwise)
         self.url = self.api_base + "/chat/completions"
         self.model = model
         self.token_ids = token_ids
@@ -153,7 +176,7 @@ class OpenAICompatBackend:
     def _payload(self, request: ChatRequest) -> bytes:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": wire_messages(request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
         }

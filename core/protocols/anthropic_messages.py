@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core.chat import Api, ChatRequest, Completion
+from core.chat import Api, ChatRequest, Completion, Piece, content_fields
 from core.errors import ProtocolError
 from core.protocols.checks import FieldNames, check_sampling, stream_flag
+from core.protocols.images import part_image
 from core.protocols.sse import (
     args_json,
     dump_args,
@@ -52,14 +53,17 @@ def anthropic_error(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _ERROR_TYPES.get(kind, "api_error"), "message": message}}
 
 
-def _block_text(block: dict[str, Any], where: str) -> str | None:
-    """Text of a text-like block; None for blocks that carry no text."""
+def _block_piece(block: dict[str, Any], where: str) -> Piece | None:
+    """A text-like block's text, an image block's image; None for blocks that carry neither."""
     kind = block.get("type")
     if kind == "text":
         text = block.get("text")
         if not isinstance(text, str):
             raise ProtocolError(f"{where}.text must be a string")
         return text
+    image = part_image(block, "messages", where)
+    if image is not None:
+        return image
     if kind in _PLACEHOLDERS:
         return _PLACEHOLDERS[kind]
     if kind not in _IGNORED:
@@ -67,22 +71,27 @@ def _block_text(block: dict[str, Any], where: str) -> str | None:
     return None
 
 
-def _blocks_text(content: Any, where: str) -> str:
-    """A string or a list of blocks (system prompt, tool_result content) as one string."""
+def _blocks(content: Any, where: str) -> list[Piece]:
+    """A string or a list of blocks (system prompt, tool_result content) as its pieces."""
     if content is None:
-        return ""
+        return []
     if isinstance(content, str):
-        return content
+        return [content]
     if not isinstance(content, list):
         raise ProtocolError(f"{where} must be a string or a list of content blocks")
-    texts = []
+    pieces: list[Piece] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
             raise ProtocolError(f"{where}[{i}] must be an object with a 'type'")
-        text = _block_text(block, f"{where}[{i}]")
-        if text is not None:
-            texts.append(text)
-    return "\n".join(texts)
+        piece = _block_piece(block, f"{where}[{i}]")
+        if piece is not None:
+            pieces.append(piece)
+    return pieces
+
+
+def _blocks_text(content: Any, where: str) -> str:
+    """A string or a list of blocks as one string (the system prompt: images there are placeholders)."""
+    return content_fields(_blocks(content, where))["content"]
 
 
 def _message(msg: Any, where: str) -> list[dict[str, Any]]:
@@ -97,7 +106,7 @@ def _message(msg: Any, where: str) -> list[dict[str, Any]]:
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise ProtocolError(f"{where}.content must be a string or a list of content blocks")
-    texts: list[str] = []
+    texts: list[Piece] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     for i, block in enumerate(content):
@@ -116,22 +125,27 @@ def _message(msg: Any, where: str) -> list[dict[str, Any]]:
                 )
             )
         elif kind == "tool_result":
-            text = _blocks_text(block.get("content"), f"{bwhere}.content")
+            pieces = _blocks(block.get("content"), f"{bwhere}.content")
             if block.get("is_error"):
-                text = f"Error: {text}"
-            results.append(
-                {"role": "tool", "tool_call_id": str(block.get("tool_use_id") or ""), "content": text}
-            )
+                pieces = _error_pieces(pieces)
+            results.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id") or ""), **content_fields(pieces)})
         else:
-            text = _block_text(block, bwhere)
-            if text is not None:
-                texts.append(text)
+            piece = _block_piece(block, bwhere)
+            if piece is not None:
+                texts.append(piece)
     out = list(results)
     if calls:
-        out.append({"role": role, "content": "\n".join(texts), "tool_calls": calls})
+        out.append({"role": role, **content_fields(texts), "tool_calls": calls})
     elif texts or not results:
-        out.append({"role": role, "content": "\n".join(texts)})
+        out.append({"role": role, **content_fields(texts)})
     return out
+
+
+def _error_pieces(pieces: list[Piece]) -> list[Piece]:
+    """A failed tool result's pieces, its text starting with "Error: " as the text-only form always did."""
+    if pieces and isinstance(pieces[0], str):
+        return [f"Error: {pieces[0]}", *pieces[1:]]
+    return ["Error: ", *pieces]
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core.chat import Api, ChatRequest, Completion
+from core.chat import Api, ChatRequest, Completion, Piece, content_fields
 from core.errors import ProtocolError
 from core.protocols.checks import FieldNames, check_offered, check_sampling
+from core.protocols.images import part_image
 from core.protocols.sse import (
     KIND_STATUS,
     data_frame,
@@ -131,7 +132,7 @@ def parse_contents(system: Any, contents: Any) -> list[dict[str, Any]]:
         role = content.get("role") or "user"
         if role not in _ROLES:
             raise ProtocolError(f"{where}.role must be 'user', 'model' or 'function', got {role!r}")
-        texts: list[str] = []
+        texts: list[Piece] = []
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
         for j, part in enumerate(parts):
@@ -161,8 +162,7 @@ def parse_contents(system: Any, contents: Any) -> list[dict[str, Any]]:
                     }
                 )
             elif _get(part, "inlineData", "inline_data") is not None:
-                mime = str(_get(part, "inlineData", "inline_data").get("mimeType") or "")
-                texts.append("[image]" if mime.startswith("image/") else "[file]")
+                texts.append(part_image(part, "gemini", pwhere) or "[file]")
             elif _get(part, "fileData", "file_data") is not None:
                 texts.append("[file]")
             else:
@@ -170,12 +170,12 @@ def parse_contents(system: Any, contents: Any) -> list[dict[str, Any]]:
         chat_role = _ROLES[role]
         messages.extend(results)
         if chat_role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+            msg: dict[str, Any] = {"role": "assistant", **content_fields(texts)}
             if calls:
                 msg["tool_calls"] = calls
             messages.append(msg)
         elif texts or (not results and chat_role == "user"):
-            messages.append({"role": "user", "content": "\n".join(texts)})
+            messages.append({"role": "user", **content_fields(texts)})
     return messages
 
 

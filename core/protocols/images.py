@@ -15,9 +15,9 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from core.chat import ImagePart
 from core.errors import ProtocolError
 
 MAX_IMAGE_BYTES = 10 * 1024 * 1024  # decoded; providers cap a single image at 5-20 MB
@@ -34,17 +34,7 @@ class ImageTooLarge(ProtocolError):
     kind = "too_large"
 
 
-@dataclass(frozen=True)
-class Image:
-    """One decoded, checked image input."""
-
-    sha256: str
-    media_type: str
-    data: bytes
-
-    @property
-    def ref(self) -> str:
-        return f"sha256:{self.sha256}"
+Image = ImagePart  # a decoded, checked image input (its bytes always set)
 
 
 def decode(media_type: str, data: Any, where: str) -> Image:
@@ -94,39 +84,74 @@ def _walk(node: Any, where: str) -> Iterator[tuple[dict[str, Any], str]]:
             stack.extend((value, f"{where}[{i}]") for i, value in reversed(list(enumerate(node))))
 
 
-def _take(part: dict[str, Any], api: str, where: str) -> Image | None:
-    """The image a content part carries (and replace its bytes by a reference), or None."""
+def _recorded(node: Any) -> ImagePart | None:
+    """The image a recorded part names by its blob reference (bytes in `blobs`), or None."""
+    ref = node.get(BLOB_KEY) if isinstance(node, dict) else None
+    if not isinstance(ref, str) or not ref.startswith("sha256:"):
+        return None
+    media_type = node.get("media_type") or node.get("mime_type") or node.get("mimeType") or ""
+    return ImagePart(ref[len("sha256:") :], str(media_type))
+
+
+def part_image(part: dict[str, Any], api: str, where: str) -> ImagePart | None:
+    """The image a content part carries (decoded and checked; or the blob a recorded part names), or None.
+
+    Leaves `part` as it is: parsing a request for the backend reads its images with this, and
+    `extract_images` swaps their bytes for references in the copy that is recorded.
+    """
     kind = part.get("type")
     if api == "chat" and kind == "image_url":
         inner = part.get("image_url")
-        url = inner.get("url") if isinstance(inner, dict) else inner
-        image = data_url(url, f"{where}.image_url")
-        part["image_url"] = {**inner, "url": None, BLOB_KEY: image.ref} if isinstance(inner, dict) else {BLOB_KEY: image.ref}
-        return image
+        recorded = _recorded(inner)
+        if recorded is not None:
+            return recorded
+        return data_url(inner.get("url") if isinstance(inner, dict) else inner, f"{where}.image_url")
     if api == "responses" and kind == "input_image":
+        recorded = _recorded(part)
+        if recorded is not None:
+            return recorded
         if part.get("file_id") and not part.get("image_url"):
             raise ProtocolError(f"{where}: images by file_id are not supported; send the image as a data: URL")
-        image = data_url(part.get("image_url"), f"{where}.image_url")
-        part["image_url"] = None
-        part[BLOB_KEY] = image.ref
-        return image
+        return data_url(part.get("image_url"), f"{where}.image_url")
     if api == "messages" and kind == "image":
         source = part.get("source")
+        recorded = _recorded(source)
+        if recorded is not None:
+            return recorded
         if not isinstance(source, dict) or source.get("type") != "base64":
             raise ProtocolError(f"{where}.source: only base64 image sources are accepted (the proxy fetches nothing)")
-        image = decode(source.get("media_type"), source.get("data"), f"{where}.source")
-        part["source"] = {"type": "base64", "media_type": image.media_type, "data": None, BLOB_KEY: image.ref}
-        return image
+        return decode(source.get("media_type"), source.get("data"), f"{where}.source")
     if api == "gemini":
         key = "inline_data" if "inline_data" in part else "inlineData" if "inlineData" in part else None
         inline = part.get(key) if key else None
         if isinstance(inline, dict):
+            recorded = _recorded(inline)
+            if recorded is not None:
+                return recorded
             mime = inline.get("mime_type", inline.get("mimeType"))
             if str(mime or "").startswith("image/"):
-                image = decode(mime, inline.get("data"), f"{where}.{key}")
-                part[key] = {**{k: v for k, v in inline.items() if k != "data"}, "data": None, BLOB_KEY: image.ref}
-                return image
+                return decode(mime, inline.get("data"), f"{where}.{key}")
     return None
+
+
+def _take(part: dict[str, Any], api: str, where: str) -> Image | None:
+    """The image a content part carries, its bytes in `part` replaced by a reference; None for other parts."""
+    image = part_image(part, api, where)
+    if image is None or image.data is None:
+        return None  # not an image, or already a reference
+    kind = part.get("type")
+    if api == "chat":
+        inner = part.get("image_url")
+        part["image_url"] = {**inner, "url": None, BLOB_KEY: image.ref} if isinstance(inner, dict) else {BLOB_KEY: image.ref}
+    elif api == "responses":
+        part["image_url"] = None
+        part[BLOB_KEY] = image.ref
+    elif api == "messages" and kind == "image":
+        part["source"] = {"type": "base64", "media_type": image.media_type, "data": None, BLOB_KEY: image.ref}
+    else:
+        key = "inline_data" if "inline_data" in part else "inlineData"
+        part[key] = {**{k: v for k, v in part[key].items() if k != "data"}, "data": None, BLOB_KEY: image.ref}
+    return image
 
 
 def extract_images(api: str, body: Any) -> list[Image]:
@@ -142,4 +167,4 @@ def extract_images(api: str, body: Any) -> list[Image]:
     return images
 
 
-__all__ = ["BLOB_KEY", "MAX_IMAGE_BYTES", "Image", "ImageTooLarge", "data_url", "decode", "extract_images"]
+__all__ = ["BLOB_KEY", "MAX_IMAGE_BYTES", "Image", "ImageTooLarge", "data_url", "decode", "extract_images", "part_image"]

@@ -8,11 +8,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core.chat import Api, ChatRequest, Completion
+from core.chat import Api, ChatRequest, Completion, ImagePart, content_fields
 from core.errors import ProtocolError
 from core.protocols.checks import FieldNames, check_sampling, single_choice, stream_flag
+from core.protocols.images import part_image
 from core.protocols.sse import (
     DONE,
+    content_pieces,
     data_frame,
     dump_args,
     function_tool,
@@ -21,7 +23,6 @@ from core.protocols.sse import (
     object_list,
     opt_float,
     opt_int,
-    parts_text,
     require_dict,
     stop_list,
     text_remainder,
@@ -65,9 +66,13 @@ def openai_error(kind: str, message: str) -> dict[str, Any]:
     }
 
 
-def _content_text(content: Any, where: str) -> str:
-    """Chat message content (string, list of parts or null) as one string."""
-    return parts_text(content, f"{where}.content", ("text", "input_text", "output_text"), _PLACEHOLDERS)
+def _image_of(part: dict[str, Any], where: str) -> ImagePart | None:
+    return part_image(part, "chat", where)
+
+
+def _content(content: Any, where: str) -> dict[str, Any]:
+    """Chat message content (string, list of parts or null) as canonical `content` (and `parts` with images)."""
+    return content_fields(content_pieces(content, f"{where}.content", ("text", "input_text", "output_text"), _PLACEHOLDERS, _image_of))
 
 
 def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
@@ -99,13 +104,13 @@ def parse_messages(messages: Any) -> list[dict[str, Any]]:
                 {
                     "role": "tool",
                     "tool_call_id": str(msg.get("name") or ""),
-                    "content": _content_text(msg.get("content"), where),
+                    **_content(msg.get("content"), where),
                 }
             )
             continue
         if role not in _ROLES:
             raise ProtocolError(f"{where}.role must be one of {sorted(_ROLES)}, got {role!r}")
-        canon: dict[str, Any] = {"role": _ROLES[role], "content": _content_text(msg.get("content"), where)}
+        canon: dict[str, Any] = {"role": _ROLES[role], **_content(msg.get("content"), where)}
         if role == "assistant" and msg.get("tool_calls"):
             canon["tool_calls"] = _tool_calls(msg["tool_calls"], where)
         if role == "tool":

@@ -8,11 +8,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from core.chat import Api, ChatRequest, Completion
+from core.chat import Api, ChatRequest, Completion, ImagePart, content_fields
 from core.errors import ProtocolError
 from core.protocols.checks import FieldNames, check_sampling, stream_flag
+from core.protocols.images import part_image
 from core.protocols.openai_chat import openai_error
 from core.protocols.sse import (
+    content_pieces,
     dump_args,
     event_frame,
     function_tool,
@@ -21,7 +23,6 @@ from core.protocols.sse import (
     object_list,
     opt_float,
     opt_int,
-    parts_text,
     require_dict,
     text_remainder,
     tool_call,
@@ -36,9 +37,13 @@ _CALL_TYPES = ("function_call", "custom_tool_call")
 _OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
 
 
-def _parts_text(content: Any, where: str) -> str:
-    """Message content or tool output (string or list of parts) as one string."""
-    return parts_text(content, where, _TEXT_PARTS, _PLACEHOLDERS)
+def _image_of(part: dict[str, Any], where: str) -> ImagePart | None:
+    return part_image(part, "responses", where)
+
+
+def _content(content: Any, where: str) -> dict[str, Any]:
+    """Message content or tool output (string or list of parts) as canonical `content` (and `parts` with images)."""
+    return content_fields(content_pieces(content, where, _TEXT_PARTS, _PLACEHOLDERS, _image_of))
 
 
 def _call_arguments(item: dict[str, Any]) -> str:
@@ -72,7 +77,7 @@ def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
             if role not in _ROLES:
                 raise ProtocolError(f"{where}.role must be one of {sorted(_ROLES)}, got {role!r}")
             messages.append(
-                {"role": _ROLES[role], "content": _parts_text(item.get("content"), f"{where}.content")}
+                {"role": _ROLES[role], **_content(item.get("content"), f"{where}.content")}
             )
         elif kind in _CALL_TYPES:
             name = item.get("name")
@@ -91,7 +96,7 @@ def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
                 {
                     "role": "tool",
                     "tool_call_id": str(item.get("call_id") or ""),
-                    "content": _parts_text(item.get("output"), f"{where}.output"),
+                    **_content(item.get("output"), f"{where}.output"),
                 }
             )
         else:

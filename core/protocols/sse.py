@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from core.chat import ImagePart, Piece
 from core.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -169,31 +171,40 @@ def object_list(value: Any, key: str) -> list[dict[str, Any]]:
     return value
 
 
-def parts_text(content: Any, where: str, text_kinds: tuple[str, ...], placeholders: dict[str, str]) -> str:
-    """Content as one string: a string, null, or a list of typed parts (text joined; images etc. as placeholders)."""
+ImageOf = Callable[[dict[str, Any], str], ImagePart | None]
+
+
+def content_pieces(content: Any, where: str, text_kinds: tuple[str, ...], placeholders: dict[str, str], image_of: ImageOf | None = None) -> list[Piece]:
+    """Content (a string, null, or a list of typed parts) as its pieces: texts, and images where `image_of` finds them.
+
+    Other parts the text cannot hold (audio, files; images without `image_of`) are placeholders.
+    """
     if content is None:
-        return ""
+        return []
     if isinstance(content, str):
-        return content
+        return [content]
     if not isinstance(content, list):
         raise ProtocolError(f"{where} must be a string or a list of content parts")
-    texts: list[str] = []
+    pieces: list[Piece] = []
     for i, part in enumerate(content):
         if isinstance(part, str):
-            texts.append(part)
+            pieces.append(part)
             continue
         if not isinstance(part, dict):
             raise ProtocolError(f"{where}[{i}] must be an object with a 'type'")
         kind = part.get("type")
-        if kind in text_kinds:
+        image = image_of(part, f"{where}[{i}]") if image_of is not None else None
+        if image is not None:
+            pieces.append(image)
+        elif kind in text_kinds:
             text = part.get("text")
             if not isinstance(text, str):
                 raise ProtocolError(f"{where}[{i}].text must be a string")
-            texts.append(text)
+            pieces.append(text)
         elif kind == "refusal":
-            texts.append(str(part.get("refusal") or ""))
+            pieces.append(str(part.get("refusal") or ""))
         elif kind in placeholders:
-            texts.append(placeholders[kind])
+            pieces.append(placeholders[kind])
         else:
             log.debug("ignoring %s part of type %r", where, kind)
-    return "\n".join(texts)
+    return pieces

@@ -178,7 +178,7 @@ class ProxyApp:
         if images and not accepts_images(policy):
             message = (
                 f"the policy backend {policy.name} takes text only, and this request carries {len(images)} image(s); "
-                "send the screen as text, or serve a vision-language model"
+                "send the screen as text, or serve a vision-language model (a litellm: spec whose model LiteLLM does not list as taking images needs vision=1)"
             )
             await self._error(send, proto, 400, "invalid_request", message)
             return

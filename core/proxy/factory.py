@@ -40,7 +40,7 @@ def make_policy(spec: str, *, parser: str = "hermes", tokenizer: str | None = No
         from core.backends.litellm_backend import LiteLLMBackend
 
         return PassthroughPolicy(
-            LiteLLMBackend(target, api_base=opts.get("api_base"), api_key=api_key(opts), token_ids=opts.get("token_ids") in ("1", "true"), timeout=upstream_timeout(opts))
+            LiteLLMBackend(target, api_base=opts.get("api_base"), api_key=api_key(opts), token_ids=opts.get("token_ids") in ("1", "true"), timeout=upstream_timeout(opts), vision=flag(opts, "vision"))
         )
     backend = make_token_backend(spec, tokenizer=tokenizer)
     return token_policy(backend, spec, parser=parser, default_max_tokens=default_max_tokens)
@@ -82,6 +82,18 @@ def api_key(opts: dict[str, str]) -> str | None:
     if opts.get("api_key"):
         log.warning("the backend spec carries its API key inline; it is redacted wherever shown, but prefer api_key_env=NAME (the key stays in the environment)")
     return opts.get("api_key")
+
+
+def flag(opts: dict[str, str], key: str) -> bool | None:
+    """A yes/no spec option (``1``/``true``/``yes`` or ``0``/``false``/``no``); None when it is not given."""
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    if raw.lower() in ("1", "true", "yes"):
+        return True
+    if raw.lower() in ("0", "false", "no"):
+        return False
+    raise ConfigError(f"{key}={raw!r} in the backend spec must be 1 or 0 (true or false)")
 
 
 def upstream_timeout(opts: dict[str, str]) -> float:

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from core.chat import image_refs
 from core.tokens.template import encode, render_chat
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ def normalize_message(msg: dict[str, Any]) -> tuple:
         (c.get("function", {}).get("name"), orjson.dumps(_norm_args(c.get("function", {}).get("arguments")), option=orjson.OPT_SORT_KEYS))
         for c in msg.get("tool_calls") or ()
     )
-    return (msg.get("role"), (msg.get("content") or "").strip(), calls)
+    images = image_refs(msg)  # the same text around another screenshot is another turn
+    return (msg.get("role"), (msg.get("content") or "").strip(), calls, images)
 
 
 def tools_key(tools: list[dict[str, Any]]) -> str:

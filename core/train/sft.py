@@ -35,6 +35,7 @@ from typing import Any
 
 import duckdb
 
+from core.chat import exported_message
 from core.config import RunConfig, dump_toml
 from core.errors import ConfigError, ModelError, ProtocolError, TrainingDataError
 from core.train.samples import TRAINABLE_STATUSES, build_samples, samples_for_run
@@ -167,11 +168,11 @@ def same_tokenizer(teacher: str | None, student: Any, student_name: str) -> bool
 def request_chat(
     api: str, request: Any, model: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(canonical messages, tools) of a recorded request body, parsed by its wire protocol."""
+    """(messages, tools) of a recorded request body, parsed by its wire protocol; images as blob references (JSON-safe)."""
     from core.protocols.registry import get_protocol
 
     parsed = get_protocol(api).parse_request(_json(request), model=model or "recorded")
-    return parsed.messages, parsed.tools
+    return [exported_message(m) for m in parsed.messages], parsed.tools
 
 
 def answer_message(api: str, response: Any) -> dict[str, Any]:
