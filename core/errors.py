@@ -89,3 +89,7 @@ class SandboxError(ForgetuiError):
 
 class TrainingDataError(ForgetuiError):
     """Recorded calls cannot become training samples (no token ids or no logprobs for what was sampled)."""
+
+
+class UntrainableBackendError(TrainingDataError):
+    """The policy backend does not return what training needs (sampled token ids, their logprobs): found before any rollout."""

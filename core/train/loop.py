@@ -30,6 +30,7 @@ from core.rollout.status import Tally
 from core.session import RunSession, store_rows
 from core.train import lora_push
 from core.train.advantages import compute_advantages
+from core.train.preflight import preflight_session
 from core.train.samples import diagnostics, samples_for_run, write_samples
 from core.train.tracking import MetricsMirror, train_step_rows
 from core.train.types import Sample
@@ -265,6 +266,8 @@ async def train_run(
     # the proxy samples at the trainer's temperature whatever the harness asks: recorded and recomputed logprobs agree
     policy = token_policy(backend, config.policy.backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens, temperature=config.train.temperature)
     async with RunSession(config, run_id=resume, resume=resume is not None, policy=policy, on_event=on_event) as session:
+        # a server without token ids or logprobs is refused now, not after a step of rollouts it cannot train on
+        await preflight_session(session, backend, config.policy.backend, temperature=config.train.temperature)
         tasks = session.tasks()
         check_train_tasks(tasks)
         loop = LocalTraining(session, backend, trainer)
