@@ -162,8 +162,7 @@ def _codex_call(call: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
 
 
 # Codex offers MCP tools as one Responses `namespace` tool (mcp__gui, its tools observe, click, ...) and runs a call
-# only when it names the namespace: the proxy must flatten the namespace for the policy and split the name back
-KNOWN_GAP = "unsupported call: mcp__gui__"
+# only when it names the namespace: the proxy flattens the namespace for the policy and splits the name back
 
 
 @pytest.mark.docker
@@ -172,8 +171,6 @@ def test_codex_solves_a_miniwob_task_through_the_gui_mcp_server(docker_client, b
     summary, rollout, calls = _run("codex", tmp_path, MCP_SCRIPT)
     assert calls and all(c["status"] == "ok" for c in calls)
     assert {"mcp__gui/observe", "mcp__gui/click", "mcp__gui/type_text", "exec_command"} <= set(_tool_names(calls[0]))
-    if KNOWN_GAP in json.dumps(rollout["meta"]):
-        pytest.xfail("the proxy's Responses protocol drops Codex's `namespace` tools, so Codex refuses the policy's mcp__gui__observe call")
     assert (rollout["status"], rollout["reward"], rollout["passed"]) == ("done", 1.0, True), (rollout["error"], rollout["meta"])
     assert len(calls) == 3
     use, output = _codex_call(calls[1], "mcp__gui__observe")

@@ -746,3 +746,31 @@ def test_gemini_stream_frames() -> None:
     assert last["usageMetadata"]["totalTokenCount"] == 16
     err = gemini_events(stream_bytes("gemini", req_for("gemini"), [], None, ("backend", "down")))
     assert err == [{"error": {"code": 502, "message": "down", "status": "UNAVAILABLE"}}]
+
+
+def test_codex_namespace_tools_are_flat_for_the_policy_and_namespaced_again_for_codex() -> None:
+    """Codex sends an MCP server's tools as one `namespace` tool and runs only calls that name the namespace."""
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "look"},
+            {"type": "function_call", "call_id": "c0", "namespace": "mcp__gui", "name": "observe", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c0", "output": "a button"},
+        ],
+        "tools": [
+            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
+            {"type": "namespace", "name": "mcp__gui", "tools": [
+                {"type": "function", "name": "observe", "description": "Look", "parameters": {"type": "object"}},
+                {"type": "function", "name": "click", "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+            ]},
+        ],
+    }  # fmt: skip
+    req = responses.parse_request(body)
+    assert [t["function"]["name"] for t in req.tools] == ["shell", "mcp__gui__observe", "mcp__gui__click"]
+    assert req.messages[1]["tool_calls"][0]["function"]["name"] == "mcp__gui__observe"  # history: the same flat name
+    done = completion("", [ToolCall(id="c1", name="mcp__gui__click", arguments='{"id": 4}'), ToolCall(id="c2", name="shell", arguments="{}")])
+    items = [i for i in responses.render_response(req, done, "resp_1")["output"] if i["type"] == "function_call"]
+    assert [(i.get("namespace"), i["name"]) for i in items] == [("mcp__gui", "click"), (None, "shell")]
+    streamed = [json.loads(line[6:]) for line in stream_bytes("responses", req, [], done).decode().splitlines() if line.startswith("data: ")]
+    finished = [e["item"] for e in streamed if e.get("type") == "response.output_item.done" and e["item"]["type"] == "function_call"]
+    assert [(i.get("namespace"), i["name"]) for i in finished] == [("mcp__gui", "click"), (None, "shell")]

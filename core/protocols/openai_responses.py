@@ -46,6 +46,11 @@ def _content(content: Any, where: str) -> dict[str, Any]:
     return content_fields(content_pieces(content, where, _TEXT_PARTS, _PLACEHOLDERS, _image_of))
 
 
+def _flat_name(namespace: str, name: str) -> str:
+    """A namespaced tool's name as the policy sees it (Codex's MCP tools: mcp__gui + observe → mcp__gui__observe)."""
+    return f"{namespace}{name}" if namespace.endswith("__") else f"{namespace}__{name}"
+
+
 def _call_arguments(item: dict[str, Any]) -> str:
     if item.get("type") == "custom_tool_call":
         raw = item.get("input")
@@ -83,6 +88,8 @@ def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
             name = item.get("name")
             if not isinstance(name, str) or not name:
                 raise ProtocolError(f"{where}.name must be a non-empty string")
+            if isinstance(item.get("namespace"), str) and item["namespace"]:
+                name = _flat_name(item["namespace"], name)
             call = tool_call(
                 str(item.get("call_id") or item.get("id") or f"call_{i}"), name, _call_arguments(item)
             )
@@ -106,11 +113,28 @@ def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
     return messages
 
 
+def _namespaced(tools: Any) -> dict[str, tuple[str, str]]:
+    """flat name → (namespace, name) for every function inside a `namespace` tool."""
+    out = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
+            for sub in tool.get("tools") or []:
+                if isinstance(sub, dict) and sub.get("type") == "function" and isinstance(sub.get("name"), str):
+                    out[_flat_name(tool["name"], sub["name"])] = (tool["name"], sub["name"])
+    return out
+
+
 def _tools(tools: Any) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(object_list(tools, "tools")):
+        if tool.get("type") == "namespace":  # Codex's MCP servers: each function under its flat name
+            for j, sub in enumerate(tool.get("tools") or []):
+                if isinstance(sub, dict) and sub.get("type") == "function":
+                    name = _flat_name(str(tool.get("name")), str(sub.get("name")))
+                    out.append(function_tool(name, sub.get("description"), sub.get("parameters"), f"tools[{i}].tools[{j}]"))
+            continue
         if tool.get("type") != "function":
-            continue  # namespace, web_search, custom, local_shell, ...: nothing a local policy can serve
+            continue  # web_search, custom, local_shell, ...: nothing a local policy can serve
         out.append(
             function_tool(tool.get("name"), tool.get("description"), tool.get("parameters"), f"tools[{i}]")
         )
@@ -151,9 +175,9 @@ def _text_part(text: str) -> dict[str, Any]:
 
 
 def _call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed", request: ChatRequest | None = None
 ) -> dict[str, Any]:
-    return {
+    item = {
         "id": item_id,
         "type": "function_call",
         "status": status,
@@ -161,6 +185,10 @@ def _call_item(
         "name": name,
         "arguments": arguments,
     }
+    where = (request.extra.get("namespaced") or {}).get(name) if request is not None else None
+    if where:  # a namespaced tool is called by its namespace and own name
+        item["namespace"], item["name"] = where
+    return item
 
 
 def _base_response(request: ChatRequest, response_id: str, created: int, status: str) -> dict[str, Any]:
@@ -210,13 +238,13 @@ def _final_response(
     return resp
 
 
-def _output_items(completion: Completion, response_id: str) -> list[dict[str, Any]]:
+def _output_items(completion: Completion, response_id: str, request: ChatRequest | None = None) -> list[dict[str, Any]]:
     sfx = _suffix(response_id)
     items = []
     if completion.text or not completion.tool_calls:
         items.append(_message_item(f"msg_{sfx}", completion.text))
     for i, tc in enumerate(completion.tool_calls):
-        items.append(_call_item(f"fc_{sfx}_{i}", tc.id, tc.name, tc.arguments))
+        items.append(_call_item(f"fc_{sfx}_{i}", tc.id, tc.name, tc.arguments, request=request))
     return items
 
 
@@ -277,16 +305,16 @@ class _ResponsesStream:
             index = len(output)
             item_id = f"fc_{sfx}_{i}"
             ids = {"item_id": item_id, "output_index": index}
-            added = _call_item(item_id, tc.id, tc.name, "", "in_progress")
+            added = _call_item(item_id, tc.id, tc.name, "", "in_progress", self.request)
             frames.append(self._ev("response.output_item.added", {"output_index": index, "item": added}))
             frames.append(self._ev("response.function_call_arguments.delta", {**ids, "delta": tc.arguments}))
             frames.append(
                 self._ev(
                     "response.function_call_arguments.done",
-                    {**ids, "name": tc.name, "arguments": tc.arguments},
+                    {**ids, "name": added["name"], "arguments": tc.arguments},
                 )
             )
-            item = _call_item(item_id, tc.id, tc.name, tc.arguments)
+            item = _call_item(item_id, tc.id, tc.name, tc.arguments, request=self.request)
             frames.append(self._ev("response.output_item.done", {"output_index": index, "item": item}))
             output.append(item)
         final = _final_response(self.request, completion, self.id, self.created, output)
@@ -316,6 +344,9 @@ class OpenAIResponses:
         for key in ("parallel_tool_calls", "tool_choice", "previous_response_id"):
             if body.get(key) is not None:
                 extra[key] = body[key]
+        namespaced = _namespaced(body.get("tools"))
+        if namespaced:
+            extra["namespaced"] = namespaced
         if body.get("previous_response_id"):
             log.warning("previous_response_id is not supported (nothing is stored); only 'input' is used")
         request = ChatRequest(
@@ -336,7 +367,7 @@ class OpenAIResponses:
         self, request: ChatRequest, completion: Completion, response_id: str
     ) -> dict[str, Any]:
         return _final_response(
-            request, completion, response_id, now(), _output_items(completion, response_id)
+            request, completion, response_id, now(), _output_items(completion, response_id, request)
         )
 
     def stream_renderer(self, request: ChatRequest, response_id: str) -> _ResponsesStream:
