@@ -43,6 +43,10 @@ class Request:
     done: Future = field(default_factory=Future)
     produced: int = 0
     cached: int = 0  # real (unpadded) tokens in this row's KV cache
+    # a vision-language prompt's extra prefill inputs (pixel values, grids, 3D positions) and the offset
+    # its image tokens put between a token's index and its rotary position (Qwen2-VL's rope delta)
+    prefill_inputs: dict[str, Any] = field(default_factory=dict)
+    rope_delta: int = 0
 
     def finish(self, error: BaseException | None = None) -> None:
         """Tell the consumer this generation is over (with `error` if it failed) and resolve `done`."""
@@ -116,7 +120,8 @@ class Batch:
         import torch
 
         ids = torch.tensor([row.prompt_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **row.prefill_inputs)
+        row.prefill_inputs = {}  # the pixels are in the KV cache now
         cache = cache_of(out)
         row.cached = len(row.prompt_ids)
         self._add(row, cache, out.logits[:, -1].float().cpu())
@@ -167,7 +172,7 @@ class Batch:
         import torch
 
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device).unsqueeze(1)
-        positions = torch.tensor([r.cached for r in self.rows], dtype=torch.long, device=self.device)
+        positions = torch.tensor([r.cached + r.rope_delta for r in self.rows], dtype=torch.long, device=self.device)
         mask = torch.cat([self.mask, torch.ones(len(tokens), 1, dtype=torch.bool, device=self.device)], dim=1)
         out = self.model(
             input_ids=ids,

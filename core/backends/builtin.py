@@ -20,8 +20,10 @@ from typing import Any
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.batching import DONE as _DONE
 from core.backends.batching import DecodeLoop, Request
+from core.chat import ImagePart, request_images
 from core.errors import BackendError, ContextLengthError, ForgetuiError, ModelError
-from core.models.resolve import load_tokenizer, resolve_model
+from core.models.resolve import load_tokenizer, model_class, resolve_model
+from core.tokens.vision import forward_inputs, vision_prompt
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +80,9 @@ class BuiltinBackend:
         source = resolve_model(model)
         try:
             import torch
-            from transformers import AutoModelForCausalLM
 
             self.tokenizer = load_tokenizer(source)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=_pick_dtype(dtype, self.device), attn_implementation="sdpa"
-            )
+            self.model = model_class(source).from_pretrained(source, dtype=_pick_dtype(dtype, self.device), attn_implementation="sdpa")
         except ModelError:
             raise
         except Exception as exc:
@@ -91,7 +90,10 @@ class BuiltinBackend:
         self.model.to(self.device)
         self.model.eval()
         self._torch = torch
-        config_len = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+        # a vision-language model takes images (Qwen2-VL style); any other model here is text only
+        self.vision = vision_prompt(self.tokenizer) if hasattr(self.model.config, "vision_config") else None
+        self.accepts_images = self.vision is not None
+        config_len = int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 0) or 2048)
         self.context_length = min(config_len, max_context or MAX_CONTEXT_CAP)
         self.eos_token_ids = self._eos_ids()
         # transformers 5 renamed `past_key_values` to `cache`
@@ -144,6 +146,9 @@ class BuiltinBackend:
                 stop.set()
 
         request = self._request(list(prompt_ids), sampling, emit, stop)
+        images = request_images(context.request.messages) if context.request is not None else []
+        if images:
+            request.prefill_inputs, request.rope_delta = await asyncio.to_thread(self._vision_inputs, prompt_ids, images)
         self._pending.add(request.done)
         request.done.add_done_callback(self._pending.discard)
         self._loop.submit(request)
@@ -177,6 +182,19 @@ class BuiltinBackend:
             emit=emit,
             stop=stop,
         )
+
+    def _vision_inputs(self, prompt_ids: list[int], images: list[ImagePart]) -> tuple[dict[str, Any], int]:
+        """The prefill's pixel inputs and 3D rotary positions for a prompt with images, and its rope delta."""
+        if self.vision is None:
+            raise ModelError(f"model {self.name} takes text only; this request carries {len(images)} image(s)")
+        torch = self._torch
+        pads = sum(1 for t in prompt_ids if t == self.vision.pad_id)
+        wanted = sum(self.vision.pad_count(image) for image in images)
+        if pads != wanted:  # the prompt was not expanded for these images: the model would misplace them
+            raise ModelError(f"the prompt holds {pads} image tokens where its {len(images)} image(s) need {wanted}")
+        inputs = forward_inputs(self.model, self.vision, torch.tensor([prompt_ids], dtype=torch.long, device=self.device), images)
+        (delta,) = inputs.pop("rope_deltas")
+        return inputs, int(delta)
 
     async def wait_idle(self) -> None:
         """Wait until every generation started before this call has left the worker (ended or cancelled)."""

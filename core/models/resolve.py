@@ -10,8 +10,9 @@ from typing import Any
 from core.errors import ModelError
 from core.models.smollm import SMOLLM2_NAME, ensure_smollm2
 from core.models.tiny import ensure_tiny_model
+from core.models.tiny_vl import ensure_tiny_vl_model
 
-BUILTIN_MODELS = {"tiny": ensure_tiny_model, SMOLLM2_NAME: ensure_smollm2}
+BUILTIN_MODELS = {"tiny": ensure_tiny_model, "tiny-vl": ensure_tiny_vl_model, SMOLLM2_NAME: ensure_smollm2}
 
 
 def _offline() -> bool:
@@ -66,3 +67,11 @@ def load_tokenizer(source: Path | str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(source)
+
+
+def model_class(source: Path | str) -> Any:
+    """The transformers auto class for a model folder: image-text-to-text when its config has a vision part, else causal LM."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(source)
+    return AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM

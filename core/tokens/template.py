@@ -6,7 +6,9 @@ import copy
 import json
 from typing import Any
 
+from core.chat import request_images
 from core.errors import ModelError
+from core.tokens.vision import template_messages, vision_prompt
 
 
 def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -76,12 +78,15 @@ def render_chat(
         raise ModelError("the policy's tokenizer has no chat template; use a chat/instruct model")
     if tools and not template_renders_tools(tokenizer):
         messages, tools = with_tools_in_system(messages, tools), None
-    return tokenizer.apply_chat_template(
-        _template_messages(messages),
+    vision = vision_prompt(tokenizer) if any("parts" in m for m in messages) else None
+    text = tokenizer.apply_chat_template(
+        _template_messages(template_messages(messages) if vision is not None else messages),
         tools=tools or None,
         tokenize=False,
         add_generation_prompt=add_generation_prompt,
     )
+    # a vision model sees each image as a run of placeholder tokens; a text model, as the "[image]" text
+    return vision.expand(text, request_images(messages)) if vision is not None else text
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

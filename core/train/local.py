@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from core.chat import ImagePart
+from core.errors import ConfigError, TrainingDataError
+from core.tokens.vision import forward_inputs, vision_prompt
 from core.train import weights as W
 from core.train.logprobs import Batch, collate, token_logprobs
 from core.train.types import Sample
@@ -150,9 +152,29 @@ class LocalTrainer:
         )
         self.updates = 0  # optimizer steps taken
         self.pad_id = self._pad_id()
+        # a vision-language model (Qwen2-VL style) trains on samples with images: their pixels go in each forward
+        vl = hasattr(W.base_model(model).config, "vision_config")
+        self.vision = vision_prompt(tokenizer) if vl and tokenizer is not None else None
         self._policy_loss, self._actor = self._veRL_policy_loss()
 
     # ------------------------------------------------------------------ setup
+
+    def _check_images(self, sample: Sample) -> None:
+        """A sample's image tokens are exactly its loaded images' runs (else the forward would read pads as text)."""
+        assert self.vision is not None
+        pads = sum(1 for t in sample.token_ids if t == self.vision.pad_id)
+        need = sum(self.vision.pad_count(image) for image in sample.images)
+        if pads != need:
+            raise TrainingDataError(
+                f"sample {sample.sample_id} holds {pads} image tokens but its {len(sample.images)} loaded image(s) make {need}; "
+                "load a sample's images from the store with core.train.vision.sample_images"
+            )
+
+    def _image_inputs(self, input_ids: Any, attention_mask: Any, images: list[ImagePart]) -> dict[str, Any]:
+        """A batch's pixel inputs and 3D positions, from the model's own rope index."""
+        inputs = forward_inputs(W.base_model(self.model), self.vision, input_ids, images, attention_mask)
+        inputs.pop("rope_deltas")
+        return inputs
 
     def _pad_id(self) -> int:
         for source in (self.tokenizer, getattr(W.base_model(self.model), "config", None)):
@@ -195,10 +217,13 @@ class LocalTrainer:
     def _micro_batches(self, samples: Sequence[Sample]) -> Iterator[tuple[list[Sample], Batch]]:
         """Samples sorted by length (less padding), `micro_batch_size` at a time, collated."""
         ordered = sorted(samples, key=lambda s: len(s.token_ids))
+        if self.vision is not None:
+            for sample in ordered:
+                self._check_images(sample)
         size = self.config.micro_batch_size
         for i in range(0, len(ordered), size):
             chunk = ordered[i : i + size]
-            yield chunk, collate(chunk, self.pad_id, self.device)
+            yield chunk, collate(chunk, self.pad_id, self.device, self._image_inputs if self.vision is not None else None)
 
     def logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
         """Each sample's logprobs under the current weights, aligned with its tokens (0.0 where loss_mask is 0)."""

@@ -8,10 +8,11 @@ of tool output costs one hidden state per token and a vocabulary row only per sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from core.chat import ImagePart
 from core.errors import ForgetuiError
 from core.train.types import Sample
 
@@ -27,6 +28,8 @@ class Batch:
     mask: Any  # (B, K) float: 1 where the token at p + 1 was sampled by the model
     recorded: Any  # (B, K) float: the recorded logprob of that token (0 where mask is 0)
     advantages: Any  # (B, K) float: the sample's advantage on every position (masked by `mask`)
+    # what else the forward takes: a vision-language batch's pixel values, image grids and 3D positions
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -34,8 +37,15 @@ class Batch:
         return int(self.mask.sum().item())
 
 
-def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu") -> Batch:
-    """Pad samples to one batch and pick the positions that predict a sampled token."""
+ImageInputs = Callable[[Any, Any, list[ImagePart]], dict[str, Any]]
+
+
+def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu", image_inputs: ImageInputs | None = None) -> Batch:
+    """Pad samples to one batch and pick the positions that predict a sampled token.
+
+    Samples with images need `image_inputs(input_ids, attention_mask, images)`: the forward's
+    pixel inputs for the batch's images in row order (`core.tokens.vision.forward_inputs`).
+    """
     import torch
 
     width = max(len(s.token_ids) for s in samples)
@@ -61,6 +71,12 @@ def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu") -> Batc
     nxt = positions + 1
     adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32).unsqueeze(-1)
     mask = loss_mask[:, nxt]
+    inputs: dict[str, Any] = {}
+    images = [image for s in samples for image in s.images]
+    if images:
+        if image_inputs is None:
+            raise ForgetuiError("these samples carry images, and the model being trained takes text only")
+        inputs = image_inputs(ids.to(device), attn.to(device), images)
     return Batch(
         input_ids=ids.to(device),
         attention_mask=attn.to(device),
@@ -69,6 +85,7 @@ def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu") -> Batc
         mask=mask.to(device),
         recorded=recorded[:, nxt].to(device),
         advantages=(adv * mask).to(device),
+        inputs=inputs,
     )
 
 
@@ -90,6 +107,7 @@ def token_logprobs(
         attention_mask=batch.attention_mask,
         logits_to_keep=batch.positions,
         use_cache=False,
+        **batch.inputs,
     )
     logits = out.logits.float()
     if temperature != 1.0:

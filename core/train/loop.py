@@ -34,6 +34,7 @@ from core.train.preflight import preflight_session
 from core.train.samples import diagnostics, samples_for_run, write_samples
 from core.train.tracking import MetricsMirror, train_step_rows
 from core.train.types import Sample
+from core.train.vision import sample_images
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ class LocalTraining:
             more = extra_tasks(tasks, batch, missing) if refill else []
         rollout_s = time.perf_counter() - started
         started = time.perf_counter()
+        if getattr(self.trainer, "vision", None) is not None:  # a vision-language policy: each sample's pixels, from `blobs`
+            await asyncio.to_thread(self._load_images, samples)
         metrics = await asyncio.to_thread(self.trainer.step, samples) if samples else {}
         update_s = time.perf_counter() - started
         await asyncio.to_thread(self._push_weights, step)
@@ -161,6 +164,12 @@ class LocalTraining:
         metrics["extra_batches"] = extra
         self._record(step, samples, metrics)
         return metrics
+
+    def _load_images(self, samples: list[Sample]) -> None:
+        """Attach each sample's images (bytes from the store's blobs, in prompt order) for the trainer's forward."""
+        cursor = self.store.cursor()
+        for sample in samples:
+            sample.images = sample_images(cursor, sample)
 
     def _push_weights(self, step: int) -> None:
         """The trainer's weights into the sampling backend (between steps: nothing is generating)."""

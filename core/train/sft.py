@@ -166,13 +166,17 @@ def same_tokenizer(teacher: str | None, student: Any, student_name: str) -> bool
 
 # ----------------------------------------------------------------------------- recorded calls as chat
 def request_chat(
-    api: str, request: Any, model: str | None = None
+    api: str, request: Any, model: str | None = None, *, exported: bool = True
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(messages, tools) of a recorded request body, parsed by its wire protocol; images as blob references (JSON-safe)."""
+    """(messages, tools) of a recorded request body, parsed by its wire protocol.
+
+    Images are blob references: as JSON holds them (`exported_message`), or with `exported=False`
+    as the canonical `parts` (ImageParts without their bytes).
+    """
     from core.protocols.registry import get_protocol
 
     parsed = get_protocol(api).parse_request(_json(request), model=model or "recorded")
-    return [exported_message(m) for m in parsed.messages], parsed.tools
+    return ([exported_message(m) for m in parsed.messages] if exported else parsed.messages), parsed.tools
 
 
 def answer_message(api: str, response: Any) -> dict[str, Any]:

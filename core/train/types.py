@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from core.chat import ImagePart
 
 
 @dataclass
@@ -26,6 +28,9 @@ class Sample:
     weights_version: int | None = None
     reward: float = 0.0
     advantage: float = 0.0
+    # a vision-language sample's images in prompt order, bytes loaded (`core.train.vision.sample_images`);
+    # not a column: `blobs` holds them, the recorded requests name them
+    images: list[ImagePart] = field(default_factory=list, repr=False)
 
     @property
     def n_calls(self) -> int:
@@ -37,4 +42,4 @@ class Sample:
 
     def row(self) -> dict[str, Any]:
         """The `samples` row."""
-        return {**asdict(self), "n_calls": self.n_calls}
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "images"}, "n_calls": self.n_calls}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, ModelError
-from core.models.resolve import load_tokenizer, resolve_model
+from core.models.resolve import load_tokenizer, model_class, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,8 @@ def load_model(source: str | Path, dtype: Any) -> tuple[Any, Any]:
     """(model, tokenizer) from a built-in name ("tiny"), a local HF folder or a hub id."""
     folder = resolve_model(str(source))
     try:
-        from transformers import AutoModelForCausalLM
-
         tokenizer = load_tokenizer(folder)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=pick_dtype(dtype), attn_implementation="sdpa"
-        )
+        model = model_class(folder).from_pretrained(folder, dtype=pick_dtype(dtype), attn_implementation="sdpa")
     except ModelError:
         raise
     except Exception as exc:
