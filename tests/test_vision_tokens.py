@@ -156,3 +156,35 @@ def test_the_local_trainer_steps_on_a_screenshot_sample_and_the_backend_takes_th
     backend.reload_weights(trainer.state_dict_for_backend())
     assert backend.weights_version == 1
 
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_a_gui_training_step_with_screenshots_on_the_token_path(docker_client, base_image) -> None:
+    """MiniWoB in real Chromium, react sending screenshots, tiny-vl sampling them, one local GRPO step over the samples."""
+    import asyncio
+
+    import duckdb
+
+    from core.config import load_config
+    from core.run import execute_run
+
+    sets = [
+        "env.name=miniwob", 'env.options.names=["click-test"]', 'harness.name="react"', 'harness.options.gui="image"',
+        'policy.backend="builtin:tiny-vl"', "runtime.kind=docker", "run.n_samples=2", "run.timeout_s=300",
+        "train.steps=1", "train.seed=0",
+    ]  # fmt: skip
+    summary = asyncio.run(execute_run(load_config(None, sets)))
+    assert summary.infra_errors == 0
+    with duckdb.connect(summary.store, read_only=True) as con:
+        calls = con.execute("SELECT count(*), min(len(image_hashes)), count(DISTINCT weights_version) FROM calls WHERE status = 'ok'").fetchone()
+        blobs = con.execute("SELECT count(*), min(media_type) FROM blobs").fetchone()
+        (metrics,) = con.execute("SELECT metrics FROM train_steps WHERE step = 0").fetchone()
+    n_calls, fewest_images, _ = calls
+    assert n_calls >= 2 and fewest_images >= 1  # every call the policy answered carried the screen
+    assert blobs[0] >= 1 and blobs[1] == "image/png"
+    import json
+
+    metrics = json.loads(metrics) if isinstance(metrics, str) else metrics
+    # the trainer recomputed the sampled tokens' logprobs with each sample's screenshots rebuilt from the blobs
+    assert metrics["logprob_diff_tokens"] > 0 and metrics["logprob_diff_max"] < 1e-3, metrics

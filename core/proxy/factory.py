@@ -124,5 +124,5 @@ def token_policy(backend: TokenBackend, spec: str, *, parser: str = "hermes", de
     """The token policy over a backend built from `spec` (its options pick the parser and the default cap)."""
     kind, target, opts = parse_spec(spec)
     max_tokens = int(opts.get("max_tokens", default_max_tokens or 0)) or None
-    default = max_tokens or {"builtin": 64 if target == "tiny" else 1024, "scripted": 4096}.get(kind, 2048)
+    default = max_tokens or {"builtin": 64 if target in ("tiny", "tiny-vl") else 1024, "scripted": 4096}.get(kind, 2048)
     return TokenPolicy(backend, parser=opts.get("parser", parser), default_max_tokens=default, temperature=temperature)
