@@ -14,6 +14,22 @@ every file to put in the sandbox before the verifier runs, path → bytes:
   that is where a harbor grader finds its transcript; the events are the ``user``/``assistant`` chain
   harbor's ``ClaudeCode.atif_to_native_trajectory`` (``src/harbor/agents/installed/claude_code.py``)
   writes, threaded by ``uuid``/``parentUuid``. System messages are left out, as there.
+* ``/logs/agent/openclaw/agents/main/sessions/<session-uuid>.jsonl`` (and ``sessions.json`` beside it)
+  — an OpenClaw session transcript as OpenClaw wrote it before it moved sessions into SQLite
+  (2026.9.5), which is what older OpenClaw graders read. ``/logs/agent/openclaw`` is laid out as an
+  OpenClaw state dir (``OPENCLAW_STATE_DIR``, default ``~/.openclaw``): ``agents/<agentId>/sessions/``
+  with the default agent ``main``, the index keyed by the main session key ``agent:main:main``. It
+  lies under ``/logs/agent`` (what harbor keeps of a trial, where the other transcripts are) rather
+  than in the sandbox user's own ``~/.openclaw``, which an OpenClaw harness may be using itself.
+  The format is pi-coding-agent's ``SessionManager`` JSONL, which OpenClaw writes through: see
+  ``CURRENT_SESSION_VERSION``, ``SessionHeader``, ``SessionMessageEntry`` and ``appendMessage`` in
+  badlogic/pi-mono ``packages/coding-agent/src/core/session-manager.ts``, the message types
+  (``UserMessage``, ``AssistantMessage``, ``ToolResultMessage``, ``ToolCall``) in
+  ``packages/ai/src/types.ts``, and in openclaw/openclaw (a JSONL version, commit ce4ebb01)
+  ``src/config/sessions/transcript.ts`` (``ensureSessionHeader``, ``mirrorCliTurnToTranscript``),
+  ``src/config/sessions/paths.ts`` (``resolveSessionTranscriptPath``) and
+  ``src/agents/session-transcript-repair.ts`` (each call's result right after its turn; a missing
+  one gets ``makeMissingToolResult``'s synthetic error result; strays are dropped).
 
 The proxy records every harness's calls, so these files are written whatever harness ran. A
 conversation with no messages gets only the (empty) JSONL: an ATIF document needs one step at least.
@@ -35,6 +51,18 @@ TRAJECTORY_PATH = f"{AGENT_DIR}/trajectory.jsonl"  # OpenAI chat messages, one p
 ATIF_PATH = f"{AGENT_DIR}/trajectory.json"  # harbor's ATIF document
 # harbor runs Claude Code with CLAUDE_CONFIG_DIR=/logs/agent/sessions
 CLAUDE_SESSIONS_DIR = f"{AGENT_DIR}/sessions/projects"
+# OpenClaw's state dir under /logs/agent, laid out as ~/.openclaw is (agents/<agentId>/sessions/)
+OPENCLAW_STATE_DIR = f"{AGENT_DIR}/openclaw"
+OPENCLAW_AGENT_ID = "main"  # OpenClaw's DEFAULT_AGENT_ID
+OPENCLAW_SESSION_KEY = f"agent:{OPENCLAW_AGENT_ID}:main"  # the agent's main session (sessions.json's key)
+OPENCLAW_SESSIONS_DIR = f"{OPENCLAW_STATE_DIR}/agents/{OPENCLAW_AGENT_ID}/sessions"
+OPENCLAW_SESSION_VERSION = 3  # pi-coding-agent's CURRENT_SESSION_VERSION
+OPENCLAW_PROVIDER = "forgetui"  # the model provider assistant messages name (the proxy served them)
+OPENCLAW_API = "openai-completions"  # the pi-ai API the recorded messages are in (OpenAI chat)
+# OpenClaw's makeMissingToolResult text, for a call the conversation never answered
+OPENCLAW_MISSING_RESULT = (
+    "[openclaw] missing tool result in session history; inserted synthetic error result for transcript repair."
+)
 # the oldest version with every field used here (harbor's models accept v1.0 … v1.8)
 ATIF_VERSION = "ATIF-v1.4"
 NO_OUTPUT = "[no output recorded]"  # a tool call without a result (harbor's placeholder)
@@ -278,12 +306,135 @@ def to_claude_session(messages: list[dict[str, Any]], meta: TrajectoryMeta) -> b
     return b"".join(orjson.dumps(e) + b"\n" for e in claude_session_events(messages, meta))
 
 
+# ----------------------------------------------------------------------------- OpenClaw session
+def openclaw_session_path(meta: TrajectoryMeta) -> str:
+    """Where the transcript goes: ``/logs/agent/openclaw/agents/main/sessions/<session-uuid>.jsonl``."""
+    return f"{OPENCLAW_SESSIONS_DIR}/{meta.session_uuid}.jsonl"
+
+
+def openclaw_index_path() -> str:
+    """The sessions index beside it (``sessions.json``: session key → entry)."""
+    return f"{OPENCLAW_SESSIONS_DIR}/sessions.json"
+
+
+def _epoch_ms(iso: str) -> int:
+    """An ISO 8601 time (``Z`` or an offset) as Unix milliseconds."""
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _iso_ms(ms: int) -> str:
+    """Unix milliseconds as ISO 8601 with milliseconds, as JavaScript's ``toISOString`` writes it."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _text_blocks(content: Any) -> list[dict[str, Any]]:
+    """pi-ai's content blocks of a user or tool result message: one text block."""
+    return [{"type": "text", "text": message_text(content)}]
+
+
+def _openclaw_assistant(message: dict[str, Any], meta: TrajectoryMeta, ms: int) -> dict[str, Any]:
+    """A pi-ai AssistantMessage: thinking, text and toolCall blocks, zero usage, ``toolUse`` when it calls."""
+    content: list[dict[str, Any]] = []
+    if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
+        content.append({"type": "thinking", "thinking": message["reasoning_content"]})
+    text = message_text(message.get("content"))
+    if text:
+        content.append({"type": "text", "text": text})
+    calls = [_call_fields(c) for c in message.get("tool_calls") or []]
+    content += [{"type": "toolCall", "id": i, "name": n, "arguments": a} for i, n, a in calls]
+    zero = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
+    return {
+        "role": "assistant", "content": content, "api": OPENCLAW_API, "provider": OPENCLAW_PROVIDER,
+        "model": meta.model_name or "", "usage": {**zero, "totalTokens": 0, "cost": {**zero, "total": 0}},
+        "stopReason": "toolUse" if calls else "stop", "timestamp": ms,
+    }  # fmt: skip
+
+
+def _openclaw_result(call_id: str, name: str, content: Any, ms: int, *, missing: bool = False) -> dict[str, Any]:
+    """A pi-ai ToolResultMessage (OpenClaw's synthetic error result when `missing`)."""
+    blocks = [{"type": "text", "text": OPENCLAW_MISSING_RESULT}] if missing else _text_blocks(content)
+    return {
+        "role": "toolResult", "toolCallId": call_id, "toolName": name or "unknown", "content": blocks,
+        "isError": missing, "timestamp": ms,
+    }  # fmt: skip
+
+
+def openclaw_messages(messages: list[dict[str, Any]], meta: TrajectoryMeta) -> list[dict[str, Any]]:
+    """pi-ai messages in session order: each call's result right after its turn, in call order; no system prompt."""
+    base = _epoch_ms(meta.timestamp)
+    out: list[dict[str, Any]] = []
+    turn: list[tuple[str, str]] = []  # the last assistant turn's (call id, name), until its results are placed
+    results: dict[str, Any] = {}  # call id → the recorded result's content
+
+    def place_results() -> None:
+        nonlocal turn, results
+        for call_id, name in turn:
+            answered = call_id in results
+            out.append(_openclaw_result(call_id, name, results.get(call_id), base + len(out), missing=not answered))
+        turn, results = [], {}
+
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            if any(call_id == c for c, _ in turn):  # a stray result (no call of this turn) is dropped, as there
+                results.setdefault(call_id, message.get("content"))
+            continue
+        place_results()
+        if role in ("system", "developer"):
+            continue  # pi keeps the system prompt out of the session (it is the context's systemPrompt)
+        if role == "assistant":
+            out.append(_openclaw_assistant(message, meta, base + len(out)))
+            turn = [(b["id"], b["name"]) for b in out[-1]["content"] if b["type"] == "toolCall"]
+            continue
+        out.append({"role": "user", "content": _text_blocks(message.get("content")), "timestamp": base + len(out)})
+    place_results()
+    return out
+
+
+def _entry_id(meta: TrajectoryMeta, n: int, taken: set[str]) -> str:
+    """A stable 8-hex-digit entry id, unique in the file (pi's generateId shape; the full uuid on a clash)."""
+    full = uuid.uuid5(_SESSION_NS, f"{meta.session_uuid}:openclaw:{n}")
+    return str(full) if full.hex[:8] in taken else full.hex[:8]
+
+
+def openclaw_session_entries(messages: list[dict[str, Any]], meta: TrajectoryMeta) -> list[dict[str, Any]]:
+    """The OpenClaw session file's lines: the ``session`` header, then one ``message`` entry per message, parentId-chained."""
+    header = {
+        "type": "session", "version": OPENCLAW_SESSION_VERSION, "id": meta.session_uuid,
+        "timestamp": _iso_ms(_epoch_ms(meta.timestamp)), "cwd": meta.cwd,
+    }  # fmt: skip
+    entries: list[dict[str, Any]] = [header]
+    taken: set[str] = set()
+    parent: str | None = None
+    for n, message in enumerate(openclaw_messages(messages, meta)):
+        entry_id = _entry_id(meta, n, taken)
+        taken.add(entry_id)
+        entry = {"type": "message", "id": entry_id, "parentId": parent, "timestamp": _iso_ms(message["timestamp"])}
+        entries.append({**entry, "message": message})
+        parent = entry_id
+    return entries
+
+
+def to_openclaw_session(messages: list[dict[str, Any]], meta: TrajectoryMeta) -> bytes:
+    """The OpenClaw session file's content: one entry per line."""
+    return b"".join(orjson.dumps(e) + b"\n" for e in openclaw_session_entries(messages, meta))
+
+
+def openclaw_index(meta: TrajectoryMeta) -> dict[str, Any]:
+    """``sessions.json``: the main session key → its entry (``sessionId``, ``updatedAt`` in ms, ``sessionFile``)."""
+    entry = {"sessionId": meta.session_uuid, "updatedAt": _epoch_ms(meta.timestamp), "sessionFile": openclaw_session_path(meta)}
+    return {OPENCLAW_SESSION_KEY: entry}
+
+
 # ----------------------------------------------------------------------------- all of them
 def trajectory_files(messages: list[dict[str, Any]], meta: TrajectoryMeta) -> dict[str, bytes]:
-    """Every transcript file for the sandbox, path → content (ATIF and the session only with messages)."""
+    """Every transcript file for the sandbox, path → content (ATIF and the sessions only with messages)."""
     files = {TRAJECTORY_PATH: chat_jsonl(messages)}
     atif = to_atif(messages, meta)
     if atif is not None:
         files[ATIF_PATH] = orjson.dumps(atif, option=orjson.OPT_INDENT_2) + b"\n"
         files[claude_session_path(meta)] = to_claude_session(messages, meta)
+        files[openclaw_session_path(meta)] = to_openclaw_session(messages, meta)
+        files[openclaw_index_path()] = orjson.dumps(openclaw_index(meta), option=orjson.OPT_INDENT_2) + b"\n"
     return files
