@@ -1,11 +1,12 @@
 """Graders read the trajectory: before the verifier runs, the rollout's recorded conversation is at
 /logs/agent/trajectory.jsonl (OpenAI chat messages with tool calls), /logs/agent/trajectory.json
-(harbor's ATIF) and /logs/agent/sessions/projects/<cwd-slug>/<uuid>.jsonl (a Claude Code session),
-whatever the harness.
+(harbor's ATIF), /logs/agent/sessions/projects/<cwd-slug>/<uuid>.jsonl (a Claude Code session) and
+/logs/agent/openclaw/agents/main/sessions/<uuid>.jsonl (an OpenClaw session, found through its
+sessions.json), whatever the harness.
 
-A harbor task whose test.sh passes only when all three show a shell tool call carrying a marker:
-the built-in harness and two external harnesses (Codex on the Responses API, Claude Code on
-Anthropic Messages) under the scripted backend, and two controls that must score 0.
+A harbor task whose test.sh passes only when all four show a shell tool call carrying a marker,
+with its result: the built-in harness and two external harnesses (Codex on the Responses API,
+Claude Code on Anthropic Messages) under the scripted backend, and two controls that must score 0.
 """
 
 from __future__ import annotations
@@ -57,10 +58,25 @@ for path in glob.glob("/logs/agent/sessions/projects/-app/*.jsonl"):  # a Claude
     uses = {b["id"] for b in blocks if b["type"] == "tool_use" and marked(b["input"])}
     if uses & {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}:
         found.add("session")
+try:  # an OpenClaw session as older OpenClaw wrote it, found as OpenClaw tooling finds it: through sessions.json
+    sessions = "/logs/agent/openclaw/agents/main/sessions"
+    entry = json.load(open(f"{sessions}/sessions.json"))["agent:main:main"]
+    present.add("openclaw")
+    header, *entries = [json.loads(line) for line in open(entry["sessionFile"])]
+    ok = (header["type"], header["version"], header["id"]) == ("session", 3, entry["sessionId"])
+    ok = ok and entry["sessionFile"] == f"{sessions}/{entry['sessionId']}.jsonl"
+    messages = [e["message"] for e in entries if e["type"] == "message"]
+    calls = {b["id"] for m in messages if m["role"] == "assistant" for b in m["content"]
+             if b["type"] == "toolCall" and marked(b["arguments"])}
+    results = {m["toolCallId"] for m in messages if m["role"] == "toolResult" and not m["isError"]}
+    if ok and calls & results:
+        found.add("openclaw")
+except FileNotFoundError:
+    pass
 print("present:", " ".join(sorted(present)))
 print("found:", " ".join(sorted(found)))
 print("atif-calls:", json.dumps(atif_calls))
-open("/logs/verifier/reward.txt", "w").write("1" if found == {"jsonl", "atif", "session"} else "0")
+open("/logs/verifier/reward.txt", "w").write("1" if found == {"jsonl", "atif", "openclaw", "session"} else "0")
 PY
 """.replace("MARKER", MARKER)
 
@@ -114,8 +130,8 @@ def _assert_graded_from_trajectory(row: dict, calls: list[dict], api: str) -> No
     tool_calls = [c for m in messages for c in m.get("tool_calls") or []]
     assert any(MARKER in c["function"]["arguments"] for c in tool_calls)
     assert any(m["role"] == "tool" for m in messages) and messages[-1]["role"] == "assistant"
-    # and in harbor's ATIF and a Claude Code session too: the marked call with its result, the same call ids
-    assert _grader_said(row, "found") == "atif jsonl session"
+    # and in harbor's ATIF, a Claude Code session and an OpenClaw session too: the marked call with its result
+    assert _grader_said(row, "found") == "atif jsonl openclaw session"
     assert json.loads(_grader_said(row, "atif-calls")) == [c["id"] for c in tool_calls]
 
 
@@ -129,10 +145,10 @@ def test_a_text_only_answer_and_noop_score_zero(tmp_path, docker_client, base_im
     row, _ = _run(tmp_path, base_image, "react", TEXT_ONLY)
     assert (row["status"], row["reward"], row["passed"]) == ("done", 0.0, False), row["error"]
     assert row["meta"]["trajectory_messages"] >= 2
-    assert (_grader_said(row, "present"), _grader_said(row, "found")) == ("atif session", "")
+    assert (_grader_said(row, "present"), _grader_said(row, "found")) == ("atif openclaw session", "")
     row, calls = _run(tmp_path, base_image, "noop", None)
     assert (row["reward"], row["passed"], calls) == (0.0, False, []) and row["meta"]["trajectory_messages"] == 0
-    assert _grader_said(row, "present") == ""  # nothing recorded: no ATIF document (it needs a step) and no session
+    assert _grader_said(row, "present") == ""  # nothing recorded: no ATIF document (it needs a step) and no sessions
 
 
 @pytest.mark.slow

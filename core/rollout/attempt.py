@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 SETUP_TIMEOUT_S = 300.0
 VERIFY_TIMEOUT_S = 600.0
 DEFAULT_TIMEOUT_S = 600.0  # a task that sets no timeout, with no run.timeout_s
-# the recorded conversation, written before the verifier runs (and, beside it, in harbor's ATIF and as a Claude Code session)
+# the recorded conversation, written before the verifier runs (and, beside it, in harbor's ATIF and as
+# Claude Code and OpenClaw sessions: trajectory_formats.trajectory_files)
 TRAJECTORY_PATH = trajectory_formats.TRAJECTORY_PATH
 
 

@@ -7,7 +7,7 @@ subagents, title calls, compactions), the one with the most messages — its fin
 plus the assistant's last answer, tool calls as ``{"id", "type": "function", "function": {"name",
 "arguments"}}`` and tool results as ``{"role": "tool", "tool_call_id", "content"}``.
 `core.rollout.trajectory_formats` turns it into the files graders read (the JSONL, harbor's ATIF, a
-Claude Code session).
+Claude Code session, an OpenClaw session).
 """
 
 from __future__ import annotations
