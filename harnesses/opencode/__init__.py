@@ -1,11 +1,17 @@
-"""The `opencode` harness: sst's opencode (npm `opencode-ai`, a Bun binary), chat completions, `opencode run`."""
+"""The `opencode` harness: sst's opencode (npm `opencode-ai`, a Bun binary), chat completions, `opencode run`.
+
+The task's MCP servers (`Task.mcp_servers`, e.g. the GUI envs' `gui-mcp`) are `mcp.<name>` entries
+(`type: "local"`, the command as one list) in the same opencode.json; opencode shows their tools to the
+model as `<server>_<tool>` (`gui_observe`) and `--auto` approves them. The model is declared text-only, so an
+image a tool returns (observe's screenshot) is replaced by a note; the tool's text reaches the model.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from core.env import Task
+from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
@@ -18,6 +24,7 @@ CONFIG_DIR = f"{CONFIG_HOME}/opencode"
 PROVIDER = "forge"
 BINARY_PATH = "node_modules/opencode-ai/bin/opencode.exe"  # the postinstall puts the native Bun binary here
 DEFAULT_TITLE = "forgetui"
+MCP_TIMEOUT_MS = 150_000  # one MCP request (tool calls too; opencode's default is 5 s), above gui-mcp's 120 s per command
 QUIET_ENV = {
     "OPENCODE_DISABLE_MODELS_FETCH": "1",
     "OPENCODE_DISABLE_AUTOUPDATE": "1",
@@ -47,7 +54,8 @@ def error_message(event: dict[str, Any]) -> str:
 
 
 class OpenCodeHarness(Harness):
-    """Options: ``context_window`` (32768), ``max_tokens`` (4096), ``title_call`` (False: pass --title so no title call)."""
+    """Options: ``context_window`` (32768), ``max_tokens`` (4096), ``title_call`` (False: pass --title so no title call),
+    ``mcp`` (true: start the task's MCP servers)."""
 
     name = "opencode"
     version = versions.version_of(versions.OPENCODE)
@@ -59,12 +67,17 @@ class OpenCodeHarness(Harness):
         self.context_window = int(options.get("context_window", 32768))
         self.max_tokens = int(options.get("max_tokens", 4096))
         self.title_call = bool(options.get("title_call", False))
+        self.mcp = bool(options.get("mcp", True))
 
     def image_layer(self) -> ImageLayer:
         return npm_layer("opencode", [versions.spec_at(versions.OPENCODE, self.version)], links={"opencode": BINARY_PATH})
 
-    def config(self, endpoint: Endpoint) -> dict[str, Any]:
-        """opencode.json: one `forge` provider (@ai-sdk/openai-compatible, bundled in the binary)."""
+    def mcp_servers(self, task: Task) -> dict[str, McpServer]:
+        """The task's MCP servers this run starts (none when the `mcp` option is off)."""
+        return dict(task.mcp_servers) if self.mcp else {}
+
+    def config(self, endpoint: Endpoint, mcp_servers: dict[str, McpServer] | None = None) -> dict[str, Any]:
+        """opencode.json: one `forge` provider (@ai-sdk/openai-compatible, bundled in the binary), the task's MCP servers."""
         model = {"name": endpoint.model, "limit": {"context": self.context_window, "output": self.max_tokens}}
         provider = {
             "npm": "@ai-sdk/openai-compatible",
@@ -72,13 +85,16 @@ class OpenCodeHarness(Harness):
             "options": {"baseURL": endpoint.openai_base, "apiKey": endpoint.token},
             "models": {endpoint.model: model},
         }
-        return {
+        out: dict[str, Any] = {
             "$schema": "https://opencode.ai/config.json",
             "autoupdate": False,
             "share": "disabled",
             "provider": {PROVIDER: provider},
             "model": f"{PROVIDER}/{endpoint.model}",
         }
+        if mcp_servers:
+            out["mcp"] = mcp_config(mcp_servers)
+        return out
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         command = [
@@ -102,7 +118,7 @@ class OpenCodeHarness(Harness):
             **QUIET_ENV,
         }
         files: dict[str, bytes | str] = {
-            f"{CONFIG_DIR}/opencode.json": json.dumps(self.config(endpoint), indent=2) + "\n",
+            f"{CONFIG_DIR}/opencode.json": json.dumps(self.config(endpoint, self.mcp_servers(task)), indent=2) + "\n",
             f"{CONFIG_DIR}/package-lock.json": json.dumps(PLUGIN_LOCK) + "\n",
             f"{CONFIG_DIR}/node_modules/.keep": "",
         }
@@ -119,4 +135,9 @@ class OpenCodeHarness(Harness):
         return HarnessOutcome(True, "finished")
 
 
-__all__ = ["OpenCodeHarness", "error_message"]
+def mcp_config(servers: dict[str, McpServer]) -> dict[str, Any]:
+    """opencode.json's `mcp` section: one local (stdio) server per entry, enabled."""
+    return {name: {"type": "local", "command": [s.command, *s.args], "enabled": True, "timeout": MCP_TIMEOUT_MS} for name, s in servers.items()}
+
+
+__all__ = ["OpenCodeHarness", "error_message", "mcp_config"]
