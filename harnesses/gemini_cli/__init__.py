@@ -1,11 +1,16 @@
-"""The `gemini-cli` harness: Google's Gemini CLI (npm `@google/gemini-cli`, runs on Node) against the proxy's Gemini API."""
+"""The `gemini-cli` harness: Google's Gemini CLI (npm `@google/gemini-cli`, runs on Node) against the proxy's Gemini API.
+
+The task's MCP servers (`Task.mcp_servers`, e.g. the GUI envs' `gui-mcp`) are `mcpServers.<name>` in settings.json,
+each `trust: true` (a policy rule that allows its tools, next to `--yolo`); Gemini CLI shows their tools to the
+model as `mcp_<server>_<tool>` (`mcp_gui_observe`).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from core.env import Task
+from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
@@ -15,6 +20,7 @@ from harnesses import versions
 HOME_DIR = "/tmp/forgetui-gemini"  # GEMINI_CLI_HOME: Gemini CLI reads $GEMINI_CLI_HOME/.gemini/settings.json
 SETTINGS_PATH = f"{HOME_DIR}/.gemini/settings.json"
 BIN_PATH = "node_modules/@google/gemini-cli/bundle/gemini.js"
+MCP_TIMEOUT_MS = 150_000  # one MCP request (default 10 min), above gui-mcp's own 120 s per command
 # Gemini CLI's fatal exit codes (FatalError subclasses in the bundle)
 EXIT_MEANING = {
     0: "finished",
@@ -29,8 +35,13 @@ EXIT_MEANING = {
 }
 
 
-def settings(max_session_turns: int | None = None) -> dict[str, Any]:
-    """settings.json: API-key auth, and every update check, usage statistic and telemetry export off."""
+def mcp_settings(servers: dict[str, McpServer]) -> dict[str, Any]:
+    """settings.json's `mcpServers`: one trusted stdio server per entry."""
+    return {name: {"command": s.command, "args": list(s.args), "timeout": MCP_TIMEOUT_MS, "trust": True} for name, s in servers.items()}
+
+
+def settings(max_session_turns: int | None = None, mcp_servers: dict[str, McpServer] | None = None) -> dict[str, Any]:
+    """settings.json: API-key auth, every update check, usage statistic and telemetry export off, the task's MCP servers."""
     out: dict[str, Any] = {
         "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
         "privacy": {"usageStatisticsEnabled": False},
@@ -44,11 +55,14 @@ def settings(max_session_turns: int | None = None) -> dict[str, Any]:
     }
     if max_session_turns is not None:
         out["model"] = {"maxSessionTurns": int(max_session_turns)}
+    if mcp_servers:
+        out["mcpServers"] = mcp_settings(mcp_servers)
     return out
 
 
 class GeminiCliHarness(Harness):
-    """Options: ``max_session_turns`` (unlimited), ``extra_args`` (list of more CLI flags)."""
+    """Options: ``max_session_turns`` (unlimited), ``mcp`` (true: start the task's MCP servers),
+    ``extra_args`` (list of more CLI flags)."""
 
     name = "gemini-cli"
     version = versions.version_of(versions.GEMINI_CLI)
@@ -59,7 +73,12 @@ class GeminiCliHarness(Harness):
         super().__init__(**options)
         turns = options.get("max_session_turns")
         self.max_session_turns = int(turns) if turns is not None else None
+        self.mcp = bool(options.get("mcp", True))
         self.extra_args = [str(a) for a in options.get("extra_args", [])]
+
+    def mcp_servers(self, task: Task) -> dict[str, McpServer]:
+        """The task's MCP servers this run starts (none when the `mcp` option is off)."""
+        return dict(task.mcp_servers) if self.mcp else {}
 
     def image_layer(self) -> ImageLayer:
         return node_npm_layer("gemini-cli", versions.NODE, [versions.spec_at(versions.GEMINI_CLI, self.version)], links={"gemini": BIN_PATH})
@@ -77,7 +96,7 @@ class GeminiCliHarness(Harness):
             "TERM": "dumb",
             "NO_COLOR": "1",
         }
-        files = {SETTINGS_PATH: json.dumps(settings(self.max_session_turns), indent=2) + "\n"}
+        files = {SETTINGS_PATH: json.dumps(settings(self.max_session_turns, self.mcp_servers(task)), indent=2) + "\n"}
         return LaunchSpec(command=command, env=env, files=files, workdir=workdir)
 
     def outcome(self, result: ExecResult) -> HarnessOutcome:
@@ -110,4 +129,4 @@ def parse_json_output(stdout: str) -> dict[str, Any]:
     return {}
 
 
-__all__ = ["GeminiCliHarness", "parse_json_output", "settings"]
+__all__ = ["GeminiCliHarness", "mcp_settings", "parse_json_output", "settings"]
