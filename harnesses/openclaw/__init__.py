@@ -2,6 +2,11 @@
 
 Option ``api`` picks how OpenClaw talks to the proxy: ``openai-completions`` (default, chat),
 ``openai-responses`` (responses) or ``anthropic-messages`` (messages): three ways to train the same harness.
+The task's MCP servers (`Task.mcp_servers`, e.g. the GUI envs' `gui-mcp`) are `mcp.servers.<name>` in the same
+config; the embedded agent shows their tools to the model as `<server>__<tool>` (`gui__observe`). With MCP servers
+`tools.toolSearch` is false (unless the ``tool_search`` option says otherwise): OpenClaw's default Tool Search would
+hide their schemas behind `tool_search`/`tool_call`, so the model could not call them by name. The model's input is
+text only, so OpenClaw omits an image a tool returns (observe's screenshot); the tool's text reaches the model.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.env import Task
+from core.env import McpServer, Task
 from core.errors import ConfigError
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
 from core.runtime.base import ExecResult
@@ -25,6 +30,7 @@ CLI_PATH = "node_modules/openclaw/openclaw.mjs"
 APIS = {"openai-completions": "chat", "openai-responses": "responses", "anthropic-messages": "messages"}
 EXIT_MEANING = {0: "ok", 1: "error", 2: "agent deadline reached"}
 DEFAULT_TIMEOUT_S = 600
+MCP_REQUEST_TIMEOUT_MS = 150_000  # one MCP request, above gui-mcp's own 120 s per command
 QUIET_ENV = {
     "OPENCLAW_NO_AUTO_UPDATE": "1",
     "OPENCLAW_SKIP_STARTUP_MODEL_PREWARM": "1",
@@ -51,7 +57,9 @@ def envelope(stdout: str) -> dict[str, Any] | None:
 
 
 class OpenClawHarness(Harness):
-    """Options: ``api`` (openai-completions), ``context_window`` (32768), ``max_tokens`` (4096), ``timeout_s``."""
+    """Options: ``api`` (openai-completions), ``context_window`` (32768), ``max_tokens`` (4096), ``timeout_s``,
+    ``mcp`` (true: start the task's MCP servers), ``tool_search`` (OpenClaw's `tools.toolSearch`; unset = its default,
+    or false when MCP servers are started)."""
 
     name = "openclaw"
     version = versions.version_of(versions.OPENCLAW)
@@ -66,6 +74,8 @@ class OpenClawHarness(Harness):
         self.context_window = int(options.get("context_window", 32768))
         self.max_tokens = int(options.get("max_tokens", 4096))
         self.timeout_s = options.get("timeout_s")
+        self.mcp = bool(options.get("mcp", True))
+        self.tool_search = options.get("tool_search")
 
     @property
     def protocol(self) -> str:
@@ -76,8 +86,12 @@ class OpenClawHarness(Harness):
         # OpenClaw's install scripts refuse the host's Node 20: it is installed with the Node 24 it runs on
         return node_npm_layer("openclaw", versions.NODE, [versions.spec_at(versions.OPENCLAW, self.version)], links={"openclaw": CLI_PATH})
 
-    def config(self, endpoint: Endpoint) -> dict[str, Any]:
-        """The pinned OpenClaw config (JSON is valid JSON5): one `forge` provider, models replaced."""
+    def mcp_servers(self, task: Task) -> dict[str, McpServer]:
+        """The task's MCP servers this run starts (none when the `mcp` option is off)."""
+        return dict(task.mcp_servers) if self.mcp else {}
+
+    def config(self, endpoint: Endpoint, mcp_servers: dict[str, McpServer] | None = None) -> dict[str, Any]:
+        """The pinned OpenClaw config (JSON is valid JSON5): one `forge` provider, models replaced, the task's MCP servers."""
         model = {
             "id": endpoint.model,
             "name": endpoint.model,
@@ -89,10 +103,16 @@ class OpenClawHarness(Harness):
         }
         base = endpoint.base_url if self.api == "anthropic-messages" else endpoint.openai_base
         provider = {"baseUrl": base, "apiKey": endpoint.token, "api": self.api, "models": [model]}
-        return {
+        out: dict[str, Any] = {
             "models": {"mode": "replace", "providers": {PROVIDER: provider}},
             "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{endpoint.model}"}}},
         }
+        if mcp_servers:
+            out["mcp"] = {"servers": mcp_config(mcp_servers)}
+        tool_search = self.tool_search if self.tool_search is not None else (False if mcp_servers else None)
+        if tool_search is not None:
+            out["tools"] = {"toolSearch": tool_search}
+        return out
 
     def deadline(self, task: Task) -> int:
         """OpenClaw's own agent deadline in seconds (the task's, else the option, else 600)."""
@@ -110,7 +130,7 @@ class OpenClawHarness(Harness):
             "--message-file", PROMPT_PATH,
         ]  # fmt: skip
         files: dict[str, bytes | str] = {
-            CONFIG_PATH: json.dumps(self.config(endpoint), indent=2) + "\n",
+            CONFIG_PATH: json.dumps(self.config(endpoint, self.mcp_servers(task)), indent=2) + "\n",
             PROMPT_PATH: task.instruction,
         }
         return LaunchSpec(command=command, env=dict(QUIET_ENV), files=files, workdir=workdir)
@@ -132,4 +152,9 @@ class OpenClawHarness(Harness):
         return HarnessOutcome(ok, detail if ok else f"{detail}\n{tail}".strip())
 
 
-__all__ = ["OpenClawHarness", "envelope"]
+def mcp_config(servers: dict[str, McpServer]) -> dict[str, Any]:
+    """The config's `mcp.servers`: one stdio server per entry."""
+    return {name: {"command": s.command, "args": list(s.args), "requestTimeoutMs": MCP_REQUEST_TIMEOUT_MS} for name, s in servers.items()}
+
+
+__all__ = ["OpenClawHarness", "envelope", "mcp_config"]
