@@ -1,6 +1,6 @@
 """External harnesses on a GUI task: Codex, Claude Code and OpenClaw act through the sandbox's `gui` CLI, told how
 by the instruction file each reads (AGENTS.md, CLAUDE.md, a skill), on a MiniWoB++ page in real Chromium, scripted backend.
-Claude Code and Codex also start the task's MCP server (`gui-mcp`) and act through its tools."""
+Claude Code, Codex, opencode, Gemini CLI and OpenClaw also start the task's MCP server (`gui-mcp`) and act through its tools."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ from envs.miniwob import MiniWoBEnv
 from envs.miniwob.image import MCP_PATH
 from harnesses.claude_code import MCP_CONFIG_PATH, ClaudeCodeHarness
 from harnesses.codex import CONFIG_PATH, CodexHarness
+from harnesses.gemini_cli import SETTINGS_PATH as GEMINI_SETTINGS_PATH
+from harnesses.gemini_cli import GeminiCliHarness
+from harnesses.openclaw import CONFIG_PATH as OPENCLAW_CONFIG_PATH
+from harnesses.openclaw import OpenClawHarness
+from harnesses.opencode import CONFIG_DIR as OPENCODE_CONFIG_DIR
+from harnesses.opencode import OpenCodeHarness
 
 # the scripted policy calls whichever shell tool the harness offers: look, then click the button (id 4 on click-test)
 SCRIPT = [
@@ -177,3 +183,94 @@ def test_codex_solves_a_miniwob_task_through_the_gui_mcp_server(docker_client, b
     assert "task: Click the button." in output and "[4] button#subbtn" in output and "screenshot: /tmp/forgetui-gui/" in output
     use, output = _codex_call(calls[2], "mcp__gui__click")
     assert json.loads(use["arguments"]) == {"id": 4} and "clicked [4] button#subbtn" in output and "the episode is over: reward" in output
+
+
+def test_opencode_config_starts_the_tasks_mcp_servers() -> None:
+    task = MiniWoBEnv(names="click-test").tasks()[0]
+    path = f"{OPENCODE_CONFIG_DIR}/opencode.json"
+    config = json.loads(OpenCodeHarness().launch(task, ENDPOINT, "/workspace").files[path])
+    assert config["mcp"] == {"gui": {"type": "local", "command": [MCP_PATH], "enabled": True, "timeout": 150_000}}
+    assert config["provider"]["forge"]["options"]["baseURL"] == ENDPOINT.openai_base  # the rest of the config is unchanged
+    for off in (OpenCodeHarness(mcp=False).launch(task, ENDPOINT, "/w"), OpenCodeHarness().launch(Task(id="t", instruction="x"), ENDPOINT, "/w")):
+        assert "mcp" not in json.loads(off.files[path])
+
+
+def test_gemini_cli_settings_start_and_trust_the_tasks_mcp_servers() -> None:
+    task = MiniWoBEnv(names="click-test").tasks()[0]
+    spec = GeminiCliHarness().launch(task, ENDPOINT, "/workspace")
+    settings = json.loads(spec.files[GEMINI_SETTINGS_PATH])
+    assert settings["mcpServers"] == {"gui": {"command": MCP_PATH, "args": [], "timeout": 150_000, "trust": True}}
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key" and "--yolo" in spec.command
+    for off in (GeminiCliHarness(mcp=False).launch(task, ENDPOINT, "/w"), GeminiCliHarness().launch(Task(id="t", instruction="x"), ENDPOINT, "/w")):
+        assert "mcpServers" not in json.loads(off.files[GEMINI_SETTINGS_PATH])
+
+
+def test_openclaw_config_starts_the_tasks_mcp_servers() -> None:
+    task = MiniWoBEnv(names="click-test").tasks()[0]
+    config = json.loads(OpenClawHarness().launch(task, ENDPOINT, "/workspace").files[OPENCLAW_CONFIG_PATH])
+    assert config["mcp"] == {"servers": {"gui": {"command": MCP_PATH, "args": [], "requestTimeoutMs": 150_000}}}
+    assert config["tools"] == {"toolSearch": False}  # the MCP tools as direct schemas, not deferred behind tool_search
+    assert config["models"]["providers"]["forge"]["baseUrl"] == ENDPOINT.openai_base
+    for off in (OpenClawHarness(mcp=False).launch(task, ENDPOINT, "/w"), OpenClawHarness().launch(Task(id="t", instruction="x"), ENDPOINT, "/w")):
+        assert "mcp" not in (off_config := json.loads(off.files[OPENCLAW_CONFIG_PATH])) and "tools" not in off_config
+    searched = json.loads(OpenClawHarness(tool_search={"mode": "directory"}).launch(task, ENDPOINT, "/w").files[OPENCLAW_CONFIG_PATH])
+    assert searched["tools"] == {"toolSearch": {"mode": "directory"}}
+
+
+# the tool names opencode, Gemini CLI and OpenClaw show the model for gui-mcp's tools (read from their recorded first
+# requests), and each one's own shell tool next to them
+MCP_NAMES = {"opencode": "gui_{}", "gemini-cli": "mcp_gui_{}", "openclaw": "gui__{}"}
+SHELL_TOOLS = {"opencode": "bash", "gemini-cli": "run_shell_command", "openclaw": "exec"}
+
+
+def _mcp_script(harness: str) -> list[dict[str, Any]]:
+    """MCP_SCRIPT under the tool names `harness` gives gui-mcp's tools."""
+    name = MCP_NAMES[harness].format
+    return [
+        {"tool_call": {"name": name("observe"), "arguments": {}}},
+        {"tool_call": {"name": name("click"), "arguments": {"id": 4}}},
+        {"text": "I clicked the button through the gui tools; the page ended the episode."},
+    ]
+
+
+def _offered(call: dict[str, Any]) -> set[str]:
+    """The tool names a recorded chat-completions or Gemini request offered."""
+    tools = _body(call).get("tools") or []
+    return {t["function"]["name"] for t in tools if "function" in t} | {f["name"] for t in tools for f in t.get("functionDeclarations", [])}
+
+
+def _chat_exchange(call: dict[str, Any], name: str) -> tuple[dict[str, Any], str, list[Any]]:
+    """The arguments of tool call `name` in a recorded chat request, the text of its result, and no images."""
+    messages = _body(call)["messages"]
+    use = next(c for m in messages for c in m.get("tool_calls") or [] if c["function"]["name"] == name)
+    result = next(m["content"] for m in messages if m.get("role") == "tool" and m.get("tool_call_id") == use["id"])
+    return json.loads(use["function"]["arguments"]), result if isinstance(result, str) else json.dumps(result), []
+
+
+def _gemini_exchange(call: dict[str, Any], name: str) -> tuple[dict[str, Any], str, list[Any]]:
+    """The arguments of function call `name` in a recorded Gemini request, its response text, and the images after it."""
+    contents = _body(call)["contents"]
+    use = next(p["functionCall"] for c in contents for p in c["parts"] if p.get("functionCall", {}).get("name") == name)
+    turn = next(c["parts"] for c in contents if any(p.get("functionResponse", {}).get("id") == use["id"] for p in c["parts"]))
+    response = next(p["functionResponse"]["response"] for p in turn if "functionResponse" in p)
+    return use["args"], json.dumps(response), [p["inlineData"] for p in turn if "inlineData" in p]
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("harness", ["opencode", "gemini-cli", "openclaw"])
+def test_harness_solves_a_miniwob_task_through_the_gui_mcp_server(harness: str, docker_client, base_image, tmp_path: Path) -> None:
+    summary, rollout, calls = _run(harness, tmp_path, _mcp_script(harness))
+    assert calls and all(c["status"] == "ok" for c in calls)
+    name = MCP_NAMES[harness].format
+    assert {name("observe"), name("click"), name("type_text"), SHELL_TOOLS[harness]} <= _offered(calls[0])
+    assert (rollout["status"], rollout["reward"], rollout["passed"]) == ("done", 1.0, True), (rollout["error"], rollout["meta"])
+    assert len(calls) == 3
+    exchange = _gemini_exchange if harness == "gemini-cli" else _chat_exchange
+    args, text, images = exchange(calls[1], name("observe"))
+    assert args == {} and "task: Click the button." in text and "[4] button#subbtn" in text
+    if harness == "gemini-cli":  # the screenshot follows the function response (opencode and OpenClaw declare a text-only model)
+        assert images and images[0]["forgetui_blob"].startswith("sha256:")
+    args, text, _ = exchange(calls[2], name("click"))
+    assert args == {"id": 4} and "clicked [4] button#subbtn" in text and "the episode is over: reward" in text
