@@ -39,6 +39,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def rollout_step(kwargs: dict[str, Any]) -> int:
+    """forgetui's step of a rollout: veRL's `global_steps` − 1, counted from 0 as `train_steps.step` is.
+
+    veRL's trainer sets `global_steps` to 1 before its first training step and hands it to every rollout
+    of that step (V1: as the batch's `global_steps`); it logs the same number as `training/global_step`,
+    which the metrics sink records as `train_steps.step` = that − 1. Validation before training (0) and a
+    batch without the key (veRL's legacy path keeps it in `meta_info`) are step 0.
+    """
+    return max(int(_plain(kwargs.get("global_steps", 0)) or 0) - 1, 0)
+
+
 def row_task(kwargs: dict[str, Any]) -> tuple[str | None, str, dict[str, Any]]:
     """(env name, task id, env options) from a dataset row's extra_info."""
     info = _plain(kwargs.get("extra_info")) or {}
@@ -71,9 +82,8 @@ class ForgetuiAgentLoop(AgentLoopBase):
             self.server_manager, self.tokenizer, config_path=self.forgetui_config, run_id=self.run_id, context_length=self.context_length
         )
         task = worker.find_task(task_id, env_name, options)
-        step = int(_plain(kwargs.get("global_steps", 0)) or 0)
         index = int(_plain(kwargs.get("session_id", 0)) or 0)
-        outcome = await worker.run_task(task, step=max(step, 0), sample_index=index, sampling_params=sampling_params)
+        outcome = await worker.run_task(task, step=rollout_step(kwargs), sample_index=index, sampling_params=sampling_params)
         outputs = self._outputs(outcome)
         if len(outputs) > 1 and not self.config.trainer.get("use_v1", True):
             log.warning("rollout %s has %d branches; veRL's legacy path takes one output: the branch with most sampled tokens", outcome.rollout_id, len(outputs))

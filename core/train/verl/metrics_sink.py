@@ -8,8 +8,8 @@ whose `FileLogger` appends `{"step": N, "data": {metric: value}}` at every `Trac
 worker writes its own shard), follows that file while veRL runs and writes the rows:
 
 - `step` = veRL's `training/global_step` − 1 (forgetui's steps count from 0, as the local trainer's do;
-  veRL's own number stays in `metrics`); a record without `training/global_step` is validation
-  before training, not a step, and is skipped;
+  veRL's own number stays in `metrics`), as the step's rollouts have it (`agent_loop.rollout_step`);
+  a record without `training/global_step` is validation before training, not a step, and is skipped;
 - `loss` = `actor/pg_loss`, `reward_mean` = `critic/score/mean` (the verifier's reward), when logged;
 - `metrics` = veRL's whole dict, plus the local trainer's names for the metrics both have (`kl`,
   `entropy`, `grad_norm`, `lr`, ...) so the TUI's curves and reports read both kinds of run alike.
