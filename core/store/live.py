@@ -6,6 +6,7 @@ import datetime as dt
 import hmac
 import logging
 import os
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -99,6 +100,7 @@ class LiveServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall per answer
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
                 log.debug("live query %s", format % args)
@@ -150,6 +152,7 @@ class LiveServer:
         self._thread.start()
         info = {
             "pid": os.getpid(),
+            "host": socket.gethostname(),  # a reader elsewhere (a shared FORGETUI_HOME) cannot reach this loopback URL
             "url": self.url,
             "token": self.token,
             "started_at": dt.datetime.now(dt.UTC).isoformat(),

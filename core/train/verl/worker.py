@@ -3,7 +3,9 @@
 veRL instantiates the agent loop once per rollout; the session is opened lazily by the first `run()`
 of a worker (on the worker's event loop) and lives until the process exits. Its proxy samples through
 veRL's inference client (`ClientTokenBackend`) and records into the worker's own store shard,
-`runs/<run_id>/shards/<shard>/store.duckdb`, which `forgetui sql --run RUN_ID` reads together.
+`runs/<run_id>/shards/<shard>/store.duckdb`, which `forgetui sql --run RUN_ID` and the TUI read together;
+while the worker runs, its session's live query endpoint (`store.duckdb.live.json` beside the shard)
+answers for the shard, which DuckDB keeps locked to every other process.
 """
 
 from __future__ import annotations
