@@ -241,6 +241,7 @@ async def test_live_store_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         async with app.run_test(size=(180, 50)) as pilot:
             table = app.query_one(CallsTable)
             stores = app.query_one(StoreList)
+            await pilot.press("c")  # a store's calls load when their tab is shown
             await settle(app, pilot, lambda: table.row_count == 1)
             assert stores.stores[0].live and stores.stores[0].runs[0].status == "running"
             for i in (1, 2):
@@ -286,6 +287,7 @@ async def test_inspector_body_is_plain_under_bold_headings(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(180, 50)) as pilot:
         table = app.query_one(CallsTable)
+        await pilot.press("c")
         await settle(app, pilot, lambda: table.row_count == 3)
         table.focus()
         await pilot.press("down")
@@ -313,8 +315,8 @@ async def test_80x24_gives_the_calls_table_the_width(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one(CallsTable)
-        await settle(app, pilot, lambda: table.row_count == 3)
         await pilot.press("c")
+        await settle(app, pilot, lambda: table.row_count == 3)
         await pilot.pause()
         stores = app.query_one(StoreList)
         assert not stores.display or stores.size.width == 0
@@ -338,8 +340,8 @@ async def test_holding_the_arrow_key_loads_one_call(home: Path, monkeypatch: pyt
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(180, 50)) as pilot:
         table = app.query_one(CallsTable)
-        await settle(app, pilot, lambda: table.row_count == 3)
         await pilot.press("c")
+        await settle(app, pilot, lambda: table.row_count == 3)
         await pilot.pause(0.3)
         loaded.clear()
         await pilot.press("down", "down", "up", "down")
@@ -373,9 +375,48 @@ async def test_enter_on_a_call_opens_its_rollout(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.query_one(CallsTable)
+        await pilot.press("c")
         await settle(app, pilot, lambda: table.row_count == 3)
-        await pilot.press("c", "down", "enter")  # the second call: ro-b's
+        await pilot.press("down", "enter")  # the second call: ro-b's
         await settle(app, pilot, lambda: isinstance(app.screen, RolloutScreen))
         assert app.screen.rollout_id == "ro-b"
         conv = app.screen.query_one("#conv", Static)
         await settle(app, pilot, lambda: "question number 0 from ro-b" in text_of(conv))
+
+
+async def test_a_store_loads_only_the_tab_that_is_shown(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Calls and Rollouts tables (up to a thousand rows each, styled on the event loop) fill when shown, not before."""
+    asked: list[str] = []
+    for name in ("load_calls", "load_rollouts"):
+        real = getattr(data, name)
+        monkeypatch.setattr(data, name, lambda path, _real=real, _name=name: asked.append(_name) or _real(path))
+    app = ForgetuiApp(refresh_s=0.1, stores_refresh_s=60)
+    async with app.run_test(size=(180, 50)) as pilot:
+        await settle(app, pilot, lambda: app.store is not None)
+        await pilot.pause(0.5)  # several refresh ticks on the Runs tab
+        assert asked == [] and app.query_one(CallsTable).row_count == 0
+        await pilot.press("o")
+        await settle(app, pilot, lambda: app.query_one("#rollouts", DataTable).row_count > 0)
+        assert set(asked) == {"load_rollouts"}
+        await pilot.press("c")
+        await settle(app, pilot, lambda: app.query_one(CallsTable).row_count == 3)
+        assert "load_calls" in asked
+
+
+async def test_the_footer_rebuilds_only_when_its_keys_change(home: Path) -> None:
+    from forgetui.tui.widgets.key_footer import KeyFooter
+
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        footer = app.query_one(KeyFooter)
+        rebuilt: list[int] = []
+        footer.call_after_refresh = lambda *a, **k: rebuilt.append(1)  # type: ignore[method-assign]
+        for _ in range(5):  # what focus moves and widgets' refresh_bindings publish, with nothing changed
+            footer.bindings_changed(app.screen)
+        assert rebuilt == []
+        app.query_one("#tabs").active = "tab-sql"  # other focus, other keys
+        app.query_one("#sql-input").focus()
+        await pilot.pause()
+        footer.bindings_changed(app.screen)
+        assert rebuilt == [1]

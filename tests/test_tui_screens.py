@@ -187,8 +187,8 @@ async def test_rollouts_tab_enter_opens_the_rollout(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.query_one("#rollouts", DataTable)
+        await pilot.press("o")  # a store's rollouts load when their tab is shown
         await until(pilot, lambda: table.row_count > 0, "the store's rollouts")
-        await pilot.press("o")
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the Rollout screen")
 

@@ -16,7 +16,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.widgets import DataTable, Footer, Header, Input, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
 from core.store.query import QueryCancel
@@ -48,6 +48,7 @@ from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.sql_history import SqlHistory
 from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
+from forgetui.tui.widgets.key_footer import KeyFooter
 from forgetui.tui.widgets.result_table import ResultTable
 from forgetui.tui.widgets.rollouts_table import RolloutsTable
 from forgetui.tui.widgets.run_dashboard import RunDashboard
@@ -170,7 +171,7 @@ class ForgetuiApp(App[int]):
                     yield RolloutsTable(data.STORE_ROLLOUT_COLUMNS, id="rollouts")
                 with TabPane("SQL", id="tab-sql"):
                     yield SqlConsole(SqlHistory(self.catalog.home_path() / "tui" / "sql_history.json"), id="sql")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, lambda theme: self.settings.save_theme(theme.name))
@@ -369,11 +370,11 @@ class ForgetuiApp(App[int]):
             self.load_runs()
 
     def _tick_calls(self) -> None:
-        if self.store is not None and not self._busy("calls"):
+        if self.store is not None and not self._busy("calls") and self._tab_shown("tab-calls"):
             self.load_calls(self.store)
 
     def _tick_rollouts(self) -> None:
-        if self.store is not None and not self._busy("rollouts"):
+        if self.store is not None and not self._busy("rollouts") and self._tab_shown("tab-rollouts"):
             self.load_rollouts(self.store)
 
     def _tick_run(self) -> None:
@@ -588,6 +589,8 @@ class ForgetuiApp(App[int]):
     @_dropped_once_closed
     def _store_selected(self, message: StoreSelected) -> None:
         self.query_one(StoreList).remove_class("-shown")  # (narrow screens) the pane hides once a store is chosen
+        if message.chosen and self._tab_shown("tab-runs"):  # picking a store shows what is in it (focus stays in the list)
+            self.query_one("#tabs", TabbedContent).active = "tab-calls"
         if message.path == self.store:
             return
         self.store = message.path
@@ -597,10 +600,30 @@ class ForgetuiApp(App[int]):
         self.query_one(StoreList).highlight_store(message.path)
         self.query_one(CallsTable).clear_calls()
         self.query_one(CallInspector).show_message("select a call")
-        self.load_calls(message.path, force=True)
         self._stamps.pop("rollouts", None)
         self.query_one("#rollouts", RolloutsTable).clear_rollouts()
-        self.load_rollouts(message.path, force=True)
+        self._load_shown_tab(force=True)
+
+    @on(TabbedContent.TabActivated, "#tabs")
+    def _main_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._load_shown_tab()
+
+    def _load_shown_tab(self, force: bool = False) -> None:
+        """Load the store's calls or rollouts when their tab is the one shown.
+
+        Each fills a table of up to a thousand rows, measured and styled on the event loop even while
+        hidden; loading them for a tab nobody looks at stalled the screen on top (a run opened from
+        the Runs tab) for hundreds of milliseconds.
+        """
+        if self.store is None:
+            return
+        if self._tab_shown("tab-calls"):
+            self.load_calls(self.store, force=force)
+        elif self._tab_shown("tab-rollouts"):
+            self.load_rollouts(self.store, force=force)
+
+    def _tab_shown(self, tab: str) -> bool:
+        return self.screen is self.screen_stack[0] and self.query_one("#tabs", TabbedContent).active == tab
 
     @on(RolloutsLoaded)
     @_dropped_once_closed

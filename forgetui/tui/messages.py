@@ -25,11 +25,12 @@ class StoresLoaded(Message):
 
 
 class StoreSelected(Message):
-    """The user picked a store in the list."""
+    """A store became the one the Calls, Rollouts and SQL tabs work on; `chosen`: the user picked it in the list."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, chosen: bool = False) -> None:
         super().__init__()
         self.path = path
+        self.chosen = chosen
 
 
 class CallsLoaded(Message):

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, OptionList, Static, TabbedContent, TabPane
+from textual.widgets import Header, OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
 from core.errors import ForgetuiError
@@ -21,6 +21,7 @@ from forgetui.tui.messages import LoadFailed, RolloutLoaded
 from forgetui.tui.run_data import RolloutDetail, RunSource, fmt, load_rollout, parse_json
 from forgetui.tui.widgets.call_inspector import heading, turns_text
 from forgetui.tui.widgets.call_json import CallJson
+from forgetui.tui.widgets.key_footer import KeyFooter
 from forgetui.tui.widgets.token_view import TokenView
 
 FIRST_CALLS = 40  # calls shown at first: laying out a 200-call conversation blocks the screen; `m` shows all
@@ -103,7 +104,7 @@ class RolloutScreen(Screen):
             with TabPane("Raw JSON", id="tab-raw"), Horizontal():
                 yield OptionList(id="raw-calls")
                 yield CallJson(id="raw-json")
-        yield Footer()
+        yield KeyFooter()
 
     def on_unmount(self) -> None:
         heap.thaw()

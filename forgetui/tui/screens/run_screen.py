@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.lazy import Lazy
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widget import Widget
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
 from core.proxy.no_model import model_shown_for
@@ -18,6 +22,7 @@ from forgetui.tui import heap
 from forgetui.tui.messages import BehaviourLoaded, LoadFailed, RunLoaded
 from forgetui.tui.run_data import RunDetail, RunSource, fmt, load_run
 from forgetui.tui.widgets.behaviour_table import BehaviourTable
+from forgetui.tui.widgets.key_footer import KeyFooter
 from forgetui.tui.widgets.pass_table import PassTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.train_curves import TrainCurves
@@ -71,11 +76,13 @@ class RunScreen(Screen):
             with TabbedContent(id="run-tabs"):
                 with TabPane("Rollouts", id="tab-lines"):
                     yield RolloutLines(self.source, id="run-lines")
+                # the hidden tabs' widgets mount after the first paint: styling and laying them out with the
+                # rest made the Run screen's first frame the TUI benchmark's worst stall
                 with TabPane("Training curves", id="tab-curves"):
-                    yield TrainCurves(id="run-curves")
+                    yield Lazy(TrainCurves(id="run-curves"))
                 with TabPane("Behaviour", id="tab-behaviour"):
-                    yield BehaviourTable(id="run-behaviour")
-        yield Footer()
+                    yield Lazy(BehaviourTable(id="run-behaviour"))
+        yield KeyFooter()
 
     def on_unmount(self) -> None:
         heap.thaw()
@@ -113,7 +120,7 @@ class RunScreen(Screen):
 
     @on(BehaviourLoaded)
     def _behaviour_loaded(self, message: BehaviourLoaded) -> None:
-        self.query_one(BehaviourTable).show_rows(message.header, message.rows)
+        self._on_widget(BehaviourTable, lambda table: table.show_rows(message.header, message.rows))
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def load(self) -> None:
@@ -133,21 +140,29 @@ class RunScreen(Screen):
         self.query_one("#run-summary-text", Static).update(
             summary_text(d, self._calls_per_s if d.status == "running" else None))
         self.query_one(PassTable).show_report(d.report)
-        self.query_one(TrainCurves).show_steps(d.train_steps)
+        self._on_widget(TrainCurves, lambda curves: curves.show_steps(d.train_steps))
         self.query_one(RolloutLines).show_lines(d.rollouts)
         if first:  # once: a live run's later polls would freeze their own garbage until the screen closes
             self.call_after_refresh(heap.freeze_loaded)
+
+    def _on_widget(self, kind: type[Widget], apply: Callable[[Any], Any], tries: int = 50) -> None:
+        """`apply` to this screen's `kind` widget; a lazily mounted one (a hidden tab's) gets it once it is there."""
+        found = self.query(kind)
+        if found:
+            apply(found.first())
+        elif tries > 0:
+            self.call_after_refresh(self._on_widget, kind, apply, tries - 1)
 
     def action_toggle_tab(self) -> None:
         tabs = self.query_one("#run-tabs", TabbedContent)
         tabs.active = self.TABS[(self.TABS.index(tabs.active) + 1) % len(self.TABS)] if tabs.active in self.TABS else self.TABS[0]
         widget = {"tab-lines": RolloutLines, "tab-curves": TrainCurves, "tab-behaviour": BehaviourTable}[tabs.active]
-        self.query_one(widget).focus()
+        self._on_widget(widget, lambda w: w.focus())
 
     @on(LoadFailed)
     def _failed(self, message: LoadFailed) -> None:
         message.stop()
         if message.what == "behaviour":  # the run itself loaded: say it on the table, keep the summary
-            self.query_one(BehaviourTable).border_subtitle = message.error[:200]
+            self._on_widget(BehaviourTable, lambda table: setattr(table, "border_subtitle", message.error[:200]))
             return
         self.query_one("#run-summary-text", Static).update(Text(message.error, style="bold red"))

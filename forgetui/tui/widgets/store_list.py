@@ -68,4 +68,4 @@ class StoreList(OptionList):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         if event.option.id:
-            self.post_message(StoreSelected(Path(event.option.id)))
+            self.post_message(StoreSelected(Path(event.option.id), chosen=True))
