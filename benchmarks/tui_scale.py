@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import os
 import shutil
@@ -184,6 +185,10 @@ def main() -> int:
     args = parser.parse_args()
     home = OUT / "home"
     os.environ["FORGETUI_HOME"] = str(home)
+    # the project's own modules compiled first, as an installed one is: where PYTHONDONTWRITEBYTECODE is set
+    # (this machine) every import compiles its source, and a worker thread importing holds the GIL meanwhile
+    for package in ("core", "forgetui"):
+        compileall.compile_dir(str(REPO / package), quiet=1)
     built = build(home, args)
     if built:
         print(f"store written in {built:.1f} s", file=sys.stderr)

@@ -57,6 +57,9 @@ class RunScreen(Screen):
     BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("r", "reload", "Refresh"),
                 Binding("t", "toggle_tab", "Rollouts/curves/behaviour")]
     TABS = ("tab-lines", "tab-curves", "tab-behaviour")
+    # focus lands on the rollouts at once: each focus move restyles the widget (a DataTable: ~10 ms), and
+    # Textual's default would focus the first focusable widget before on_mount moved it here
+    AUTO_FOCUS = "#run-lines"
 
     def __init__(self, source: RunSource, run_id: str | None = None, refresh_s: float = REFRESH_S) -> None:
         super().__init__()
@@ -89,7 +92,6 @@ class RunScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"run {self.run_id}"
-        self.query_one(RolloutLines).focus()
         self.action_reload()
         self.set_interval(self.refresh_s, self._tick)
 
