@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
 from core.store.query import QueryCancel
-from forgetui.tui import data, launcher, run_data, settings
+from forgetui.tui import data, heap, launcher, run_data, settings
 from forgetui.tui.messages import (
     CallLoaded,
     CallSelected,
@@ -175,6 +175,7 @@ class ForgetuiApp(App[int]):
 
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, lambda theme: self.settings.save_theme(theme.name))
+        self.call_after_refresh(heap.freeze_loaded)  # the imported modules and the first screen, out of every full collection
         self.load_stores()
         self.load_runs()
         self.set_interval(self.stores_refresh_s, self._tick_stores)

@@ -12,10 +12,16 @@ import gc
 
 
 def freeze_loaded() -> None:
-    """Call once a large load is on screen."""
+    """Call once a large load is on screen (and once the app is up: the modules imported at start-up live as long)."""
     gc.freeze()
 
 
 def thaw() -> None:
-    """Call when a screen holding large data goes away."""
+    """Call when a screen holding large data goes away: its objects are collected now, what is still alive frozen again.
+
+    The pause comes on the user's Esc, never later at random while they read; the app's own start-up objects and
+    the screens still open stay out of later collections.
+    """
     gc.unfreeze()
+    gc.collect()
+    gc.freeze()
