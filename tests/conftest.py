@@ -97,6 +97,18 @@ def live_proxy(tmp_path: Path):
         store.close()
 
 
+@pytest.fixture
+def fake():
+    """A loopback OpenAI-compatible server (`tests.test_passthrough.FakeOpenAI`); `.url` is its root, `.requests` what it got."""
+    from core.proxy.server import BackgroundServer
+    from tests.test_passthrough import FakeOpenAI
+
+    app = FakeOpenAI()
+    with BackgroundServer(app) as server:
+        app.url = server.url
+        yield app
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from transformers import AutoTokenizer

@@ -17,7 +17,6 @@ from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Finished, TextDelta
 from core.errors import BackendError, ContextLengthError
 from core.proxy.asgi import read_body
-from core.proxy.server import BackgroundServer
 
 CHAT = "/v1/chat/completions"
 PIECES = ["Hel", "lo, ", "world", "!"]
@@ -96,14 +95,6 @@ class FakeOpenAI:
     async def _send(send: Any, status: int, body: bytes) -> None:
         await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": body})
-
-
-@pytest.fixture
-def fake():
-    app = FakeOpenAI()
-    with BackgroundServer(app) as server:
-        app.url = server.url
-        yield app
 
 
 def free_port() -> int:

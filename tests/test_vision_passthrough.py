@@ -23,7 +23,7 @@ from core.protocols.registry import get_protocol
 from core.proxy.asgi import read_body
 from core.proxy.server import BackgroundServer
 from tests.test_gui_images import b64, png
-from tests.test_passthrough import CHAT, FakeOpenAI
+from tests.test_passthrough import CHAT
 
 SHOT_1, SHOT_2 = png(1), png(2)
 
@@ -43,14 +43,6 @@ def _data_url_bytes(part: dict[str, Any]) -> bytes:
     head, _, payload = url.partition(",")
     assert head == "data:image/png;base64"
     return base64.b64decode(payload)
-
-
-@pytest.fixture
-def fake():
-    app = FakeOpenAI()
-    with BackgroundServer(app) as server:
-        app.url = server.url
-        yield app
 
 
 def test_screenshots_reach_an_openai_compatible_vlm_byte_for_byte_and_are_stored_once(live_proxy, fake) -> None:

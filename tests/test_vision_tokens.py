@@ -64,13 +64,21 @@ def _chat(proxy: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     return resp.json()["choices"][0]["message"]
 
 
+def _record_two_screens(proxy: Any, done: bool = False) -> None:
+    """Two calls of one rollout: a screenshot, the model's answer, then a second screenshot (the first still in history)."""
+    first = [_user("Click the red button.", SHOT_A)]
+    answer = _chat(proxy, first)
+    _chat(proxy, [*first, {"role": "assistant", "content": answer["content"]}, _user("Now the green one.", SHOT_B)])
+    if done:
+        proxy.store.upsert_rollout({"rollout_id": "rollout-1", "run_id": "run-test", "status": "done", "reward": 1.0})
+        proxy.store.flush()
+
+
 def test_each_image_is_a_placeholder_run_as_long_as_the_processor_makes_it(vlm) -> None:
     proxy, backend = vlm
     assert backend.accepts_images and backend.vision is not None
     vision, tok = backend.vision, backend.tokenizer
-    first = [_user("Click the red button.", SHOT_A)]
-    answer = _chat(proxy, first)
-    _chat(proxy, [*first, {"role": "assistant", "content": answer["content"]}, _user("Now the green one.", SHOT_B)])
+    _record_two_screens(proxy)
     rows = proxy.rows("SELECT seq, prompt_token_ids, prefix_tokens, extends_parent, image_hashes FROM calls_full ORDER BY seq")
     assert len(rows) == 2
     pad, start, end = (tok.convert_tokens_to_ids(t) for t in (IMAGE_PAD, VISION_START, VISION_END))
@@ -92,11 +100,7 @@ def test_the_trainer_rebuilds_the_pixels_from_blobs_and_gets_the_recorded_logpro
     from core.train.vision import sample_images
 
     proxy, backend = vlm
-    first = [_user("Click the red button.", SHOT_A)]
-    answer = _chat(proxy, first)
-    _chat(proxy, [*first, {"role": "assistant", "content": answer["content"]}, _user("Now the green one.", SHOT_B)])
-    proxy.store.upsert_rollout({"rollout_id": "rollout-1", "run_id": "run-test", "status": "done", "reward": 1.0})
-    proxy.store.flush()
+    _record_two_screens(proxy, done=True)
     (sample,) = samples_for_run(proxy.store, "run-test")  # the two calls merge: their prompts extend each other
     assert sample.n_calls == 2 and sample.trainable_tokens == 12
     images = sample_images(proxy.store.cursor(), sample)
@@ -134,11 +138,7 @@ def test_the_local_trainer_steps_on_a_screenshot_sample_and_the_backend_takes_th
     from core.train.vision import sample_images
 
     proxy, backend = vlm
-    first = [_user("Click the red button.", SHOT_A)]
-    answer = _chat(proxy, first)
-    _chat(proxy, [*first, {"role": "assistant", "content": answer["content"]}, _user("Now the green one.", SHOT_B)])
-    proxy.store.upsert_rollout({"rollout_id": "rollout-1", "run_id": "run-test", "status": "done", "reward": 1.0})
-    proxy.store.flush()
+    _record_two_screens(proxy, done=True)
     (sample,) = samples_for_run(proxy.store, "run-test")
     sample.advantage = 1.0
     trainer = LocalTrainer("tiny-vl", tokenizer=backend.tokenizer, lr=0.05, seed=0)
