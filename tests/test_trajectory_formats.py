@@ -65,13 +65,18 @@ AFTER_V14 = {"trajectory_id", "continued_trajectory_ref", "subagent_trajectories
              "is_copied_context", "llm_call_count"}  # fmt: skip
 
 
-def _check(kind: str, obj: Any, where: str) -> list[str]:
+def _schema_problems(schema: dict[str, tuple[set[str], set[str]]], kind: str, obj: Any, where: str) -> list[str]:
     """Schema problems of one object: not an object, unknown keys, missing required keys."""
     if not isinstance(obj, dict):
         return [f"{where}: not an object"]
-    allowed, required = ATIF_SCHEMA[kind]
+    allowed, required = schema[kind]
     problems = [f"{where}: unknown key {k!r}" for k in sorted(set(obj) - allowed)]
     return problems + [f"{where}: missing {k!r}" for k in sorted(required - set(obj))]
+
+
+def _check(kind: str, obj: Any, where: str) -> list[str]:
+    """ATIF schema problems of one object."""
+    return _schema_problems(ATIF_SCHEMA, kind, obj, where)
 
 
 def _step_problems(step: dict[str, Any], i: int) -> list[str]:
@@ -270,12 +275,8 @@ SAFE_SESSION_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$", re.IGNORECASE)  # 
 
 
 def _oc_check(kind: str, obj: Any, where: str) -> list[str]:
-    """Schema problems of one OpenClaw object: not an object, unknown keys, missing required keys."""
-    if not isinstance(obj, dict):
-        return [f"{where}: not an object"]
-    allowed, required = OPENCLAW_SCHEMA[kind]
-    problems = [f"{where}: unknown key {k!r}" for k in sorted(set(obj) - allowed)]
-    return problems + [f"{where}: missing {k!r}" for k in sorted(required - set(obj))]
+    """OpenClaw (pi session) schema problems of one object."""
+    return _schema_problems(OPENCLAW_SCHEMA, kind, obj, where)
 
 
 def _oc_message_problems(message: Any, where: str) -> list[str]:
