@@ -154,7 +154,9 @@ def main() -> int:
 
     mb = 1e6
     n = args.tasks
-    print(f"\n{n} per-task-image tasks × {len(rows)} harnesses (before: measured on {rows[0]['before_measured_tasks']} tasks per harness, ×{n} extrapolated)\n")
+    measured = rows[0]["before_measured_tasks"]
+    how = "measured on every task" if measured == n else f"measured on {measured} tasks per harness, ×{n} extrapolated"
+    print(f"\n{n} per-task-image tasks × {len(rows)} harnesses (before: {how})\n")
     print("| harness | harness in volume (MB, once) | before: task image + harness (MB) | after: task image, harness mounted (MB) | before: total (MB) | after: total (MB) | ratio | before: build (s) | after: build + fill (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -164,10 +166,11 @@ def main() -> int:
               f"{r['before_total_build_s_extrapolated']} | {r['after_total_build_s']} |")
     before = sum(r["before_total_bytes_extrapolated"] for r in rows)
     after = sum(r["after_total_bytes"] for r in rows)
-    print(f"\nall harnesses: before {before / 1e9:.2f} GB (extrapolated), after {after / 1e9:.3f} GB: {before / after:.0f}× less disk")
+    label = "measured" if measured == n else "extrapolated"
+    print(f"\nall harnesses: before {before / 1e9:.2f} GB ({label}), after {after / 1e9:.3f} GB: {before / after:.0f}× less disk")
     b_s = sum(r["before_total_build_s_extrapolated"] or 0 for r in rows)
     a_s = sum(r["after_total_build_s"] for r in rows)
-    print(f"build time: before {b_s:.0f} s (extrapolated), after {a_s:.0f} s: {b_s / a_s:.0f}× faster"
+    print(f"build time: before {b_s:.0f} s ({label}), after {a_s:.0f} s: {b_s / a_s:.0f}× faster"
           f" (task images: {sum(r['task_images_build_s'] for r in rows):.1f} s in all; harness images already on the engine: "
           f"{', '.join(r['harness'] for r in rows if r['after_harness_image_was_present']) or 'none'} — their one build is not in 'after')")
     ok = all(r["after_per_task_bytes"] <= r["task_image_bytes_mean"] + FLOOR_EXTRA_BYTES and r["after_volume_bytes"] > 0 for r in rows)
