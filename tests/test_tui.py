@@ -420,3 +420,50 @@ async def test_the_footer_rebuilds_only_when_its_keys_change(home: Path) -> None
         await pilot.pause()
         footer.bindings_changed(app.screen)
         assert rebuilt == [1]
+
+
+async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_path: Path) -> None:
+    from textual.app import App
+
+    from forgetui.tui.messages import RolloutOpened
+    from forgetui.tui.run_data import RolloutLine, RunSource
+    from forgetui.tui.widgets.rollout_lines import RolloutLines
+
+    opened: list[str] = []
+
+    class One(App):
+        def compose(self):  # noqa: ANN202
+            yield RolloutLines(RunSource(tmp_path), id="lines")
+
+        def on_rollout_opened(self, message: RolloutOpened) -> None:
+            opened.append(message.rollout_id)
+
+    def line(i: int, status: str = "done") -> RolloutLine:
+        return RolloutLine(f"r{i}", f"task-{i % 3}", i, 0, status, 1.0, True, 3, 24, 30.0, "boom\nagain" if i == 7 else None)
+
+    app = One()
+    async with app.run_test(size=(100, 12)) as pilot:
+        lines = app.query_one(RolloutLines)
+        lines.show_lines([line(i) for i in range(50)])
+        lines.focus()
+        await pilot.pause()
+        assert lines.row_cells(7)[-1] == "boom again" and lines.border_subtitle.startswith("50 rollouts")
+        await pilot.press("down", "down")
+        assert lines.cursor == 2
+        await pilot.press("end")
+        await pilot.pause()
+        assert lines.cursor == 49 and lines.scroll_offset.y > 0  # the last row is on screen
+        assert lines.render_line(lines.size.height - 1).text.startswith(" done")  # drawn: the row, not a blank
+        await pilot.press("pageup")
+        assert lines.cursor == 49 - (lines.scrollable_content_region.height - 2)
+        await pilot.press("home", "enter")
+        await pilot.pause()
+        assert lines.cursor == 0 and lines.scroll_offset.y == 0 and opened == ["r0"]
+        await pilot.click(RolloutLines, offset=(5, 3))  # the row under the pointer: header, then r0, r1, r2
+        assert lines.cursor == 2 and opened == ["r0"]
+        await pilot.click(RolloutLines, offset=(5, 3))  # again: it opens
+        await pilot.pause()
+        assert opened == ["r0", "r2"]
+        lines.show_lines([line(i, "running") for i in range(2)])  # fewer rows: the cursor stays inside
+        await pilot.pause()
+        assert lines.cursor == 1 and lines.row_cells(0)[0] == "running"

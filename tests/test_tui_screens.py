@@ -137,7 +137,7 @@ async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
         assert all(v != "-" for v in rows["tool calls"])
         await pilot.press("t")
         assert "step 2: reward 0.650" in text_of(screen.query_one("#run-summary-text", Static))
-        first = cells(lines)[0]
+        first = lines.row_cells(0)
         assert first[:6] == ["done", "task-0", "0", "0", "1", "3"]
         lines.focus()
         await pilot.press("enter")
