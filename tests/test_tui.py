@@ -467,3 +467,22 @@ async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_pat
         lines.show_lines([line(i, "running") for i in range(2)])  # fewer rows: the cursor stays inside
         await pilot.pause()
         assert lines.cursor == 1 and lines.row_cells(0)[0] == "running"
+
+
+def test_a_big_load_runs_without_collections_and_ends_frozen() -> None:
+    import gc
+
+    from forgetui.tui import heap
+
+    gc.unfreeze()
+    assert gc.isenabled()
+    try:
+        with heap.loading():
+            assert not gc.isenabled()  # no automatic collection holds the GIL while the worker builds
+            with heap.loading():  # a second worker loading at once
+                pass
+            assert not gc.isenabled()
+            kept = [[i] for i in range(1000)]
+        assert gc.isenabled() and gc.get_freeze_count() >= len(kept)  # what the load built is out of later collections
+    finally:
+        gc.unfreeze()

@@ -116,9 +116,10 @@ class RolloutScreen(Screen):
     @work(thread=True, exclusive=True, group="rollout", exit_on_error=False)
     def load(self) -> None:
         try:
-            detail = load_rollout(self.source, self.rollout_id)
-            # the texts too are built here, off the event loop: a 200-call conversation is a lot of parsing
-            conversation = conversation_text(detail.calls, FIRST_CALLS)
+            with heap.loading():
+                detail = load_rollout(self.source, self.rollout_id)
+                # the texts too are built here, off the event loop: a 200-call conversation is a lot of parsing
+                conversation = conversation_text(detail.calls, FIRST_CALLS)
             self.post_message(RolloutLoaded(detail, conversation, verifier_text(detail)))
         except ForgetuiError as exc:
             self.post_message(LoadFailed("rollout", str(exc)))

@@ -127,7 +127,12 @@ class RunScreen(Screen):
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def load(self) -> None:
         try:
-            self.post_message(RunLoaded(load_run(self.source, self.run_id)))
+            if self.detail is None:  # the first load: a live run's later polls would freeze their own garbage
+                with heap.loading():
+                    detail = load_run(self.source, self.run_id)
+            else:
+                detail = load_run(self.source, self.run_id)
+            self.post_message(RunLoaded(detail))
         except ForgetuiError as exc:
             self.post_message(LoadFailed("run", str(exc)))
 
