@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from core.analytics.views import with_views  # noqa: E402
+from core.store.behaviour import with_views  # noqa: E402
 from core.store.writer import Store  # noqa: E402
 
 COMMANDS = ("cat a.txt", "echo x > b.txt", "ls", "python3 run.py", "grep -c x log.txt", "false")

@@ -32,6 +32,7 @@ def run(folder: Path, steps: int, kb: int, images: bool) -> tuple[int, int, int]
     """(store bytes, bytes sent, unique image bytes) of one conversation."""
     import httpx
 
+    from core.backends.spec import PolicySpec
     from core.proxy.app import ProxyApp
     from core.proxy.factory import make_policy
     from core.proxy.server import BackgroundServer
@@ -46,7 +47,7 @@ def run(folder: Path, steps: int, kb: int, images: bool) -> tuple[int, int, int]
     sessions = SessionRegistry(run_id="bench", adhoc=False)
     session = sessions.register("rollout-1")
     store.upsert_rollout({"rollout_id": "rollout-1", "run_id": "bench", "status": "running", "token": session.token})
-    server = BackgroundServer(ProxyApp(make_policy(f"scripted:{script}"), sessions, store))
+    server = BackgroundServer(ProxyApp(make_policy(PolicySpec.parse(f"scripted:{script}")), sessions, store))
     server.start()
     tools = [{"type": "function", "function": {"name": "click", "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}}}]
     messages: list[dict] = [{"role": "system", "content": "You operate a web page."}]

@@ -181,6 +181,9 @@ class HttpxPassthroughBackend:
     """Streams an OpenAI-compatible server's chat completion with one shared httpx client (no LiteLLM)."""
 
     def __init__(self, base_url: str, model: str = MODEL, api_key: str = "sk-fake") -> None:
+        from core.backends.kinds import Capabilities
+
+        self.capabilities = Capabilities()  # text in, text out
         self.name = "httpx-bench"
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
@@ -275,6 +278,7 @@ def name_threads() -> None:
 def serve_forgetui(conn: Any, backend: str, fake_url: str, store_path: str, proxy_loop: str = "default") -> None:
     """Child process: ProxyApp + BackgroundServer + a real Store; on 'stop' reports the store's row counts."""
     import core.proxy.server
+    from core.backends.spec import PolicySpec
     from core.proxy.app import ProxyApp
     from core.proxy.factory import make_policy
     from core.proxy.policy import PassthroughPolicy
@@ -288,7 +292,7 @@ def serve_forgetui(conn: Any, backend: str, fake_url: str, store_path: str, prox
     if backend == "httpx":
         policy = PassthroughPolicy(HttpxPassthroughBackend(fake_url + "/v1"))
     else:
-        policy = make_policy(spec)
+        policy = make_policy(PolicySpec.parse(spec))
         if backend == "litellm":  # force LiteLLM's client for the same upstream (what other providers use)
             policy.backend._native = None
     store = Store.open(store_path)

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from core.backends.spec import PolicySpec
 from core.errors import ConfigError
 from core.runtime.egress import EgressPolicy
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
 from core.secrets import redact
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Section(BaseModel):
@@ -60,6 +71,21 @@ class PolicyConfig(_Section):
     parser: str = "hermes"
     model_name: str = Field("policy", description="the model name harnesses are told to request")
     max_tokens: int | None = Field(None, ge=1, description="default completion cap when a harness asks for none")
+    _spec: PolicySpec = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _parse_backend(self) -> PolicyConfig:
+        """`backend` is parsed here, once (again whenever it is assigned): every caller reads `spec`."""
+        try:
+            self._spec = PolicySpec.parse(self.backend)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def spec(self) -> PolicySpec:
+        """The parsed `backend`."""
+        return self._spec
 
 
 class RuntimeConfig(_Section):
@@ -127,7 +153,7 @@ class TrainConfig(_Section):
     """Training: `steps` > 0 turns a run into a trainer (see core.train)."""
 
     steps: int = Field(0, ge=0, description="0 = evaluate only")
-    trainer: Literal["local", "sft", "verl"] = Field("local", description="local GRPO on one node, SFT on earlier runs, or veRL on GPUs")
+    trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
     tasks_per_step: int | None = Field(None, ge=1, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
     max_extra_batches: int = Field(0, ge=0, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
     estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
@@ -206,23 +232,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {item!r}")
         _set_path(data, key.strip(), _parse_value(raw.strip()))
+    return _resolve_paths(validated(RunConfig, data), base_dir)
+
+
+def validated(model: type[M], data: dict[str, Any], where: str = "") -> M:
+    """`data` validated as `model`; ConfigError naming each problem's key (`where` prefixes them: "policy.")."""
     try:
-        config = RunConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+        problems = "; ".join(f"{where}{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"invalid config: {problems}") from None
-    return _resolve_paths(config, base_dir)
 
 
 def _resolve_paths(config: RunConfig, base_dir: Path | None) -> RunConfig:
     """A scripted backend's file and env.path are relative to the config file."""
     if base_dir is None:
         return config
-    backend = config.policy.backend
-    if backend.startswith("scripted:"):
-        target = Path(backend.split(":", 1)[1].split("?", 1)[0])
+    spec = config.policy.spec
+    if spec.declared.config_relative:
+        target = Path(spec.target)
         if not target.is_absolute() and (base_dir / target).exists():
-            config.policy.backend = backend.replace(str(target), str((base_dir / target).resolve()), 1)
+            config.policy.backend = str(spec.with_target(str((base_dir / target).resolve())))
     if config.env.path and not Path(config.env.path).is_absolute() and (base_dir / config.env.path).exists():
         config.env.path = str((base_dir / config.env.path).resolve())
     return config

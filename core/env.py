@@ -5,36 +5,16 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
 from core.runtime.base import as_bytes
+from core.runtime.images import TaskImage  # noqa: F401 - part of the env contract (harbor tasks bring one)
 
 if TYPE_CHECKING:
     from core.runtime.base import Sandbox
     from core.runtime.images import ImageLayer
-
-
-@dataclass(frozen=True)
-class TaskImage:
-    """A task that brings its own image recipe (harbor's environment/Dockerfile): any FROM it names.
-
-    The base it names must be pullable or present on the engine. The env and harness layers are
-    built on top of it, and the result is cached by content hash like every image.
-    """
-
-    dockerfile: str
-    context: Path | None = None  # the build context folder (COPY sources), if any
-
-    def digest(self) -> str:
-        """sha256 of the Dockerfile and every file of its context (by relative path): what the image is built from."""
-        h = hashlib.sha256(self.dockerfile.encode())
-        if self.context is not None:
-            for path in sorted(p for p in Path(self.context).rglob("*") if p.is_file()):
-                h.update(str(path.relative_to(self.context)).encode() + b"\0" + path.read_bytes())
-        return h.hexdigest()
 
 
 @dataclass(frozen=True)

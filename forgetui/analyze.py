@@ -83,7 +83,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from core.analytics.replay import replay_rollout
+    from core.run.replay import replay_rollout
 
     report = asyncio.run(replay_rollout(args.rollout_id, store=Path(args.store) if args.store else None, image=args.image, harness_version=args.harness_version))
     if args.format == "json":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ForgetuiError
+from core.train.trainers import TRAINERS
 
 log = logging.getLogger("forgetui")
 
@@ -43,7 +44,10 @@ def _quiet_libraries() -> None:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
+    from core.config import PolicyConfig, validated
     from core.proxy.standalone import run_standalone_proxy
+
+    policy = validated(PolicyConfig, {"backend": args.backend, "tokenizer": args.tokenizer, "parser": args.parser}, "--")
 
     def ready(url: str, store: Path) -> None:
         log.info("forgetui proxy listening on %s (store %s)", url, store)
@@ -51,13 +55,13 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
     asyncio.run(
         run_standalone_proxy(
-            args.backend,
+            policy.spec,
             host=args.host,
             port=args.port,
             store_path=Path(args.store) if args.store else None,
             on_ready=ready,
-            tokenizer=args.tokenizer,
-            parser=args.parser,
+            tokenizer=policy.tokenizer,
+            parser=policy.parser,
             max_body_bytes=args.max_body_bytes,
             call_timeout_s=args.call_timeout,
         )
@@ -66,7 +70,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_model(args: argparse.Namespace) -> int:
-    from core.models.server import serve_model
+    from core.proxy.model_server import serve_model
 
     def ready(url: str) -> None:
         print(url, flush=True)
@@ -122,7 +126,7 @@ def _warn_store_problems(store: Path, run_query: Callable[..., Any]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from core.config import load_config
-    from core.run import load_run_config
+    from core.session.setup import load_run_config
     from forgetui.headless import run_headless
 
     if args.resume:
@@ -170,19 +174,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.set = [*args.set, f"train.trainer={trainer}"]
         args.command, args.resume, args.k = "run", None, None
         return cmd_run(args)
-    from core.train.verl.launch import ClusterOptions, launch, prepare
+    from core.run import execute_run
 
     config.train.trainer = "verl"
-    opts = ClusterOptions(
-        nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node, model=args.model, max_prompt_length=args.max_prompt_length,
-        max_response_length=args.max_response_length, tensor_parallel=args.tp, agent_workers=args.agent_workers, extra=args.override,
-    )
-    plan = prepare(config, opts)
-    log.info("veRL run %s: %d train / %d val tasks, overrides in %s", plan.run_id, plan.n_train, plan.n_val, plan.overrides_file)
-    print(plan.command_line(), flush=True)
-    if args.dry_run:
-        return 0
-    return launch(plan)
+    options = {
+        "nnodes": args.nnodes, "n_gpus_per_node": args.n_gpus_per_node, "model": args.model, "max_prompt_length": args.max_prompt_length,
+        "max_response_length": args.max_response_length, "tensor_parallel": args.tp, "agent_workers": args.agent_workers,
+        "extra": args.override, "dry_run": args.dry_run, "on_plan": lambda plan: print(plan.command_line(), flush=True),
+    }  # fmt: skip
+    summary = asyncio.run(execute_run(config, trainer_options=options))
+    return int(summary.extra.get("exit_code") or 0)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -223,7 +224,7 @@ def cmd_images(args: argparse.Namespace) -> int:
     elif args.images_command == "build":
         from core.config import load_config
         from core.registry import load_env, load_harness
-        from core.run import build_image, pick_runtime
+        from core.session.setup import build_image, pick_runtime
 
         config = load_config(args.config, args.set)
         env = load_env(config.env.name, **config.env.options)
@@ -234,8 +235,8 @@ def cmd_images(args: argparse.Namespace) -> int:
             raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
         runtime = pick_runtime(config)
         if runtime.name == "kubernetes":  # pods run what this engine builds, once pushed (or `kind load`ed)
-            from core.run_setup import RunImages, select_tasks
             from core.runtime import make_runtime
+            from core.session.setup import RunImages, select_tasks
 
             # the task image(s) (each task's own Dockerfile too), then the shared harness's image: one per line
             tasks = select_tasks(env, config.env.tasks, config.env.limit)
@@ -304,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train on a config: --trainer local (this machine) or verl (writes veRL's dataset and overrides, launches its PPO trainer on GPUs)")
     p.add_argument("config", help="a run config (TOML) with train.steps > 0")
-    p.add_argument("--trainer", choices=["local", "verl"], default=None, help="default: train.trainer of the config")
+    p.add_argument("--trainer", choices=TRAINERS.names(), default=None, help="default: train.trainer of the config")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--no-ui", action="store_true", help="local: headless, one JSON summary on stdout")
     p.add_argument("--dry-run", action="store_true", help="verl: write the dataset, agent-loop YAML and overrides, print the command, launch nothing")

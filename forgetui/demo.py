@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.table import Table
 
 from core.config import RunConfig
+from core.eval.summary import RunSummary
 from core.models.quiet import silence_third_party
 from core.models.resolve import BUILTIN_MODELS
 from core.paths import cache_dir
-from core.run import RunSummary
 from core.store.query import format_result, run_query
 from forgetui.headless import run_headless_summary
 

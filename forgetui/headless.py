@@ -14,9 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from core.config import RunConfig
+from core.eval.summary import RunSummary
 from core.rollout.engine import RolloutEvent
 from core.rollout.status import Tally
-from core.run import RunSummary, execute_run
+from core.run import execute_run
 
 _STYLE = {"done": "green", "failed": "red", "timeout": "yellow", "infra_error": "magenta"}
 
@@ -33,14 +34,9 @@ async def _run_with_signals(coro: Any) -> Any:
 
 def policy_shown(config: RunConfig) -> str:
     """The policy as the progress line names it: `none` for a harness that calls no model, keys redacted."""
-    from core.proxy.no_model import model_shown
-    from core.registry import harness_class
+    from core.registry import model_shown_for
 
-    try:
-        harness: Any = harness_class(config.harness.name)
-    except Exception:  # noqa: BLE001 - an unknown harness fails later with its own clear error
-        harness = None  # (a harness of None is taken to call the model)
-    return model_shown(config.policy.backend, harness)
+    return model_shown_for(config.policy.backend, config.harness.name)
 
 
 async def run_headless_summary(config: RunConfig, *, console: Console, resume: str | None = None, ks: list[int] | None = None) -> RunSummary:

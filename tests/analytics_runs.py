@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import load_config
-from core.run import RunSummary, execute_run
+from core.eval.summary import RunSummary
+from core.run import execute_run
 from envs.toy import ToyEnv
 
 FAIL_FIX_VERIFY = [

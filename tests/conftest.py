@@ -65,6 +65,7 @@ def script_file(tmp_path: Path):
 @pytest.fixture
 def live_proxy(tmp_path: Path):
     """Start a proxy for a backend spec with one registered rollout; stop it (and close its store) after."""
+    from core.backends.spec import PolicySpec
     from core.proxy.app import ProxyApp
     from core.proxy.factory import make_policy
     from core.proxy.server import BackgroundServer
@@ -79,7 +80,7 @@ def live_proxy(tmp_path: Path):
         sessions = SessionRegistry(run_id="run-test", adhoc=adhoc)
         session = sessions.register("rollout-1")
         store.upsert_rollout({"rollout_id": "rollout-1", "run_id": "run-test", "status": "running", "token": session.token})
-        app = ProxyApp(policy or make_policy(spec), sessions, store, **app_kwargs)
+        app = ProxyApp(policy or make_policy(PolicySpec.parse(spec)), sessions, store, **app_kwargs)
         server = BackgroundServer(app)
         server.start()
         started.append((server, store))

@@ -11,7 +11,8 @@ from typing import Any
 import duckdb
 
 from core.config import load_config
-from core.run import RunSummary, execute_run
+from core.eval.summary import RunSummary
+from core.run import execute_run
 
 HELLO_SCRIPT = [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "I created hello.txt containing hi."}]
 

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from core.analytics.metrics import behaviour_table, rollout_rows, tool_usage
-from core.analytics.tools import UNKNOWN, classify
+from core.store.tool_classes import UNKNOWN, classify
 from tests.analytics_runs import crafted_scripts, run_scripted, toy_tasks
 
 HARNESSES = {"react": "chat", "codex": "responses", "claude-code": "messages"}

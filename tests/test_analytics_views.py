@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from core.analytics.tools import GENERIC_TOOLS, HARNESS_TOOLS, UNKNOWN, classify, table_rows
+from core.store.tool_classes import GENERIC_TOOLS, HARNESS_TOOLS, UNKNOWN, classify, table_rows
 from core.store.writer import Store
 from envs.claw_bench.report import parse_junit
 from tests.conftest import harness_requests
@@ -60,7 +60,7 @@ def store(tmp_path):
 
 
 def rows(store: Store, sql: str) -> list[tuple]:
-    from core.analytics.views import with_views
+    from core.store.behaviour import with_views
 
     store.flush()
     return [tuple(r) for r in store.cursor().execute(with_views(sql)).fetchall()]
@@ -164,7 +164,7 @@ async def test_toy_verifier_records_one_check_per_required_output(tmp_path):
 
 def test_a_reference_harness_evaluates_no_model(store):
     """oracle/noop load no policy: their rows say `none`, not the config's (unused) policy.backend, as reports do."""
-    from core.proxy.no_model import model_shown_for
+    from core.registry import model_shown_for
 
     for rid, harness in (("o", "oracle"), ("n", "noop"), ("r", "react")):
         store.upsert_rollout({"rollout_id": rid, "run_id": "run", "env": "toy", "task_id": "t", "harness": harness, "status": "done", "attempt": 0})

@@ -25,8 +25,8 @@ from core.backends.scripted import (
 from core.backends.vllm import VllmBackend
 from core.chat import ChatRequest
 from core.errors import BackendError, ConfigError, ContextLengthError
-from core.models.server import build_model_app
 from core.models.tiny import ensure_tiny_model
+from core.proxy.model_server import build_model_app
 from tests.conftest import HARNESS_REQUESTS  # noqa: E402
 from tests.loopback import serving  # noqa: E402
 

@@ -110,8 +110,8 @@ def test_a_sharded_run_reads_as_one(runs, tmp_path, monkeypatch):
 
 
 def test_a_run_is_a_run_id_a_run_folder_or_a_store_file(runs, tmp_path, monkeypatch):
-    from core.analytics.metrics import stores_of
     from core.errors import ConfigError
+    from core.store.locate import stores_of
 
     home = tmp_path / "home"
     monkeypatch.setenv("FORGETUI_HOME", str(home))

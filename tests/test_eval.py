@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core.eval_report import build_report
-from core.metrics import pass_at_k, pass_hat_k
+from core.eval.passk import pass_at_k, pass_hat_k
+from core.eval.report import build_report
 
 
 def row(task, status, passed, reward, family="f1"):
@@ -59,7 +59,7 @@ def test_bad_k_is_a_clear_error(tmp_path):
 
 def test_eval_report_names_the_model_without_its_key(tmp_path):
     from core.config import load_config
-    from core.run import summarize, write_eval_report
+    from core.eval.summary import summarize, write_eval_report
     from core.store.writer import Store
 
     store = Store.open(tmp_path / "store.duckdb")
@@ -67,7 +67,7 @@ def test_eval_report_names_the_model_without_its_key(tmp_path):
     store.upsert_rollout({"rollout_id": "r/hello/0", "run_id": "r", "env": "toy", "task_id": "hello", "harness": "react", "sample_index": 0, "status": "done", "passed": True, "reward": 1.0, "attempt": 0})
     cfg = load_config(None, ['policy.backend="litellm:openai/gpt-x?api_key=sk-secret-9"'])
     summary = summarize(store, "r", tmp_path / "store.duckdb", [1])
-    write_eval_report(store, "r", tmp_path, summary, cfg)
+    write_eval_report(store, "r", tmp_path, summary, cfg.policy.backend)
     store.close()
     text = (tmp_path / "eval.json").read_text()
     assert "sk-secret-9" not in text and "litellm:openai/gpt-x?api_key=***" in text

@@ -210,7 +210,7 @@ def test_bad_tasks_are_skipped_with_a_warning_naming_each(tmp_path: Path, caplog
 def test_unknown_env_options_are_an_error_naming_the_accepted_ones() -> None:
     from core.config import load_config
     from core.registry import load_env
-    from core.run_setup import env_kwargs
+    from core.session.setup import env_kwargs
 
     with pytest.raises(ConfigError, match=r"env 'harbor' has no option 'seed', 'split'; it accepts: path, strict, threshold"):
         load_env("harbor", split="train", seed=3)
@@ -249,7 +249,7 @@ async def test_a_task_declares_its_own_pass_threshold(tmp_path: Path) -> None:
 
 
 def test_metadata_feeds_the_eval_breakdown() -> None:
-    from core.eval_report import build_report
+    from core.eval.report import build_report
 
     count, totals = HarborEnv().tasks()
     assert (count.meta["category"], count.meta["difficulty"], count.meta["tags"]) == ("text-processing", "easy", ["grep", "files"])

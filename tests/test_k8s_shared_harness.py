@@ -23,10 +23,10 @@ from core.config import load_config
 from core.errors import SandboxError
 from core.harness import Endpoint, LaunchSpec
 from core.registry import load_env
-from core.run_setup import RunImages, pick_runtime
 from core.runtime import harness_volume as HV
 from core.runtime.images import ImageLayer
 from core.runtime.k8s import harness as KH
+from core.session.setup import RunImages, pick_runtime
 from harnesses.react import AGENT_PATH, ReactHarness
 from tests.k8s_apiserver import ApiServerStandIn
 from tests.test_run_docker import rows

@@ -329,13 +329,14 @@ def test_checkpoint_and_reload_weights_give_the_trainers_logprobs(
     tmp_path, backend, prompt, completions, kw
 ) -> None:
     from core.backends.builtin import BuiltinBackend
-    from core.proxy.factory import make_token_backend
+    from core.backends.kinds import build_token_backend
+    from core.backends.spec import PolicySpec
 
     t = trainer(lr=3e-3, **kw)
     t.step(pair(prompt, completions))
     assert _agree(t, backend, prompt) > 1e-2  # the trainer moved away from the tiny model's weights
     path = t.save_checkpoint(tmp_path / "ckpt")
-    loaded = make_token_backend(f"builtin:{path}?device=cpu")
+    loaded = build_token_backend(PolicySpec.parse(f"builtin:{path}?device=cpu"))
     try:
         assert _agree(t, loaded, prompt) <= 1e-4
         assert len(loaded.tokenizer) == len(backend.tokenizer) and loaded.tokenizer.chat_template

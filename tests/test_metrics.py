@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.metrics import mean, pass_at_k, pass_hat_k, summarize
+from core.eval.passk import mean, pass_at_k, pass_hat_k, summarize
 
 
 def outcomes(n: int, c: int) -> list[bool]:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from core.eval_report import build_report
+from core.eval.report import build_report
+from core.eval.summary import summarize
 from core.rollout.status import Outcome, Tally, outcome_of
-from core.run import summarize
 from core.store.writer import Store
 
 # (status, passed, reward): a harness that exited non-zero but left a passing workspace is passed

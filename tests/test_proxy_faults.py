@@ -235,6 +235,7 @@ def test_calls_wait_for_a_policy_still_loading(live_proxy, script_file):
     """A run's policy loads while its sandboxes start: a call that comes first waits and is answered."""
     import threading
 
+    from core.backends.spec import PolicySpec
     from core.proxy.factory import make_policy
     from core.proxy.policy import DeferredPolicy
 
@@ -243,7 +244,7 @@ def test_calls_wait_for_a_policy_still_loading(live_proxy, script_file):
 
     def build():
         release.wait(10)
-        return make_policy(spec)
+        return make_policy(PolicySpec.parse(spec))
 
     policy = DeferredPolicy(build)
     proxy = live_proxy(spec, policy=policy)

@@ -97,6 +97,7 @@ def test_runs_config_never_holds_a_key(store):
 
 
 def test_the_config_file_beside_a_run_holds_no_key_and_a_redacted_key_is_refused():
+    from core.backends.spec import PolicySpec
     from core.config import RunConfig, dump_toml
     from core.errors import ConfigError
     from core.proxy.factory import make_policy
@@ -106,7 +107,7 @@ def test_the_config_file_beside_a_run_holds_no_key_and_a_redacted_key_is_refused
     text = dump_toml(config)
     assert "sk-live-123" not in text and 'backend = "litellm:openai/gpt-4o?api_key=***&api_base=http://127.0.0.1:9/v1"' in text
     with pytest.raises(ConfigError, match="api_key_env=NAME"):  # a resumed run says how to give the key back
-        make_policy("litellm:openai/gpt-4o?api_key=***&api_base=http://127.0.0.1:9/v1")
+        make_policy(PolicySpec.parse("litellm:openai/gpt-4o?api_key=***&api_base=http://127.0.0.1:9/v1"))
 
 
 def test_forgetui_sql_warns_when_the_store_kept_rows_it_could_not_store(tmp_path):

@@ -11,8 +11,9 @@ import httpx
 import orjson
 import pytest
 
+from core.backends.spec import PolicySpec
 from core.errors import ConfigError
-from core.proxy.factory import make_policy, public_model_name
+from core.proxy.factory import make_policy
 from core.proxy.server import BackgroundServer
 from tests.test_proxy_faults import ROUTES, error_message
 
@@ -99,7 +100,7 @@ def test_the_spec_timeout_bounds_a_silent_upstream(live_proxy, kind):
 
 def test_a_bad_timeout_is_a_config_error():
     with pytest.raises(ConfigError, match="timeout"):
-        make_policy("litellm:hosted_vllm/m?api_base=http://127.0.0.1:9/v1&timeout=soon")
+        make_policy(PolicySpec.parse("litellm:hosted_vllm/m?api_base=http://127.0.0.1:9/v1&timeout=soon"))
 
 
 @pytest.mark.parametrize("kind", ["litellm", "vllm"])
@@ -115,7 +116,7 @@ def test_the_key_comes_from_the_environment(live_proxy, monkeypatch, kind):
 def test_an_unset_key_variable_is_a_config_error_naming_it(monkeypatch):
     monkeypatch.delenv("FORGETUI_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(ConfigError, match="FORGETUI_TEST_NO_SUCH_KEY is not set"):
-        make_policy("litellm:openai/gpt-4o?api_key_env=FORGETUI_TEST_NO_SUCH_KEY")
+        make_policy(PolicySpec.parse("litellm:openai/gpt-4o?api_key_env=FORGETUI_TEST_NO_SUCH_KEY"))
 
 
 @pytest.mark.parametrize(
@@ -128,7 +129,7 @@ def test_an_unset_key_variable_is_a_config_error_naming_it(monkeypatch):
     ],
 )
 def test_public_model_names_carry_no_keys_or_host_paths(spec, shown):
-    assert public_model_name(spec) == shown
+    assert PolicySpec.parse(spec).public_name == shown
 
 
 async def test_litellm_providers_rate_limit_keeps_its_retry_after(monkeypatch):

@@ -12,11 +12,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from core.analytics.replay import VOLATILE, divergences, replay_rollout
 from core.backends.base import GenerationContext, SamplingParams
 from core.backends.replay import RecordedCall, ReplayBackend, first_difference
 from core.chat import ChatRequest
 from core.models.resolve import load_tokenizer, resolve_model
+from core.run.replay import VOLATILE, divergences, replay_rollout
 from envs.harbor import EXAMPLES
 from forgetui.analyze import EXIT_DIVERGED
 from forgetui.cli import main
@@ -147,10 +147,11 @@ def test_changed_task_file_diverges_at_the_call_that_reads_it(docker_client, bas
 
 
 def test_what_replay_refuses(tmp_path):
-    from core.analytics.replay import Recording, load_recording, replay_config, tokenizer_name
+    from core.backends.replay import Recording, load_recording, tokenizer_name
     from core.config import RunConfig
     from core.errors import ConfigError
     from core.registry import load_harness
+    from core.run.replay import replay_config
     from core.store.writer import Store
 
     with pytest.raises(ConfigError, match="passthrough"):
@@ -179,7 +180,7 @@ def test_what_replay_refuses(tmp_path):
     ("opencode", "Mon Nov 30 2026", "Sat Jan 02 2027"),
 ])  # fmt: skip
 def test_volatile_text_covers_the_date_each_harness_writes(fixture, today, other):
-    from core.analytics.replay import _masked
+    from core.run.replay import _masked
     from tests.conftest import harness_requests
 
     text = next(json.dumps(r.get("body")) for name, r in harness_requests() if name == fixture and today in json.dumps(r.get("body")))

@@ -555,7 +555,7 @@ def test_images_build_push_names_the_image_pods_pull(docker_client, base_image, 
     from core.config import load_config
     from core.proxy.server import BackgroundServer
     from core.registry import load_env, load_harness
-    from core.run_setup import RunImages
+    from core.session.setup import RunImages
     from tests.test_images_push import Registry
 
     sets = ["runtime.kind=kubernetes", f"runtime.base_image={json.dumps(base_image)}", "env.name=toy", "harness.name=react"]
@@ -571,7 +571,7 @@ def test_images_build_push_names_the_image_pods_pull(docker_client, base_image, 
         assert out.returncode == 0, out.stderr[-2000:]
     task_pushed, harness_pushed = out.stdout.split()  # the task image, then the shared harness's image
     config = load_config(None, [*sets, f"runtime.registry={address}", "proxy.public_url=http://10.0.0.1:1"])
-    from core.run_setup import pick_runtime
+    from core.session.setup import pick_runtime
 
     runtime = pick_runtime(config)
     env = load_env("toy")

@@ -64,9 +64,9 @@ def sequence_logprobs(model: str | Path, samples: list[Any]) -> list[float]:
 
 
 def run(config: RunConfig, **kwargs: Any) -> Any:
-    from core.train.loop import train_run
+    from core.run import execute_run
 
-    return asyncio.run(train_run(config, **kwargs))
+    return asyncio.run(execute_run(config, **kwargs))
 
 
 # ----------------------------------------------------------------------------- a text-only teacher upstream
@@ -159,7 +159,8 @@ def teacher_samples(store: str, run_id: str) -> list[Any]:
 # ----------------------------------------------------------------------------- SFT
 @pytest.mark.docker
 def test_sft_on_a_scripted_teacher_learns_its_answers(scripted_teacher) -> None:
-    from core.proxy.factory import make_token_backend
+    from core.backends.kinds import build_token_backend
+    from core.backends.spec import PolicySpec
 
     teacher = teacher_samples(scripted_teacher.store, scripted_teacher.run_id)
     summary = run(sft_config([scripted_teacher.run_id]))
@@ -206,7 +207,7 @@ def test_sft_on_a_scripted_teacher_learns_its_answers(scripted_teacher) -> None:
     # the checkpoint is a builtin:PATH model, and the teacher's answers are likelier under it
     checkpoint = Path(extra["checkpoint"])
     assert checkpoint == Path(summary.store).parent / "checkpoints" / "step-00007"
-    backend = make_token_backend(f"builtin:{checkpoint}")
+    backend = build_token_backend(PolicySpec.parse(f"builtin:{checkpoint}"))
     assert backend.tokenizer is not None
     before, after = sequence_logprobs("tiny", teacher), sequence_logprobs(checkpoint, teacher)
     assert all(a > b + 1.0 for a, b in zip(after, before, strict=True)), (before, after)
@@ -364,7 +365,7 @@ def test_sft_refuses_a_bar_no_rollout_reaches(scripted_teacher) -> None:
 )
 def test_bad_sft_configs_are_refused_before_training(sets, message, tmp_path, monkeypatch) -> None:
     from core.run import execute_run
-    from core.train.loop import check_trainable
+    from core.train.trainers import trainer_for
 
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
     config = sft_config(["20990101-000000-dead"], **sets)
@@ -372,7 +373,7 @@ def test_bad_sft_configs_are_refused_before_training(sets, message, tmp_path, mo
         run(config)
     if "from_runs" in message:
         with pytest.raises(ConfigError, match=message):
-            check_trainable(config)  # what the loop checks first
+            trainer_for(config).check(config)  # what a run checks first
     config.train.steps = 1
     with pytest.raises(ConfigError, match=message):
         asyncio.run(execute_run(config))  # a run with train.steps > 0 dispatches to sft

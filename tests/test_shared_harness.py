@@ -125,7 +125,7 @@ def _harbor_task(root: Path, name: str, dockerfile: str) -> Path:
 def test_a_react_run_on_task_images_mounts_the_shared_harness_and_records_what_ran(docker_client, base_image, tmp_path, monkeypatch) -> None:
     """Two tasks with their own images: each rollout runs in its own task image (recorded as such), the harness from one volume."""
     from core.run import execute_run
-    from core.run_setup import RunImages, pick_runtime
+    from core.session.setup import RunImages, pick_runtime
     from envs.harbor import HarborEnv
     from harnesses.react import ReactHarness
 

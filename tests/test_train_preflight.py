@@ -13,6 +13,7 @@ import json
 import duckdb
 import pytest
 
+from core.backends.spec import PolicySpec
 from core.config import load_config
 from core.errors import UntrainableBackendError
 from core.train.preflight import check_backend, needs_preflight
@@ -112,11 +113,11 @@ def test_a_server_that_returns_token_ids_and_logprobs_passes_the_preflight() -> 
     async def check(port: int) -> None:
         backend = vllm_backend(port)
         try:
-            await check_backend(backend, f"vllm:http://127.0.0.1:{port}/v1")
+            await check_backend(backend, PolicySpec.parse(f"vllm:http://127.0.0.1:{port}/v1"))
         finally:
             await backend.aclose()
 
     with threaded_http(completions_handler(ANSWERS["ids and logprobs"], seen)) as port:
         asyncio.run(check(port))
     assert len(seen) == 1 and seen[0]["prompt"] and all(isinstance(t, int) for t in seen[0]["prompt"])
-    assert needs_preflight("vllm:http://h:8000") and not needs_preflight("builtin:tiny")
+    assert needs_preflight(PolicySpec.parse("vllm:http://h:8000")) and not needs_preflight(PolicySpec.parse("builtin:tiny"))

@@ -122,11 +122,12 @@ def test_a_passthrough_not_known_to_take_images_refuses_them_saying_how_to_allow
 
 
 def test_a_bad_vision_flag_is_a_config_error() -> None:
+    from core.backends.spec import PolicySpec
     from core.errors import ConfigError
     from core.proxy.factory import make_policy
 
     with pytest.raises(ConfigError, match="vision='maybe'"):
-        make_policy("litellm:openai/vl?api_base=http://127.0.0.1:9/v1&vision=maybe")
+        make_policy(PolicySpec.parse("litellm:openai/vl?api_base=http://127.0.0.1:9/v1&vision=maybe"))
 
 
 @pytest.mark.parametrize("api", ["chat", "responses", "messages", "gemini"])
@@ -173,7 +174,7 @@ def test_the_same_text_around_another_screenshot_is_another_turn_for_the_token_c
 
 def test_a_recorded_screenshot_conversation_exports_as_json_with_its_images_named(live_proxy, fake) -> None:
     """SFT rows and the graders' trajectory are JSON: the images are their blob references, in order."""
-    from core.train.export import conversations
+    from core.rollout.recorded import conversations
 
     proxy = live_proxy(f"litellm:openai/vl?api_base={fake.url}/v1&vision=1")
     resp = httpx.post(proxy.base + "/v1/messages", json={"model": "claude", "max_tokens": 50, "messages": _anthropic_turns()}, timeout=30)

@@ -76,7 +76,7 @@ def _record_two_screens(proxy: Any, done: bool = False) -> None:
 
 def test_each_image_is_a_placeholder_run_as_long_as_the_processor_makes_it(vlm) -> None:
     proxy, backend = vlm
-    assert backend.accepts_images and backend.vision is not None
+    assert backend.capabilities.images and backend.vision is not None
     vision, tok = backend.vision, backend.tokenizer
     _record_two_screens(proxy)
     rows = proxy.rows("SELECT seq, prompt_token_ids, prefix_tokens, extends_parent, image_hashes FROM calls_full ORDER BY seq")

@@ -21,8 +21,8 @@ from core.backends.builtin import BuiltinBackend
 from core.backends.vllm import VllmBackend
 from core.chat import ChatRequest
 from core.errors import ConfigError
-from core.models.server import build_model_app
 from core.models.tiny import ensure_tiny_model
+from core.proxy.model_server import build_model_app
 from core.run import execute_run
 from core.train import lora_push
 from core.train.local import LocalTrainer

@@ -11,7 +11,7 @@ from typing import Any
 
 from core.analytics.metrics import METRICS, metric_values, rollout_rows
 from core.analytics.stats import paired_bootstrap
-from core.metrics import pass_at_k, pass_hat_k
+from core.eval.passk import pass_at_k, pass_hat_k
 
 FLIP_AT = 0.5  # a task counts as solved by a run when at least half its rollouts passed
 

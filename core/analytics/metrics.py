@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from core.analytics.stats import Estimate, bootstrap_mean
-from core.analytics.views import with_views
 from core.errors import ConfigError, StoreError
+from core.status import SCORED_SQL
+from core.store.behaviour import with_views
+from core.store.locate import stores_of
+from core.store.query import run_query, run_query_shards
 
-SCORED = ("done", "failed", "timeout")  # infra errors and unfinished rollouts are no behaviour to measure
 GROUPINGS: dict[str | None, tuple[str, ...]] = {
     None: ("run_id", "env", "harness", "model", "step"),
     "harness": ("env", "harness"),
@@ -52,40 +54,8 @@ METRICS: tuple[Metric, ...] = (
 METRIC_KEYS = tuple(m.key for m in METRICS)
 
 
-def store_of(run: str | Path) -> Path:
-    """A run id (FORGETUI_HOME/runs/<id>/store.duckdb) or a store file's path; the file must exist."""
-    from core.store.query import store_for_run
-
-    path = Path(run).expanduser()
-    if path.suffix == ".duckdb" or path.is_file():
-        if not path.exists():
-            raise ConfigError(f"no store at {path}")
-        return path
-    store = store_for_run(str(run))
-    if not store.exists():
-        raise ConfigError(f"no run {run!r}: {store} does not exist (give a run id from `forgetui sql` or a store.duckdb path)")
-    return store
-
-
-def stores_of(run: str | Path) -> list[Path]:
-    """The store files of a run: a run id or a run folder (its store, and a veRL run's worker shards), or one store file."""
-    from core.store.query import SHARDS_DIR, store_for_run
-
-    path = Path(run).expanduser()
-    if path.suffix == ".duckdb" or path.is_file():
-        return [store_of(path)]
-    run_dir = path if path.is_dir() else store_for_run(str(run)).parent
-    shards = sorted((run_dir / SHARDS_DIR).glob("*/store.duckdb"))
-    main = run_dir / "store.duckdb"
-    if not shards:
-        return [store_of(main if path.is_dir() else run)]
-    return ([main] if main.exists() else []) + shards  # a veRL run: one store per agent-loop worker, read as one
-
-
 def query(run: str | Path, sql: str, params_note: str = "") -> list[dict[str, Any]]:
     """Rows of a read-only query on a run (see `stores_of`) with the behaviour views inlined, as dicts."""
-    from core.store.query import run_query, run_query_shards
-
     stores = stores_of(run)
     try:
         result = run_query(stores[0], with_views(sql)) if len(stores) == 1 else run_query_shards(stores, with_views(sql))
@@ -96,10 +66,9 @@ def query(run: str | Path, sql: str, params_note: str = "") -> list[dict[str, An
 
 def rollout_rows(runs: Iterable[str | Path]) -> list[dict[str, Any]]:
     """`rollout_behaviour` rows of the scored rollouts of every run, in run order."""
-    status = ", ".join(f"'{s}'" for s in SCORED)
     out: list[dict[str, Any]] = []
     for run in runs:
-        out.extend(query(run, f"SELECT * FROM rollout_behaviour WHERE status IN ({status}) ORDER BY rollout_id"))
+        out.extend(query(run, f"SELECT * FROM rollout_behaviour WHERE status IN {SCORED_SQL} ORDER BY rollout_id"))
     return out
 
 

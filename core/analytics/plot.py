@@ -19,7 +19,7 @@ def group_label(row: dict[str, Any], keys: tuple[str, ...]) -> str:
 
 def write_behaviour_plot(table: list[dict[str, Any]], keys: tuple[str, ...], path: Path) -> Path:
     """Grouped bars: one cluster per rate metric, one bar per group, 95% bootstrap intervals as error bars."""
-    # a bare Figure on the Agg canvas, as core.eval_report does (no pyplot backend machinery)
+    # a bare Figure on the Agg canvas, as core.eval.report does (no pyplot backend machinery)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

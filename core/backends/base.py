@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from core.backends.kinds import Capabilities
 from core.chat import ChatRequest, StreamEvent
 
 
@@ -45,6 +46,8 @@ class TokenBackend(Protocol):
     name: str
     tokenizer: Any  # a transformers PreTrainedTokenizerBase with a chat template
     context_length: int
+    capabilities: Capabilities  # what it does beyond sampling (weight reload, adapters, images)
+    weights_version: int | None  # which weights sample now (recorded on every call); None when that means nothing
 
     def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, context: GenerationContext
@@ -57,6 +60,7 @@ class TokenBackend(Protocol):
 
 class PassthroughBackend(Protocol):
     name: str
+    capabilities: Capabilities
 
     def complete(self, request: ChatRequest, context: GenerationContext) -> AsyncIterator[StreamEvent]: ...
 

@@ -20,6 +20,8 @@ from typing import Any
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.batching import DONE as _DONE
 from core.backends.batching import DecodeLoop, Request
+from core.backends.kinds import Capabilities
+from core.backends.spec import PolicySpec
 from core.chat import ImagePart, request_images
 from core.errors import BackendError, ContextLengthError, ForgetuiError, ModelError
 from core.models.resolve import load_tokenizer, model_class, resolve_model
@@ -92,7 +94,7 @@ class BuiltinBackend:
         self._torch = torch
         # a vision-language model takes images (Qwen2-VL style); any other model here is text only
         self.vision = vision_prompt(self.tokenizer) if hasattr(self.model.config, "vision_config") else None
-        self.accepts_images = self.vision is not None
+        self.capabilities = Capabilities(token_ids=True, logprobs=True, weight_reload=True, images=self.vision is not None)
         config_len = int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 0) or 2048)
         self.context_length = min(config_len, max_context or MAX_CONTEXT_CAP)
         self.eos_token_ids = self._eos_ids()
@@ -263,3 +265,8 @@ def _read_state(path: Path) -> dict[str, Any]:
     for f in files:
         state.update(load_file(str(f)))
     return state
+
+
+def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> BuiltinBackend:
+    """`builtin:MODEL` (option device=cpu|cuda|auto)."""
+    return BuiltinBackend(spec.target, device=spec.options.get("device", "auto"))

@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from core.backends.base import GenerationContext
+from core.backends.kinds import Capabilities
 from core.backends.openai_compat import OpenAICompatBackend, wire_messages
+from core.backends.spec import PolicySpec
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
 from core.errors import BackendError, ContextLengthError, RateLimitedError
 from core.secrets import redact_text
@@ -81,14 +83,15 @@ class LiteLLMBackend:
             self._native = OpenAICompatBackend(base, upstream_model, api_key=key, token_ids=token_ids, timeout=timeout, name=self.name, accepts_images=bool(vision))
 
     @property
-    def accepts_images(self) -> bool:
-        """Whether the model takes image inputs: `vision=` in the spec, else LiteLLM's model list (unknown: no)."""
+    def capabilities(self) -> Capabilities:
+        """Text in, text out (token ids when asked for); images when `vision=` in the spec says so, else as
+        LiteLLM's model list says (a model it does not know: text only)."""
         if self._vision is None:
             try:
                 self._vision = bool(_litellm().supports_vision(model=self.model))
             except Exception:  # noqa: BLE001 - a model LiteLLM does not know: text only unless the spec says vision=1
                 self._vision = False
-        return self._vision
+        return Capabilities(token_ids=self.token_ids, logprobs=self.token_ids, images=self._vision)
 
     def complete(self, request: ChatRequest, context: GenerationContext) -> AsyncIterator[StreamEvent]:
         if self._native is not None:
@@ -174,3 +177,11 @@ class LiteLLMBackend:
     async def aclose(self) -> None:
         if self._native is not None:
             await self._native.aclose()
+
+
+def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> LiteLLMBackend:
+    """`litellm:MODEL` (options api_base=URL, api_key_env=NAME, token_ids=1, timeout=S, vision=1)."""
+    return LiteLLMBackend(
+        spec.target, api_base=spec.options.get("api_base"), api_key=spec.api_key(), token_ids=bool(spec.flag("token_ids")),
+        timeout=spec.timeout_s, vision=spec.flag("vision"),
+    )

@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 
 from core.backends.base import GenerationContext
+from core.backends.kinds import Capabilities
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
 from core.errors import BackendError, ContextLengthError, RateLimitedError
 from core.secrets import redact_text
@@ -163,7 +164,8 @@ class OpenAICompatBackend:
         accepts_images: bool = False,
     ) -> None:
         self.api_base = api_base.rstrip("/")
-        self.accepts_images = accepts_images  # the server's model takes image inputs (the proxy refuses them otherwise)
+        # the server's model takes image inputs (the proxy refuses them otherwise); token ids when the server returns them
+        self.capabilities = Capabilities(token_ids=token_ids, logprobs=token_ids, images=accepts_images)
         self.url = self.api_base + "/chat/completions"
         self.model = model
         self.token_ids = token_ids

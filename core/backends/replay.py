@@ -9,12 +9,21 @@ calls beyond the recording, and the calls never made are what `forgetui replay` 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.kinds import Capabilities
+from core.backends.spec import PolicySpec, spec_or_none
+from core.errors import ConfigError
+from core.models.loading import load_tokenizer
+from core.models.resolve import resolve_model
+from core.store.locate import store_of
+from core.store.query import run_query
 
 REPLAY_CONTEXT = 1 << 22  # the recording decided every length; replay never cuts a prompt
 
@@ -49,6 +58,8 @@ class ReplayBackend:
     tokenizer: Any
     name: str = "replay"
     context_length: int = REPLAY_CONTEXT
+    capabilities: Capabilities = Capabilities(token_ids=True, logprobs=True)
+    weights_version: int | None = None  # the recording's answers, whatever weights sampled them
     served: list[ServedCall] = field(default_factory=list)
     _next: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
@@ -78,3 +89,70 @@ def first_difference(a: list[int], b: list[int]) -> int:
         if x != y:
             return i
     return min(len(a), len(b))
+
+
+@dataclass
+class Recording:
+    """A recorded rollout: its row, its run's config and its final attempt's calls."""
+
+    store: Path
+    rollout: dict[str, Any]
+    config: dict[str, Any]
+    calls: list[RecordedCall]
+
+
+def _rows(store: Path, sql: str) -> list[dict[str, Any]]:
+    result = run_query(store, sql)
+    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def load_recording(rollout_id: str, store: Path | None = None) -> Recording:
+    """The rollout's row, its run's config and its final attempt's ok calls (whole prompts rebuilt) from the store."""
+    store = store or store_of(rollout_id.split("/", 1)[0])
+    found = _rows(store, f"SELECT r.*, ru.config AS run_config FROM rollouts r LEFT JOIN runs ru ON ru.run_id = r.run_id WHERE r.rollout_id = {_lit(rollout_id)}")
+    if not found:
+        raise ConfigError(f"no rollout {rollout_id!r} in {store} (rollout ids look like RUN/TASK/0; list them with `forgetui sql \"SELECT rollout_id FROM rollouts\"`)")
+    rollout = found[0]
+    config = rollout.pop("run_config")
+    config = json.loads(config) if isinstance(config, str) else (config or {})
+    attempt = rollout.get("attempt") or 0
+    rows = _rows(
+        store,
+        "SELECT seq, call_id, completion_token_ids, completion_logprobs, finish_reason FROM calls "
+        f"WHERE rollout_id = {_lit(rollout_id)} AND coalesce(attempt, 0) = {int(attempt)} AND status = 'ok' ORDER BY seq",
+    )
+    calls = []
+    for row in rows:
+        prompt = _rows(store, f"SELECT prompt_token_ids FROM full_prompt({_lit(row['call_id'])})")
+        ids = row["completion_token_ids"]
+        if ids is None:
+            raise ConfigError(f"call {row['call_id']} of {rollout_id} has no completion token ids (a passthrough recording): there is nothing token-exact to replay")
+        logprobs = row["completion_logprobs"] or [0.0] * len(ids)
+        calls.append(RecordedCall(row["seq"], row["call_id"], prompt[0]["prompt_token_ids"] if prompt else None, list(ids), list(logprobs), row["finish_reason"]))
+    return Recording(store, rollout, config, calls)
+
+
+def tokenizer_name(policy: dict[str, Any]) -> str:
+    """The tokenizer the recording's policy rendered prompts with (what replay must render with too)."""
+    spec = spec_or_none(policy.get("backend", "builtin:tiny"))
+    if spec is None:
+        raise ConfigError(f"the recorded policy.backend {policy.get('backend')!r} no longer parses: it cannot be replayed")
+    if spec.declared.path != "token":
+        raise ConfigError("this rollout was recorded through a passthrough (litellm:) backend: its prompts were never tokenized here, so it cannot be replayed token for token")
+    return spec.tokenizer_model(policy.get("tokenizer")) or "tiny"
+
+
+def replay_backend(recording: Recording) -> ReplayBackend:
+    """A replay backend over the recording, with the tokenizer its policy used."""
+    tokenizer = load_tokenizer(resolve_model(tokenizer_name(recording.config.get("policy", {}))))
+    return ReplayBackend(recording.calls, tokenizer, name=f"replay:{recording.rollout['rollout_id']}")
+
+
+def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> ReplayBackend:
+    """`replay:ROLLOUT_ID` (option store=PATH): a recorded rollout's answers, token for token (`forgetui replay`)."""
+    store = spec.options.get("store")
+    return replay_backend(load_recording(spec.target, Path(store) if store else None))

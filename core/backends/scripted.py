@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.kinds import Capabilities
+from core.backends.spec import PolicySpec
 from core.errors import ConfigError, ModelError
 from core.models.resolve import load_tokenizer, resolve_model
 
@@ -266,7 +268,8 @@ class ScriptedBackend:
 
     # it takes image inputs (rendered as the "[image]" placeholder text): the stand-in for a
     # vision-language policy in GUI tests; the built-in models are text-only and refuse them
-    accepts_images = True
+    capabilities = Capabilities(token_ids=True, logprobs=True, images=True)
+    weights_version: int | None = None  # a script has no weights
 
     def __init__(self, script_path: Path, tokenizer_model: str = "tiny") -> None:
         self.script_path = Path(script_path)
@@ -341,3 +344,11 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> ScriptedBackend:
+    """`scripted:FILE` (option tokenizer=MODEL, else policy.tokenizer, else tiny)."""
+    path = Path(spec.target).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"scripted backend: no script file at {path}")
+    return ScriptedBackend(path, tokenizer_model=spec.tokenizer_model(tokenizer) or "tiny")

@@ -21,8 +21,10 @@ import aiohttp
 import orjson
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.kinds import Capabilities
 from core.backends.openai_compat import HttpSession, error_message
-from core.errors import BackendError, ContextLengthError, ModelError, RateLimitedError
+from core.backends.spec import PolicySpec
+from core.errors import BackendError, ConfigError, ContextLengthError, ModelError, RateLimitedError
 from core.models.resolve import load_tokenizer, resolve_model
 from core.secrets import redact_text
 
@@ -41,6 +43,8 @@ def _api_root(base_url: str) -> str:
 
 class VllmBackend:
     """A `TokenBackend` that samples on a vLLM-compatible server."""
+
+    capabilities = Capabilities(token_ids=True, logprobs=True, adapters=True)
 
     def __init__(
         self,
@@ -202,3 +206,11 @@ class VllmBackend:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> VllmBackend:
+    """`vllm:URL` (options tokenizer=MODEL or policy.tokenizer, model=NAME, timeout=S, api_key_env=NAME)."""
+    tokenizer_model = spec.tokenizer_model(tokenizer)
+    if not tokenizer_model:
+        raise ConfigError("vllm:URL needs the policy's tokenizer: pass --tokenizer MODEL (a local folder, 'tiny', or a hub id)")
+    return VllmBackend(spec.target, tokenizer_model=tokenizer_model, model_name=spec.options.get("model"), timeout=spec.timeout_s, api_key=spec.api_key())

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from core import paths
+from core.models.loading import load_tokenizer
 from core.models.quiet import quiet_third_party
 from core.models.tiny import MAX_POSITIONS, SEED, build_once, chat_template, ensure_tiny_model
 
@@ -42,7 +43,6 @@ def build_tiny_vl_model(dest: Path) -> None:
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from core.models.resolve import load_tokenizer
 
     dest.mkdir(parents=True, exist_ok=True)
     with quiet_third_party():

@@ -10,6 +10,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion, Piece, content_fields
 from core.errors import ProtocolError
+from core.protocols.base import answer_from
 from core.protocols.checks import FieldNames, check_sampling, stream_flag
 from core.protocols.images import part_image
 from core.protocols.sse import (
@@ -316,6 +317,11 @@ class AnthropicMessages:
 
     def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
         return anthropic_error(kind, message)
+
+    def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message a recorded response carried, in canonical form (see `answer_from`)."""
+        turn = {"role": "assistant", "content": response.get("content") or ""}
+        return answer_from(self, {"model": "recorded", "max_tokens": 1, "messages": [turn]})
 
 
 protocol = AnthropicMessages()

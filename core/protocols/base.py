@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from core.chat import Api, ChatRequest, Completion
+from core.errors import ProtocolError
 
 
 class StreamRenderer(Protocol):
@@ -40,3 +41,22 @@ class WireProtocol(Protocol):
     def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
         """The protocol's own JSON error shape. `kind` is a `ProtocolError.kind` or 'backend'/'server'."""
         ...
+
+    def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message (content, tool_calls) a recorded response body carried, in canonical form."""
+        ...
+
+
+def answer_from(protocol: WireProtocol, history: dict[str, Any]) -> dict[str, Any]:
+    """One assistant message from `history`: a request of `protocol` whose only turn is a recorded answer,
+    as a harness would send it back in its history, parsed like one (texts joined, tool calls kept)."""
+    try:
+        messages = protocol.parse_request(history, model="recorded").messages
+    except ProtocolError:  # no output items at all: an empty answer
+        messages = []
+    texts = [m.get("content") or "" for m in messages if m.get("role") == "assistant"]
+    calls = [c for m in messages for c in m.get("tool_calls") or ()]
+    answer: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        answer["tool_calls"] = calls
+    return answer

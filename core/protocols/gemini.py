@@ -11,6 +11,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion, Piece, content_fields
 from core.errors import ProtocolError
+from core.protocols.base import answer_from
 from core.protocols.checks import FieldNames, check_offered, check_sampling
 from core.protocols.images import part_image
 from core.protocols.sse import (
@@ -352,6 +353,11 @@ class Gemini:
 
     def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
         return gemini_error(status, message)
+
+    def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message a recorded response carried, in canonical form (see `answer_from`)."""
+        content = ((response.get("candidates") or [{}])[0]).get("content") or {"role": "model", "parts": [{"text": ""}]}
+        return answer_from(self, {"contents": [{**content, "role": "model"}]})
 
 
 protocol = Gemini()

@@ -10,6 +10,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion, ImagePart, content_fields
 from core.errors import ProtocolError
+from core.protocols.base import answer_from
 from core.protocols.checks import FieldNames, check_sampling, single_choice, stream_flag
 from core.protocols.images import part_image
 from core.protocols.sse import (
@@ -277,6 +278,11 @@ class OpenAIChat:
 
     def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
         return openai_error(kind, message)
+
+    def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message a recorded response carried, in canonical form (see `answer_from`)."""
+        message = {**(response.get("choices") or [{}])[0].get("message", {}), "role": "assistant"}
+        return answer_from(self, {"model": "recorded", "messages": [message]})
 
 
 protocol = OpenAIChat()

@@ -10,6 +10,7 @@ from typing import Any
 
 from core.chat import Api, ChatRequest, Completion, ImagePart, content_fields
 from core.errors import ProtocolError
+from core.protocols.base import answer_from
 from core.protocols.checks import FieldNames, check_sampling, stream_flag
 from core.protocols.images import part_image
 from core.protocols.openai_chat import openai_error
@@ -375,6 +376,11 @@ class OpenAIResponses:
 
     def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
         return openai_error(kind, message)
+
+    def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message a recorded response carried, in canonical form (see `answer_from`)."""
+        items = [i for i in response.get("output") or [] if i.get("type") in ("message", "function_call", "custom_tool_call")]
+        return answer_from(self, {"model": "recorded", "input": items})
 
 
 protocol = OpenAIResponses()

@@ -372,9 +372,9 @@ def take_images(api: str, body: bytes) -> tuple[list[Image], bytes]:
         raise ProtocolError(f"a request with images nests too deep to record ({exc}); at most about 250 levels of objects and lists are supported") from None
 
 
-def accepts_images(policy: Any) -> bool:
-    """Whether the policy's backend takes image inputs (a backend says so with `accepts_images = True`)."""
-    return bool(getattr(getattr(policy, "backend", None), "accepts_images", False))
+def accepts_images(policy: Policy) -> bool:
+    """Whether the policy's backend takes image inputs (as its `capabilities` declare)."""
+    return policy.backend is not None and policy.backend.capabilities.images
 
 
 def _loads(body: bytes) -> Any:

@@ -16,6 +16,7 @@ from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import ContextLengthError
 from core.proxy.sessions import Session
 from core.tokens.incremental import IncrementalDecoder
+from core.tokens.template import encode, render_chat
 from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class CallTrace:
 
 class Policy(Protocol):
     name: str
+    backend: Any  # what samples (a token or passthrough backend, with its `capabilities`); None when nothing does
 
     def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]: ...
 
@@ -106,13 +108,11 @@ class TokenPolicy:
         self.eos_id = self.tokenizer.eos_token_id
 
     async def count_tokens(self, request: ChatRequest) -> int:
-        from core.tokens.template import encode, render_chat
-
         text = await asyncio.to_thread(render_chat, self.tokenizer, request.messages, request.tools, True)
         return len(encode(self.tokenizer, text))
 
     async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
-        trace.weights_version = getattr(self.backend, "weights_version", None)
+        trace.weights_version = self.backend.weights_version
         cont = session.continuation_for(self.tokenizer)
         plan = await asyncio.to_thread(cont.plan, request.messages, request.tools)
         trace.prompt_ids = plan.prompt_ids
@@ -192,9 +192,8 @@ class PassthroughPolicy:
         self.name = backend.name
 
     async def count_tokens(self, request: ChatRequest) -> int:
-        counter = getattr(self.backend, "count_tokens", None)
-        if counter is not None:
-            return await counter(request)
+        if self.backend.capabilities.count_tokens:
+            return await self.backend.count_tokens(request)
         chars = sum(len(m.get("content") or "") for m in request.messages)
         return max(1, chars // 4)
 

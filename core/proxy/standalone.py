@@ -6,9 +6,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from core.backends.spec import PolicySpec
 from core.paths import stores_dir
 from core.proxy.app import DEFAULT_MAX_BODY, ProxyApp
-from core.proxy.factory import make_policy, public_model_name
+from core.proxy.factory import make_policy
 from core.proxy.server import serve_forever
 from core.proxy.sessions import Session, SessionRegistry
 from core.store.writer import Store, utcnow
@@ -45,7 +46,7 @@ def open_adhoc_store(store_path: Path, run_id: str, config: dict) -> tuple[Store
 
 
 async def run_standalone_proxy(
-    spec: str,
+    spec: PolicySpec,
     *,
     host: str,
     port: int,
@@ -60,10 +61,10 @@ async def run_standalone_proxy(
     run_id = "proxy-" + utcnow().strftime("%Y%m%d-%H%M%S-%f")
     store_path = store_path or default_store_path(run_id)
     policy = make_policy(spec, parser=parser, tokenizer=tokenizer)
-    config = {"kind": "proxy", "backend": spec, "host": host, "port": port, "parser": parser, "tokenizer": tokenizer, "call_timeout_s": call_timeout_s}
+    config = {"kind": "proxy", "backend": spec.raw, "host": host, "port": port, "parser": parser, "tokenizer": tokenizer, "call_timeout_s": call_timeout_s}
     store, sessions = open_adhoc_store(store_path, run_id, config)
     store.serve_queries()
-    app = ProxyApp(policy, sessions, store, max_body_bytes=max_body_bytes, call_timeout_s=call_timeout_s, served_model=public_model_name(spec))
+    app = ProxyApp(policy, sessions, store, max_body_bytes=max_body_bytes, call_timeout_s=call_timeout_s, served_model=spec.public_name)
     try:
         await serve_forever(app, host, port, lambda url: on_ready(url, store_path))
     finally:

@@ -20,7 +20,7 @@ from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec, as_bytes
 from core.store.writer import utcnow
 
 if TYPE_CHECKING:
-    from core.run_setup import SandboxImage
+    from core.session.setup import SandboxImage
 
 log = logging.getLogger(__name__)
 

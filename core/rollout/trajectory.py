@@ -2,7 +2,7 @@
 
 Every harness keeps its transcript its own way (JSONL files, SQLite, nothing at all); the proxy has
 recorded every call, whatever the protocol. The trajectory is the rollout attempt's main branch: of
-the conversations no later call carried on (`core.train.export.conversations`, one per branch:
+the conversations no later call carried on (`core.rollout.recorded.conversations`, one per branch:
 subagents, title calls, compactions), the one with the most messages — its final request's messages
 plus the assistant's last answer, tool calls as ``{"id", "type": "function", "function": {"name",
 "arguments"}}`` and tool results as ``{"role": "tool", "tool_call_id", "content"}``.
@@ -16,6 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
+from core.rollout.recorded import conversations
 from core.store.writer import Store
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,6 @@ CALLS_SQL = (
 
 def main_conversation(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The longest branch's messages (the latest of equally long ones); [] without calls."""
-    from core.train.export import conversations
-
     if not calls:
         return []
     branches = conversations(calls)

@@ -1,26 +1,29 @@
-"""Sandbox runtimes: Docker containers, Kubernetes pods, or local processes (development only)."""
+"""Sandbox runtimes: Docker containers, Kubernetes pods, or local processes (development only).
+
+Runtimes are found by name in a registry a package can extend (entry point group ``forgetui.runtimes``);
+each runtime class declares what it is (`Runtime.isolated`, `Runtime.images`) so callers ask it, not its name.
+"""
 
 from __future__ import annotations
 
-from core.errors import ConfigError
+from core.plugins import Registry
 from core.runtime.base import ExecResult, Runtime, Sandbox, SandboxSpec
+
+RUNTIMES = Registry(
+    "forgetui.runtimes",
+    "runtime",
+    {
+        "docker": "core.runtime.docker_runtime:DockerRuntime",
+        "kubernetes": "core.runtime.k8s.runtime:KubernetesRuntime",
+        "local": "core.runtime.local_runtime:LocalRuntime",
+    },
+)
+ALIASES = {"k8s": "kubernetes"}
 
 
 def make_runtime(kind: str, **options: object) -> Runtime:
-    """A runtime by name: ``docker`` (default), ``kubernetes``/``k8s`` or ``local``."""
-    if kind == "docker":
-        from core.runtime.docker_runtime import DockerRuntime
-
-        return DockerRuntime(**options)  # type: ignore[arg-type]
-    if kind in ("kubernetes", "k8s"):
-        from core.runtime.k8s.runtime import KubernetesRuntime
-
-        return KubernetesRuntime(**options)  # type: ignore[arg-type]
-    if kind == "local":
-        from core.runtime.local_runtime import LocalRuntime
-
-        return LocalRuntime(**options)  # type: ignore[arg-type]
-    raise ConfigError(f"unknown runtime {kind!r}: use docker, kubernetes or local")
+    """A runtime by name: ``docker``, ``kubernetes`` (``k8s``), ``local``, or one a package registers."""
+    return RUNTIMES.load(ALIASES.get(kind, kind))(**options)
 
 
-__all__ = ["ExecResult", "Runtime", "Sandbox", "SandboxSpec", "make_runtime"]
+__all__ = ["ALIASES", "RUNTIMES", "ExecResult", "Runtime", "Sandbox", "SandboxSpec", "make_runtime"]

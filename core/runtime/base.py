@@ -126,6 +126,10 @@ class Runtime(Protocol):
     """Makes sandboxes and cleans up the ones left behind."""
 
     name: str
+    isolated: bool  # sandboxes are cut off from the host (containers, pods); the local runtime's are not
+    # where sandbox images come from: built on and run by this Docker engine ("engine"); built on this machine's
+    # engine and pulled by the cluster ("cluster"); none at all, commands run on the host ("none")
+    images: Literal["engine", "cluster", "none"]
 
     def create(self, spec: SandboxSpec) -> Sandbox: ...
 

@@ -574,6 +574,8 @@ class DockerRuntime:
     """Sandboxes as local Docker containers (``docker.from_env()`` unless a client is given)."""
 
     name = "docker"
+    isolated = True
+    images = "engine"
 
     def __init__(
         self,

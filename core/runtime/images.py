@@ -18,6 +18,7 @@ import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -209,10 +210,29 @@ def _build(client: Any, context: IO[bytes], tag: str, labels: dict[str, str], ne
     log.info("built image %s", tag)
 
 
+@dataclass(frozen=True)
+class TaskImage:
+    """A task that brings its own image recipe (harbor's environment/Dockerfile): any FROM it names.
+
+    The base it names must be pullable or present on the engine. The env and harness layers are
+    built on top of it, and the result is cached by content hash like every image.
+    """
+
+    dockerfile: str
+    context: Path | None = None  # the build context folder (COPY sources), if any
+
+    def digest(self) -> str:
+        """sha256 of the Dockerfile and every file of its context (by relative path): what the image is built from."""
+        h = hashlib.sha256(self.dockerfile.encode())
+        if self.context is not None:
+            for path in sorted(p for p in Path(self.context).rglob("*") if p.is_file()):
+                h.update(str(path.relative_to(self.context)).encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()
+
+
+
 def dockerfile_image_tag(name: str, dockerfile: str, context: Path | None) -> str:
     """Content-hash tag of a task's own Dockerfile and its build context folder."""
-    from core.env import TaskImage
-
     return f"forgetui/task-{_repo_name([ImageLayer(name, '')])}:{TaskImage(dockerfile, context).digest()[:12]}"
 
 

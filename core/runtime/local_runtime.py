@@ -168,6 +168,8 @@ class LocalRuntime:
     """Runs sandboxes as local processes (no isolation; development only)."""
 
     name = "local"
+    isolated = False
+    images = "none"
 
     def __init__(self, base_dir: Path | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir else Path(tempfile.gettempdir()) / "forgetui-local"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.analytics.views import view_ddl
+from core.store.behaviour import view_ddl
 
 SCHEMA_VERSION = 4  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
 # (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); 4: image inputs (blobs, calls.image_hashes);

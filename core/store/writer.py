@@ -23,6 +23,7 @@ import orjson
 from core.errors import StoreError
 from core.secrets import redact
 from core.store.deadletter import dead_letter_bytes
+from core.store.live import LiveServer, handle_query, query_app
 from core.store.schema import (
     COLUMNS,
     JSON_COLUMNS,
@@ -273,8 +274,6 @@ class Store:
 
     def serve_queries(self, host: str = "127.0.0.1", **kwargs: Any) -> str:
         """Serve read-only SQL over HTTP on a free loopback port and write `<store>.live.json`; returns the URL."""
-        from core.store.live import LiveServer
-
         if self._live is None:
             self._live = LiveServer(self, host=host, **kwargs)
             self._live.start()
@@ -282,14 +281,10 @@ class Store:
 
     def query_app(self) -> Any:
         """A Starlette app answering POST {"sql": ...}; the proxy mounts it at `/_forgetui/sql`."""
-        from core.store.live import query_app
-
         return query_app(self)
 
     def handle_query(self, sql: str, max_rows: int | None = None) -> dict[str, Any]:
         """Run one read-only query on its own cursor and return it as a JSON-ready dict."""
-        from core.store.live import handle_query
-
         return handle_query(self, sql, max_rows=max_rows)
 
     # ----------------------------------------------------------------- closing

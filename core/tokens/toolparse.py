@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.chat import ToolCall
+from core.errors import ConfigError
 
 
 @dataclass
@@ -66,8 +67,6 @@ def get_parser(name: str) -> Callable[[str], ParsedOutput]:
     try:
         return PARSERS[name]
     except KeyError:
-        from core.errors import ConfigError
-
         raise ConfigError(f"unknown tool-call parser {name!r}; known: {', '.join(sorted(PARSERS))}") from None
 
 

@@ -23,16 +23,12 @@ from typing import Any
 
 import duckdb
 
+from core.config import RunConfig
 from core.errors import ConfigError, TrainingDataError
-from core.train.sft import (
-    TeacherRun,
-    answer_message,
-    connect,
-    passing_rollouts,
-    recorded_calls,
-    request_chat,
-    teacher_runs,
-)
+from core.registry import load_env
+from core.rollout.recorded import conversations, recorded_calls, request_chat
+from core.train.samples import samples_for_run
+from core.train.sft import TeacherRun, connect, passing_rollouts, teacher_runs
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +91,6 @@ def sample_rows(
     con: duckdb.DuckDBPyConnection, run_id: str, min_reward: float | None
 ) -> list[dict[str, Any]]:
     """The run's samples: its `samples` rows, or built from its calls when it stored none."""
-    from core.train.samples import samples_for_run
-
     cols = ", ".join(SAMPLE_FIELDS)
     cur = con.execute(f"SELECT {cols} FROM samples WHERE run_id = ? ORDER BY step, sample_id", [run_id])
     rows = [dict(zip(SAMPLE_FIELDS, r, strict=True)) for r in cur.fetchall()]
@@ -113,41 +107,8 @@ def sample_rows(
 
 
 # ----------------------------------------------------------------------------- sft
-def _norm(messages: list[dict[str, Any]]) -> tuple:
-    from core.tokens.continuation import normalize_message
-
-    return tuple(normalize_message(m) for m in messages)
-
-
-def conversations(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One conversation per branch: each call whose messages + answer no later call's request carries on."""
-    convs = []
-    for row in calls:
-        messages, tools = request_chat(row["api"], row["request"], row.get("model"))
-        convs.append(
-            {
-                "call_id": row["call_id"],
-                "messages": [*messages, answer_message(row["api"], row["response"])],
-                "tools": tools,
-            }
-        )
-    keys = [_norm(c["messages"]) for c in convs]
-    finals = []
-    for i, conv in enumerate(convs):
-        n = len(keys[i])
-        continued = any(
-            len(later) >= n and later[:n] == keys[i]
-            for later in (_norm(c["messages"][:-1]) for c in convs[i + 1 :])
-        )
-        if not continued:
-            finals.append(conv)
-    return finals
-
-
 def sft_rows(con: duckdb.DuckDBPyConnection, run_id: str, min_reward: float) -> Iterator[dict[str, Any]]:
     """OpenAI-chat conversations of the passing rollout branches, with token ids and masks where recorded."""
-    from core.train.samples import samples_for_run
-
     passing = passing_rollouts(con, run_id, min_reward)
     if not passing:
         return
@@ -181,9 +142,6 @@ def sft_rows(con: duckdb.DuckDBPyConnection, run_id: str, min_reward: float) -> 
 # ----------------------------------------------------------------------------- verl
 def _instructions(config: dict[str, Any]) -> dict[str, Any]:
     """task id → Task of the run's environment (empty when the environment cannot be loaded here)."""
-    from core.config import RunConfig
-    from core.registry import load_env
-
     try:
         env_cfg = RunConfig.model_validate(config).env
         env = load_env(env_cfg.name, **({"path": env_cfg.path} if env_cfg.path else {}), **env_cfg.options)

@@ -13,18 +13,21 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.chat import ImagePart
 from core.errors import ConfigError, TrainingDataError
 from core.tokens.vision import forward_inputs, vision_prompt
 from core.train import weights as W
+from core.train.checkpoints import TRAINER_STATE
 from core.train.logprobs import Batch, collate, token_logprobs
 from core.train.types import Sample
 
+if TYPE_CHECKING:
+    from core.config import TrainConfig
+
 log = logging.getLogger(__name__)
 
-TRAINER_STATE = "trainer_state.pt"
 STATE_VERSION = 1
 LOSS_AGG_MODES = (
     "token-mean",
@@ -478,3 +481,24 @@ def _metric(metrics: dict[str, Any], name: str) -> float:
     """A veRL metric by its short name ("actor/pg_clipfrac" or "pg_clipfrac"); 0 when absent."""
     value = metrics.get(f"actor/{name}", metrics.get(name, 0.0))
     return float(value.item() if hasattr(value, "item") else value)
+
+
+def trainer_settings(train: TrainConfig) -> dict[str, Any]:
+    """LocalTrainerConfig fields from the run config's [train] section."""
+    return {
+        "lr": train.lr,
+        "max_grad_norm": train.max_grad_norm,
+        "warmup_steps": train.warmup_steps,
+        "micro_batch_size": train.micro_batch_size,
+        "temperature": train.temperature,
+        "policy_loss": train.policy_loss,
+        "clip_ratio": train.clip_ratio,
+        "loss_agg_mode": train.loss_agg_mode,
+        "kl_coef": train.kl_coef,
+        "kl_type": train.kl_type,
+        "entropy_coef": train.entropy_coef,
+        "lora_rank": train.lora_rank,
+        "lora_alpha": train.lora_alpha,
+        "dtype": train.dtype,
+        "seed": train.seed,
+    }

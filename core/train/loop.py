@@ -16,47 +16,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from core.backends.base import TokenBackend
-from core.config import RunConfig, TrainConfig
+from core.backends.kinds import build_token_backend
+from core.config import RunConfig
 from core.env import Task
 from core.errors import ConfigError
-from core.proxy.factory import make_token_backend, parse_spec, token_policy
-from core.rollout.engine import RolloutEvent
+from core.eval.summary import RunSummary, summarize
+from core.paths import runs_dir
+from core.proxy.factory import token_policy
 from core.rollout.status import Tally
 from core.session import RunSession, store_rows
-from core.train import lora_push
 from core.train.advantages import compute_advantages
+from core.train.checkpoints import checkpoint_dir, last_checkpoint
+from core.train.local import LocalTrainer, trainer_settings
+from core.train.lora_push import push_weights
 from core.train.preflight import preflight_session
 from core.train.samples import diagnostics, samples_for_run, write_samples
 from core.train.tracking import MetricsMirror, train_step_rows
+from core.train.trainers import RunHooks
 from core.train.types import Sample
 from core.train.vision import sample_images
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
-
-
 def check_trainable(config: RunConfig) -> None:
-    """Refuse, before any rollout starts, a config the local trainer cannot train."""
-    train = config.train
-    if train.trainer == "verl":
-        raise ConfigError("train.trainer = verl runs on GPU clusters through veRL's own entry point; the local trainer is train.trainer = local")
-    if train.trainer == "sft":
-        from core.train.sft import check_sft
-
-        return check_sft(config)
-    kind, _, _ = parse_spec(config.policy.backend)
-    if kind == "litellm":
-        raise ConfigError(f"policy.backend {config.policy.backend!r} is a passthrough: it has no token ids or logprobs to train on; use builtin:MODEL")
-    if kind == "scripted":
-        raise ConfigError("policy.backend scripted:… replays fixed turns: it has no weights to train; use builtin:MODEL (a scripted policy is a teacher for SFT)")
-    if kind == "vllm" and train.lora_rank <= 0:
-        raise ConfigError("a vLLM policy trains LoRA adapters: set train.lora_rank (8 or 16, at most the server's --max-lora-rank)")
+    """Refuse, before any rollout starts, a policy the local trainer cannot train (as its backend kind declares)."""
+    spec = config.policy.spec
+    kind = spec.declared
+    if kind.trainable == "no":
+        raise ConfigError(f"policy.backend {spec.shown!r}: {kind.why_not_trainable or 'this backend has no weights to train'}")
+    if kind.trainable == "adapters" and config.train.lora_rank <= 0:
+        raise ConfigError(f"a {kind.name} policy trains LoRA adapters on its server: set train.lora_rank (8 or 16, at most the server's --max-lora-rank)")
 
 
 def check_train_tasks(tasks: list[Task]) -> None:
@@ -83,41 +76,6 @@ def extra_tasks(tasks: list[Task], used: list[Task], n: int) -> list[Task]:
 def _informative(stats: Any) -> int:
     """Groups whose rewards differ: the only ones that carry a gradient."""
     return stats.groups - stats.zero_variance_groups - stats.singleton_groups
-
-
-def trainer_settings(train: TrainConfig) -> dict[str, Any]:
-    """LocalTrainerConfig fields from the run config's [train] section."""
-    return {
-        "lr": train.lr,
-        "max_grad_norm": train.max_grad_norm,
-        "warmup_steps": train.warmup_steps,
-        "micro_batch_size": train.micro_batch_size,
-        "temperature": train.temperature,
-        "policy_loss": train.policy_loss,
-        "clip_ratio": train.clip_ratio,
-        "loss_agg_mode": train.loss_agg_mode,
-        "kl_coef": train.kl_coef,
-        "kl_type": train.kl_type,
-        "entropy_coef": train.entropy_coef,
-        "lora_rank": train.lora_rank,
-        "lora_alpha": train.lora_alpha,
-        "dtype": train.dtype,
-        "seed": train.seed,
-    }
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / CHECKPOINTS / f"step-{step:05d}"
-
-
-def last_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
-    """(step, folder) of the newest complete checkpoint of a run, if any."""
-    from core.train.local import TRAINER_STATE
-
-    found = sorted(p for p in (run_dir / CHECKPOINTS).glob("step-*") if (p / TRAINER_STATE).exists())
-    if not found:
-        return None
-    return int(found[-1].name.split("-")[1]), found[-1]
 
 
 class LocalTraining:
@@ -155,11 +113,11 @@ class LocalTraining:
             more = extra_tasks(tasks, batch, missing) if refill else []
         rollout_s = time.perf_counter() - started
         started = time.perf_counter()
-        if getattr(self.trainer, "vision", None) is not None:  # a vision-language policy: each sample's pixels, from `blobs`
+        if self.trainer.vision is not None:  # a vision-language policy: each sample's pixels, from `blobs`
             await asyncio.to_thread(self._load_images, samples)
         metrics = await asyncio.to_thread(self.trainer.step, samples) if samples else {}
         update_s = time.perf_counter() - started
-        await asyncio.to_thread(self._push_weights, step)
+        await asyncio.to_thread(push_weights, self.trainer, self.backend, self.session.run_dir, step)
         metrics = self._step_metrics(step, samples, stats.as_dict(), metrics, rollout_s, update_s)
         metrics["extra_batches"] = extra
         self._record(step, samples, metrics)
@@ -170,17 +128,6 @@ class LocalTraining:
         cursor = self.store.cursor()
         for sample in samples:
             sample.images = sample_images(cursor, sample)
-
-    def _push_weights(self, step: int) -> None:
-        """The trainer's weights into the sampling backend (between steps: nothing is generating)."""
-        if lora_push.takes_adapters(self.backend):
-            lora_push.push_adapter(self.trainer, self.backend, self.session.run_dir, step)
-            return
-        reload = getattr(self.backend, "reload_weights", None)
-        if reload is None:
-            raise ConfigError(f"backend {self.backend.name} cannot take new weights")
-        reload(self.trainer.state_dict_for_backend())
-        self.backend.weights_version = self.trainer.updates  # type: ignore[attr-defined]
 
     def _step_metrics(self, step: int, samples: list[Sample], adv: dict[str, Any], update: dict[str, Any], rollout_s: float, update_s: float) -> dict[str, Any]:
         rows = store_rows(self.store, "SELECT status, passed FROM rollouts WHERE run_id = ? AND step = ?", [self.session.run_id, step])
@@ -228,77 +175,73 @@ class LocalTraining:
         return self.trainer.save_checkpoint(checkpoint_dir(self.session.run_dir, step))
 
 
-async def load_for_training(config: RunConfig, run_dir: Path | None) -> tuple[TokenBackend, Any, int]:
+async def load_for_training(config: RunConfig, run_dir: Path | None) -> tuple[TokenBackend, LocalTrainer, int]:
     """The sampling backend and the trainer (resumed from the run's last checkpoint if any); the first step to run."""
-    from core.train.local import LocalTrainer
-
-    spec = config.policy.backend
-    kind, target, opts = parse_spec(spec)
-    backend = await asyncio.to_thread(make_token_backend, spec, tokenizer=config.policy.tokenizer)
-    source = (config.policy.tokenizer or opts.get("tokenizer")) if kind == "vllm" else target  # vllm: the served model's local copy
+    spec = config.policy.spec
+    backend = await asyncio.to_thread(build_token_backend, spec, tokenizer=config.policy.tokenizer)
+    source = spec.weights_source(config.policy.tokenizer)  # a served model (vllm): its local copy
     trainer = await asyncio.to_thread(lambda: LocalTrainer(source, tokenizer=backend.tokenizer, **trainer_settings(config.train)))
     found = last_checkpoint(run_dir) if run_dir is not None else None
     if found is None:
         return backend, trainer, 0
     step, folder = found
     await asyncio.to_thread(trainer.load_checkpoint, folder)
-    if lora_push.takes_adapters(backend):
-        await asyncio.to_thread(lora_push.push_adapter, trainer, backend, folder.parents[1], step)
-    else:
-        await asyncio.to_thread(lambda: backend.reload_weights(trainer.state_dict_for_backend()))  # type: ignore[attr-defined]
-        backend.weights_version = trainer.updates  # type: ignore[attr-defined]
+    await asyncio.to_thread(push_weights, trainer, backend, folder.parents[1], step)
     log.info("resuming training after step %d from %s", step, folder)
     return backend, trainer, step + 1
 
 
-async def train_run(
-    config: RunConfig,
-    *,
-    resume: str | None = None,
-    on_event: Callable[[RolloutEvent], None] | None = None,
-    on_start: Callable[[str, int], None] | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-    ks: list[int] | None = None,
-) -> Any:
-    """Train for `train.steps` steps (or resume a run); the summary covers every rollout, plus the training."""
-    from core.paths import runs_dir
-    from core.run import summarize
+class LocalTrainerRun:
+    """`train.trainer = "local"`: GRPO on this machine, `train.steps` steps of rollouts through the real harness."""
 
-    if config.train.trainer == "sft":
-        from core.train.sft import sft_run
+    name = "local"
+    runs_rollouts = True
 
-        return await sft_run(config, resume=resume, on_event=on_event, on_start=on_start, ks=ks)
-    check_trainable(config)
-    if resume is not None and not (runs_dir() / resume).is_dir():
-        raise ConfigError(f"no run {resume!r} to resume")
-    backend, trainer, first = await load_for_training(config, runs_dir() / resume if resume else None)
-    # the proxy samples at the trainer's temperature whatever the harness asks: recorded and recomputed logprobs agree
-    policy = token_policy(backend, config.policy.backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens, temperature=config.train.temperature)
-    async with RunSession(config, run_id=resume, resume=resume is not None, policy=policy, on_event=on_event) as session:
-        # a server without token ids or logprobs is refused now, not after a step of rollouts it cannot train on
-        await preflight_session(session, backend, config.policy.backend, temperature=config.train.temperature)
-        tasks = session.tasks()
-        check_train_tasks(tasks)
-        loop = LocalTraining(session, backend, trainer)
-        per_step = len(tasks_for_step(tasks, 0, config.train.tasks_per_step)) * config.run.n_samples
-        if on_start is not None:
-            on_start(session.run_id, per_step * config.train.steps)
+    def trains(self, config: RunConfig) -> bool:
+        return config.train.steps > 0
+
+    def check(self, config: RunConfig) -> None:
+        check_trainable(config)
+
+    async def train(self, config: RunConfig, *, resume: str | None, hooks: RunHooks, ks: list[int] | None) -> RunSummary:
+        """Train for `train.steps` steps (or resume a run); the summary covers every rollout, plus the training."""
+        if resume is not None and not (runs_dir() / resume).is_dir():
+            raise ConfigError(f"no run {resume!r} to resume")
+        backend, trainer, first = await load_for_training(config, runs_dir() / resume if resume else None)
+        # the proxy samples at the trainer's temperature whatever the harness asks: recorded and recomputed logprobs agree
+        policy = token_policy(backend, config.policy.spec, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens, temperature=config.train.temperature)
+        async with RunSession(config, run_id=resume, resume=resume is not None, policy=policy, on_event=hooks.on_event) as session:
+            # a server without token ids or logprobs is refused now, not after a step of rollouts it cannot train on
+            await preflight_session(session, backend, config.policy.spec, temperature=config.train.temperature)
+            tasks = session.tasks()
+            check_train_tasks(tasks)
+            loop = LocalTraining(session, backend, trainer)
+            if hooks.on_start is not None:
+                on_start_total = len(tasks_for_step(tasks, 0, config.train.tasks_per_step)) * config.run.n_samples * config.train.steps
+                hooks.on_start(session.run_id, on_start_total)
+            try:
+                last = await self._steps(loop, tasks, first, hooks)
+                final = await asyncio.to_thread(loop.checkpoint, config.train.steps - 1)
+            finally:
+                loop.mirror.close()
+            assert session.store is not None
+            summary = summarize(session.store, session.run_id, session.store_path, ks or list(range(1, config.run.n_samples + 1)))
+            summary.extra.update({"train_steps": config.train.steps, "checkpoint": str(final), "last_step": last, "tensorboard": str(session.run_dir / "tensorboard")})
+            session.finish("done")
+            return summary
+
+    async def _steps(self, loop: LocalTraining, tasks: list[Task], first: int, hooks: RunHooks) -> dict[str, Any]:
+        """Steps `first` .. `train.steps` - 1, with the periodic checkpoints; the last step's metrics."""
+        train = loop.config.train
         last: dict[str, Any] = {}
-        try:
-            for step in range(first, config.train.steps):
-                last = await loop.run_step(tasks, step)
-                if on_step is not None:
-                    try:
-                        on_step(last)
-                    except Exception:  # noqa: BLE001 - a progress display must not stop training
-                        log.exception("step callback failed")
-                log.info("step %d: %s", step, {k: round(v, 4) if isinstance(v, float) else v for k, v in last.items()})
-                if config.train.save_every and (step + 1) % config.train.save_every == 0 and step + 1 < config.train.steps:
-                    await asyncio.to_thread(loop.checkpoint, step)
-            final = await asyncio.to_thread(loop.checkpoint, config.train.steps - 1)
-        finally:
-            loop.mirror.close()
-        summary = summarize(session.store, session.run_id, session.store_path, ks or list(range(1, config.run.n_samples + 1)))  # type: ignore[arg-type]
-        summary.extra.update({"train_steps": config.train.steps, "checkpoint": str(final), "last_step": last, "tensorboard": str(session.run_dir / "tensorboard")})
-        session.finish("done")
-        return summary
+        for step in range(first, train.steps):
+            last = await loop.run_step(tasks, step)
+            if hooks.on_step is not None:
+                try:
+                    hooks.on_step(last)
+                except Exception:  # noqa: BLE001 - a progress display must not stop training
+                    log.exception("step callback failed")
+            log.info("step %d: %s", step, {k: round(v, 4) if isinstance(v, float) else v for k, v in last.items()})
+            if train.save_every and (step + 1) % train.save_every == 0 and step + 1 < train.steps:
+                await asyncio.to_thread(loop.checkpoint, step)
+        return last

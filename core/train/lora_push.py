@@ -26,11 +26,6 @@ ADAPTERS = "adapters"
 TIMEOUT_S = 600.0
 
 
-def takes_adapters(backend: Any) -> bool:
-    """Whether `backend` samples on a server that takes LoRA adapters by name (the vllm backend)."""
-    return callable(getattr(backend, "set_adapter", None))
-
-
 def adapter_dir(run_dir: Path, step: int) -> Path:
     return run_dir / ADAPTERS / f"step-{step:05d}"
 
@@ -116,3 +111,15 @@ def push_adapter(trainer: Any, backend: Any, run_dir: Path, step: int) -> str | 
         unload_adapter(backend.base_url, previous)
     log.info("LoRA adapter %s (weights version %d) loaded into %s", name, version, backend.base_url)
     return name
+
+
+def push_weights(trainer: Any, backend: Any, run_dir: Path, step: int) -> None:
+    """The trainer's weights into the sampling backend, the way the backend declares it takes them (between steps:
+    nothing is generating): a LoRA adapter loaded into its server, or the state dict reloaded in-process."""
+    if backend.capabilities.adapters:
+        push_adapter(trainer, backend, run_dir, step)
+        return
+    if not backend.capabilities.weight_reload:
+        raise ConfigError(f"backend {backend.name} cannot take new weights (it declares neither weight reload nor adapters)")
+    backend.reload_weights(trainer.state_dict_for_backend())
+    backend.weights_version = trainer.updates

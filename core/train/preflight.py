@@ -16,19 +16,16 @@ import math
 from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenBackend
+from core.backends.spec import PolicySpec
 from core.chat import ChatRequest
 from core.errors import BackendError, UntrainableBackendError
-from core.proxy.factory import parse_spec
-from core.secrets import redact_text
+from core.session import RunSession
 
 log = logging.getLogger(__name__)
 
 PROBE_TEXT = "Say OK."
 PROBE_SESSION = "forgetui-preflight"
 PROBE_TIMEOUT_S = 120.0  # a cold server may still be loading the model
-REMOTE_KINDS = (
-    "vllm",
-)  # a server's answer may lack the fields; in-process backends (builtin) always return them
 FIX = (
     "Training needs the sampled token ids (`return_token_ids`, vLLM >= 0.10.2) and one logprob per sampled token "
     "(`logprobs: 0`, vLLM's default --logprobs-mode raw_logprobs): serve the model with a recent `vllm serve MODEL` "
@@ -37,9 +34,9 @@ FIX = (
 )
 
 
-def needs_preflight(spec: str) -> bool:
-    """Whether the policy backend is a server that may answer without token ids or logprobs."""
-    return parse_spec(spec)[0] in REMOTE_KINDS
+def needs_preflight(spec: PolicySpec) -> bool:
+    """Whether the policy backend is a server that may answer without token ids or logprobs (in-process ones always return them)."""
+    return spec.declared.remote
 
 
 def probe_prompt(tokenizer: Any) -> list[int]:
@@ -72,9 +69,9 @@ async def probe(backend: TokenBackend, *, temperature: float = 1.0) -> tuple[lis
     return ids, logprobs
 
 
-async def check_backend(backend: TokenBackend, spec: str, *, temperature: float = 1.0) -> None:
+async def check_backend(backend: TokenBackend, spec: PolicySpec, *, temperature: float = 1.0) -> None:
     """Refuse a backend whose answer lacks token ids or logprobs (UntrainableBackendError, with the fix)."""
-    shown = redact_text(spec)
+    shown = spec.shown
     try:
         ids, logprobs = await asyncio.wait_for(probe(backend, temperature=temperature), PROBE_TIMEOUT_S)
     except BackendError as exc:
@@ -103,13 +100,12 @@ def missing_fields(ids: list[int], logprobs: list[float]) -> str | None:
 
 
 async def preflight_session(
-    session: Any, backend: TokenBackend, spec: str, *, temperature: float = 1.0
+    session: RunSession, backend: TokenBackend, spec: PolicySpec, *, temperature: float = 1.0
 ) -> None:
     """The check on the session's proxy loop (where the backend's HTTP connections belong), before any rollout."""
     if not needs_preflight(spec):
         return
-    server = getattr(session, "server", None)
-    loop = getattr(server, "loop", None)
+    loop = session.server.loop if session.server is not None else None
     check = check_backend(backend, spec, temperature=temperature)
     if loop is None or not loop.is_running() or loop is asyncio.get_running_loop():
         await check

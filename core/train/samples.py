@@ -21,14 +21,15 @@ import duckdb
 import numpy as np
 
 from core.errors import StoreError, TrainingDataError
+from core.status import SCORED, TERMINAL_VALUES, Status
 from core.train.types import Sample
 
 log = logging.getLogger(__name__)
 
 Ids = Sequence[int] | np.ndarray
-NO_SAMPLES = frozenset({"infra_error"})  # not a score: nothing to learn from
-UNFINISHED = frozenset({"pending", "starting", "running", "verifying"})  # reward not final yet
-TRAINABLE_STATUSES = ("done", "failed", "timeout")
+NO_SAMPLES = frozenset({str(Status.INFRA_ERROR)})  # not a score: nothing to learn from
+UNFINISHED = frozenset(str(s) for s in Status) - TERMINAL_VALUES  # reward not final yet
+TRAINABLE_STATUSES = tuple(str(s) for s in SCORED)
 
 
 @dataclass(eq=False)

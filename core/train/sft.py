@@ -25,20 +25,31 @@ GRPO loop's (`builtin:PATH` loads them; `--resume` continues after the last one)
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from core.chat import exported_message
+from core.backends.spec import spec_or_none
 from core.config import RunConfig, dump_toml
-from core.errors import ConfigError, ModelError, ProtocolError, TrainingDataError
-from core.train.samples import TRAINABLE_STATUSES, build_samples, samples_for_run
+from core.errors import ConfigError, ModelError, TrainingDataError
+from core.eval.summary import RunSummary
+from core.models.resolve import load_tokenizer, resolve_model
+from core.paths import runs_dir
+from core.rollout.orphans import remove_pid_file, write_pid_file
+from core.rollout.recorded import answer_message, json_value, recorded_calls, request_chat
+from core.session.setup import new_run_id
+from core.store.writer import Store
+from core.tokens.template import encode, render_chat
+from core.train.checkpoints import checkpoint_dir, last_checkpoint
+from core.train.local import LocalTrainer, trainer_settings
+from core.train.samples import TRAINABLE_STATUSES, build_samples, samples_for_run, write_samples
+from core.train.tracking import MetricsMirror, train_step_rows
+from core.train.trainers import RunHooks
 from core.train.types import Sample
 
 log = logging.getLogger(__name__)
@@ -71,8 +82,6 @@ def connect(store: Path) -> duckdb.DuckDBPyConnection:
 
 def teacher_runs(names: Sequence[str]) -> list[TeacherRun]:
     """Each name: a run id under FORGETUI_HOME/runs, or the path of a store.duckdb (every run it holds)."""
-    from core.paths import runs_dir
-
     if not names:
         raise ConfigError(
             "train.trainer = sft needs train.from_runs: the run ids (or store.duckdb paths) whose passing rollouts to learn from"
@@ -97,16 +106,11 @@ def teacher_runs(names: Sequence[str]) -> list[TeacherRun]:
             raise ConfigError(f"{store} is not a forgetui store: {exc}") from None
         finally:
             con.close()
-        found = [TeacherRun(r, store.resolve(), _json(c)) for r, c in rows if wanted is None or r == wanted]
+        found = [TeacherRun(r, store.resolve(), json_value(c)) for r, c in rows if wanted is None or r == wanted]
         if not found:
             raise ConfigError(f"train.from_runs: store {store} holds no run {wanted or ''}".rstrip())
         out += found
     return out
-
-
-def _json(value: Any) -> Any:
-    """A JSON column's value, parsed."""
-    return json.loads(value) if isinstance(value, str) else (value or {})
 
 
 def passing_rollouts(con: duckdb.DuckDBPyConnection, run_id: str, min_reward: float) -> list[str]:
@@ -121,21 +125,9 @@ def passing_rollouts(con: duckdb.DuckDBPyConnection, run_id: str, min_reward: fl
 # ----------------------------------------------------------------------------- tokenizers
 def teacher_tokenizer_name(config: dict[str, Any]) -> str | None:
     """The model whose tokenizer made a run's token ids (from runs.config: policy.backend, policy.tokenizer); None if unknown."""
-    from core.proxy.factory import parse_spec
-
     policy = config.get("policy") or {}
-    spec, named = policy.get("backend"), policy.get("tokenizer")
-    if not isinstance(spec, str):
-        return named
-    try:
-        kind, target, opts = parse_spec(spec)
-    except ConfigError:
-        return named
-    if kind == "builtin":
-        return target
-    if kind == "scripted":
-        return opts.get("tokenizer", named or "tiny")
-    return opts.get("tokenizer") or named  # vllm: its --tokenizer; litellm: only when the config names one
+    spec = spec_or_none(policy.get("backend"))
+    return spec.tokenizer_model(policy.get("tokenizer")) if spec is not None else policy.get("tokenizer")
 
 
 def _fingerprint(tokenizer: Any) -> tuple[Any, ...]:
@@ -151,8 +143,6 @@ def _fingerprint(tokenizer: Any) -> tuple[Any, ...]:
 
 def same_tokenizer(teacher: str | None, student: Any, student_name: str) -> bool:
     """Whether ids recorded with the teacher's tokenizer are the student's ids for the same text."""
-    from core.models.resolve import load_tokenizer, resolve_model
-
     if teacher is None:
         return False
     try:
@@ -162,70 +152,6 @@ def same_tokenizer(teacher: str | None, student: Any, student_name: str) -> bool
     except (ModelError, OSError, ValueError) as exc:
         log.info("cannot load the teacher's tokenizer %r (%s): re-tokenizing its calls", teacher, exc)
         return False
-
-
-# ----------------------------------------------------------------------------- recorded calls as chat
-def request_chat(
-    api: str, request: Any, model: str | None = None, *, exported: bool = True
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(messages, tools) of a recorded request body, parsed by its wire protocol.
-
-    Images are blob references: as JSON holds them (`exported_message`), or with `exported=False`
-    as the canonical `parts` (ImageParts without their bytes).
-    """
-    from core.protocols.registry import get_protocol
-
-    parsed = get_protocol(api).parse_request(_json(request), model=model or "recorded")
-    return ([exported_message(m) for m in parsed.messages] if exported else parsed.messages), parsed.tools
-
-
-def answer_message(api: str, response: Any) -> dict[str, Any]:
-    """The assistant message (content, tool_calls) a recorded response body carried, in canonical form.
-
-    The response's assistant turn is put back into a request of the same protocol, as a harness
-    would send it in its history, and parsed like one.
-    """
-    from core.protocols.registry import get_protocol
-
-    body = _json(response)
-    if api == "chat":
-        request = {
-            "model": "recorded",
-            "messages": [{**(body.get("choices") or [{}])[0].get("message", {}), "role": "assistant"}],
-        }
-    elif api == "responses":
-        request = {
-            "model": "recorded",
-            "input": [
-                i
-                for i in body.get("output") or []
-                if i.get("type") in ("message", "function_call", "custom_tool_call")
-            ],
-        }
-    elif api == "messages":
-        request = {
-            "model": "recorded",
-            "max_tokens": 1,
-            "messages": [{"role": "assistant", "content": body.get("content") or ""}],
-        }
-    elif api == "gemini":
-        content = ((body.get("candidates") or [{}])[0]).get("content") or {
-            "role": "model",
-            "parts": [{"text": ""}],
-        }
-        request = {"contents": [{**content, "role": "model"}]}
-    else:
-        raise TrainingDataError(f"calls recorded on the {api!r} protocol cannot be read back as chat")
-    try:
-        messages = get_protocol(api).parse_request(request, model="recorded").messages
-    except ProtocolError:  # no output items at all: an empty answer
-        messages = []
-    texts = [m.get("content") or "" for m in messages if m.get("role") == "assistant"]
-    calls = [c for m in messages for c in m.get("tool_calls") or ()]
-    answer: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    if calls:
-        answer["tool_calls"] = calls
-    return answer
 
 
 def _completion_text(tokenizer: Any, prompt: str, full: str) -> str | None:
@@ -243,8 +169,6 @@ def _completion_text(tokenizer: Any, prompt: str, full: str) -> str | None:
 
 def retokenized_call(tokenizer: Any, row: dict[str, Any]) -> dict[str, Any] | None:
     """A `calls` row rebuilt on the student's template: prompt ids, completion ids, zero logprobs (None if it does not render)."""
-    from core.tokens.template import encode, render_chat
-
     messages, tools = request_chat(row["api"], row["request"], row.get("model"))
     answer = answer_message(row["api"], row["response"])
     prompt = render_chat(tokenizer, messages, tools, add_generation_prompt=True)
@@ -265,27 +189,6 @@ def retokenized_call(tokenizer: Any, row: dict[str, Any]) -> dict[str, Any] | No
         "weights_version": row.get("weights_version"),
         "extends_parent": None,
     }
-
-
-CALLS_SQL = (
-    "SELECT r.rollout_id, r.run_id, r.task_id, r.step, r.reward, r.status, c.call_id, c.api, c.model, c.request, c.response, "
-    "c.weights_version FROM rollouts r JOIN calls c ON c.rollout_id = r.rollout_id AND c.status = 'ok' "
-    "AND coalesce(c.attempt, 0) = coalesce(r.attempt, 0) WHERE r.run_id = ? AND list_contains(?, r.rollout_id) "
-    "ORDER BY r.rollout_id, c.seq"
-)
-
-
-def recorded_calls(
-    con: duckdb.DuckDBPyConnection, run_id: str, rollout_ids: Sequence[str]
-) -> dict[str, list[dict[str, Any]]]:
-    """The ok calls (request, response, protocol) of the rollouts' last attempts, in order, per rollout."""
-    cur = con.execute(CALLS_SQL, [run_id, list(rollout_ids)])
-    names = [d[0] for d in cur.description]
-    out: dict[str, list[dict[str, Any]]] = {}
-    for values in cur.fetchall():
-        row = dict(zip(names, values, strict=True))
-        out.setdefault(row["rollout_id"], []).append(row)
-    return out
 
 
 def retokenized_samples(
@@ -383,20 +286,12 @@ def teacher_examples(
 # ----------------------------------------------------------------------------- the run
 def student_model(config: RunConfig) -> str:
     """The model to fine-tune: `builtin:MODEL` or a local model folder."""
-    from core.proxy.factory import parse_spec
-
-    backend = config.policy.backend
-    if Path(backend).expanduser().is_dir():
-        return str(Path(backend).expanduser().resolve())
-    try:
-        kind, target, _ = parse_spec(backend)
-    except ConfigError:
-        kind, target = "", ""
-    if kind != "builtin":
+    spec = config.policy.spec
+    if spec.declared.trainable != "weights":
         raise ConfigError(
-            f"train.trainer = sft fine-tunes policy.backend; {backend!r} has no weights here: use builtin:MODEL or a local model folder (the teacher goes in train.from_runs)"
+            f"train.trainer = sft fine-tunes policy.backend; {spec.shown!r} has no weights here: use builtin:MODEL or a local model folder (the teacher goes in train.from_runs)"
         )
-    return target
+    return spec.target
 
 
 def check_sft(config: RunConfig) -> None:
@@ -442,8 +337,6 @@ class SftTraining:
     """An SFT run's state: the store, the trainer, the schedule; records steps and checkpoints."""
 
     def __init__(self, run_id: str, run_dir: Path, store: Any, trainer: Any, config: RunConfig) -> None:
-        from core.train.tracking import MetricsMirror
-
         self.run_id, self.run_dir, self.store, self.trainer, self.config = (
             run_id,
             run_dir,
@@ -459,8 +352,6 @@ class SftTraining:
 
     def write_examples(self, samples: list[Sample]) -> None:
         """The examples as this run's `samples` rows (once, also on resume)."""
-        from core.train.samples import write_samples
-
         if not self._has("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", [self.run_id]):
             for s in samples:
                 s.run_id, s.step = self.run_id, 0
@@ -468,8 +359,6 @@ class SftTraining:
 
     def step(self, step: int, epoch: int, batch: list[Sample]) -> dict[str, Any]:
         """One optimizer step; its train_steps row (written once)."""
-        from core.train.tracking import train_step_rows
-
         metrics = self.trainer.sft_step(batch)
         metrics.update({"epoch": epoch, "examples": len(batch)})
         if not self._has("SELECT 1 FROM train_steps WHERE run_id = ? AND step = ?", [self.run_id, step]):
@@ -488,8 +377,6 @@ class SftTraining:
         return metrics
 
     def checkpoint(self, step: int) -> Path:
-        from core.train.loop import checkpoint_dir
-
         return self.trainer.save_checkpoint(checkpoint_dir(self.run_dir, step))
 
 
@@ -514,78 +401,26 @@ def _train(
     return losses, training.checkpoint(len(steps) - 1)
 
 
-async def sft_run(
-    config: RunConfig,
-    *,
-    resume: str | None = None,
-    on_event: Callable[[Any], None] | None = None,
-    on_start: Callable[[str, int], None] | None = None,
-    ks: list[int] | None = None,
-) -> Any:
-    """Fine-tune `policy.backend` on the passing rollouts of `train.from_runs`; no rollout runs (`on_event`, `ks` unused)."""
-    from core.models.resolve import load_tokenizer, resolve_model
-    from core.paths import runs_dir
-    from core.rollout.orphans import remove_pid_file, write_pid_file
-    from core.run import RunSummary
-    from core.run_setup import new_run_id
-    from core.store.writer import Store
-    from core.train.local import LocalTrainer
-    from core.train.loop import last_checkpoint, trainer_settings
-
-    check_sft(config)
+async def _prepare(config: RunConfig) -> tuple[list[TeacherExamples], LocalTrainer, list[Sample]]:
+    """The teachers' examples on the student's tokenizer, the trainer over the student, the examples that fit its context."""
     train = config.train
-    if resume is not None and not (runs_dir() / resume).is_dir():
-        raise ConfigError(f"no run {resume!r} to resume")
     student = student_model(config)
     runs = teacher_runs(train.from_runs)
     tokenizer = await asyncio.to_thread(lambda: load_tokenizer(resolve_model(student)))
     teachers = await asyncio.to_thread(teacher_examples, runs, train.min_reward, tokenizer, student)
-    trainer = await asyncio.to_thread(
-        lambda: LocalTrainer(student, tokenizer=tokenizer, **{**trainer_settings(train), "temperature": 1.0})
-    )
-    limit = getattr(getattr(trainer.model, "config", None), "max_position_embeddings", None)
-    samples = _fit_context([s for t in teachers for s in t.samples], limit)
-    steps = schedule(
-        samples,
-        train.epochs,
-        train.micro_batch_size,
-        train.seed if train.seed is not None else config.run.seed,
-    )
+    trainer = await asyncio.to_thread(lambda: LocalTrainer(student, tokenizer=tokenizer, **{**trainer_settings(train), "temperature": 1.0}))
+    limit = getattr(trainer.model.config, "max_position_embeddings", None)
+    return teachers, trainer, _fit_context([s for t in teachers for s in t.samples], limit)
 
-    run_id = resume or new_run_id()
-    run_dir = runs_dir() / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(dump_toml(config))
-    found = last_checkpoint(run_dir) if resume else None
-    if found is not None:
-        await asyncio.to_thread(trainer.load_checkpoint, found[1])
-    store = Store.open(run_dir / "store.duckdb")
-    write_pid_file(run_dir)
-    status = "failed"
-    try:
-        store.insert_run(run_id, config.model_dump(), status="running")
-        training = SftTraining(run_id, run_dir, store, trainer, config)
-        if on_start is not None:
-            on_start(run_id, 0)
-        training.write_examples(samples)
-        try:
-            losses, final = await asyncio.to_thread(_train, training, steps, train.save_every)
-        finally:
-            training.mirror.close()
-        status = "done"
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        status = "interrupted"
-        raise
-    finally:
-        store.update_run_status(run_id, status)
-        store.close()
-        remove_pid_file(run_dir)
+
+def _summary(run_id: str, run_dir: Path, config: RunConfig, teachers: list[TeacherExamples], samples: list[Sample], steps: int, losses: list[float], final: Path) -> RunSummary:
+    """An SFT run's summary: no rollouts; what it learned from and how its loss went in `extra`."""
     extra = {
         "trainer": "sft",
         "examples": len(samples),
         "tokens": sum(s.trainable_tokens for s in samples),
-        "train_steps": len(steps),
-        "epochs": train.epochs,
+        "train_steps": steps,
+        "epochs": config.train.epochs,
         "first_loss": losses[0] if losses else None,
         "final_loss": losses[-1] if losses else None,
         "checkpoint": str(final),
@@ -593,15 +428,55 @@ async def sft_run(
         "tensorboard": str(run_dir / "tensorboard"),
     }
     return RunSummary(
-        run_id=run_id,
-        rollouts=0,
-        passed=0,
-        failed=0,
-        timeouts=0,
-        infra_errors=0,
-        mean_reward=None,
-        pass_at_k={},
-        pass_hat_k={},
-        store=str(run_dir / "store.duckdb"),
-        extra=extra,
+        run_id=run_id, rollouts=0, passed=0, failed=0, timeouts=0, infra_errors=0, mean_reward=None,
+        pass_at_k={}, pass_hat_k={}, store=str(run_dir / "store.duckdb"), extra=extra,
     )
+
+
+class SftTrainerRun:
+    """`train.trainer = "sft"`: fine-tune `policy.backend` on the passing rollouts of `train.from_runs`; no rollout runs."""
+
+    name = "sft"
+    runs_rollouts = False
+
+    def trains(self, config: RunConfig) -> bool:
+        return True  # `train.steps` does not apply: `train.epochs` passes over the examples
+
+    def check(self, config: RunConfig) -> None:
+        check_sft(config)
+
+    async def train(self, config: RunConfig, *, resume: str | None, hooks: RunHooks, ks: list[int] | None) -> RunSummary:
+        train = config.train
+        if resume is not None and not (runs_dir() / resume).is_dir():
+            raise ConfigError(f"no run {resume!r} to resume")
+        teachers, trainer, samples = await _prepare(config)
+        steps = schedule(samples, train.epochs, train.micro_batch_size, train.seed if train.seed is not None else config.run.seed)
+        run_id = resume or new_run_id()
+        run_dir = runs_dir() / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.toml").write_text(dump_toml(config))
+        found = last_checkpoint(run_dir) if resume else None
+        if found is not None:
+            await asyncio.to_thread(trainer.load_checkpoint, found[1])
+        store = Store.open(run_dir / "store.duckdb")
+        write_pid_file(run_dir)
+        status = "failed"
+        try:
+            store.insert_run(run_id, config.model_dump(), status="running")
+            training = SftTraining(run_id, run_dir, store, trainer, config)
+            if hooks.on_start is not None:
+                hooks.on_start(run_id, 0)
+            training.write_examples(samples)
+            try:
+                losses, final = await asyncio.to_thread(_train, training, steps, train.save_every)
+            finally:
+                training.mirror.close()
+            status = "done"
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "interrupted"
+            raise
+        finally:
+            store.update_run_status(run_id, status)
+            store.close()
+            remove_pid_file(run_dir)
+        return _summary(run_id, run_dir, config, teachers, samples, len(steps), losses, final)

@@ -11,13 +11,12 @@ from typing import Any
 
 from core.chat import ImagePart, request_images
 from core.errors import TrainingDataError
+from core.rollout.recorded import request_chat
 from core.train.types import Sample
 
 
 def sample_images(cursor: Any, sample: Sample) -> list[ImagePart]:
     """The images of `sample` in prompt order, with their bytes from `blobs` (TrainingDataError if one is missing)."""
-    from core.train.sft import request_chat
-
     if not sample.call_ids:
         return []
     row = cursor.execute("SELECT api, request, model FROM calls WHERE call_id = ?", [sample.call_ids[-1]]).fetchone()

@@ -13,7 +13,7 @@ from forgetui.tui.data import CallDetail, CallRow, RolloutRow, StoreInfo
 from forgetui.tui.run_data import RolloutDetail, RunDetail, RunInfo, RunSource
 
 if TYPE_CHECKING:
-    from core.run import RunSummary
+    from core.eval.summary import RunSummary
 
 
 class StoresLoaded(Message):

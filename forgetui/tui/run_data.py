@@ -11,8 +11,8 @@ from typing import Any
 
 from core import paths
 from core.errors import StoreError
-from core.eval_report import build_report
-from core.proxy.no_model import model_shown_for
+from core.eval.report import build_report
+from core.registry import model_shown_for
 from core.rollout.status import TERMINAL_VALUES
 from core.store.query import (
     SHARDS_DIR,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.runtime.harness_volume import BIN, FILL_AT, MOUNT
-from core.runtime.images import ImageLayer, image_tag
+from core.runtime.images import ImageLayer, ensure_image, image_tag
 
 if TYPE_CHECKING:
     from core.runtime.k8s.config import KubernetesConfig
@@ -66,8 +66,6 @@ def mounted_image(base: str, layers: list[ImageLayer], ca: bytes | None, mode: M
 
 def build(client: Any, base: str, layers: list[ImageLayer], ca_bundle: Path | None, mode: Mode) -> list[str]:
     """Build what pods of ``mode`` pull on the local Docker engine; returns those tags (to push)."""
-    from core.runtime.images import ensure_image
-
     # recipes install on the host and only copy in: the build needs no network
     tag = ensure_image(client, base, layers, ca_bundle, network_mode="none")
     return [ensure_image(client, tag, [_tree_layer(tag)], network_mode="none")] if mode == "image" else [tag]

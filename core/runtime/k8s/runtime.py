@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from core.errors import SandboxError
+from core.runtime import _common as C
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec
 from core.runtime.k8s.api import Api, status_of
@@ -34,6 +35,8 @@ class KubernetesRuntime:
     """
 
     name = "kubernetes"
+    isolated = True
+    images = "cluster"
 
     def __init__(
         self,
@@ -73,8 +76,6 @@ class KubernetesRuntime:
 
     def build_pod_manifest(self, spec: SandboxSpec, name: str | None = None) -> dict[str, Any]:
         """The Pod object for ``spec`` (what `create` would send)."""
-        from core.runtime import _common as C
-
         return pod_manifest(spec, name or C.sandbox_name(spec.run_id, spec.rollout_id), self.cfg, self.proxy_public_url, self.registry)
 
     def create(self, spec: SandboxSpec) -> KubernetesSandbox:

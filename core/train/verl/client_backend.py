@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.kinds import Capabilities
 from core.errors import BackendError, ContextLengthError
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class ClientTokenBackend:
         self.context_length = context_length
         self.name = name
         self.weights_version: int | None = None  # veRL's global step of the last generation seen
+        self.capabilities = Capabilities(token_ids=True, logprobs=True)  # veRL swaps the weights itself
         self.loop = loop  # the client's event loop (the agent-loop worker's); None = whichever calls
         self.sampling_for = sampling_for  # session token → veRL's sampling params of that rollout
 

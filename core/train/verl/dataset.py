@@ -10,7 +10,7 @@ from typing import Any
 from core.config import RunConfig
 from core.env import Task
 from core.registry import load_env
-from core.run_setup import select_tasks
+from core.session.setup import select_tasks
 
 log = logging.getLogger(__name__)
 

@@ -10,18 +10,24 @@ launch stops with a clear error after writing those files. While veRL runs, the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.config import RunConfig, dump_toml
 from core.errors import ConfigError, ForgetuiError
+from core.eval.summary import RunSummary, summarize
+from core.models.resolve import resolve_model
 from core.paths import home, runs_dir
-from core.proxy.factory import parse_spec
-from core.run_setup import new_run_id
+from core.session.setup import new_run_id
+from core.store.writer import Store
+from core.train.trainers import RunHooks
 from core.train.verl.dataset import AGENT_NAME, write_dataset
 from core.train.verl.metrics_sink import FILE_LOGGER_ENV, MetricsSink, metrics_path, run_recording_metrics
 from core.train.verl.worker import CONFIG_ENV, RUN_ID_ENV
@@ -73,13 +79,10 @@ def model_path(config: RunConfig, override: str | None) -> str:
     """The policy's weights as veRL loads them: --model, or the HF folder behind builtin:MODEL / vllm's tokenizer."""
     if override:
         return override
-    kind, target, _ = parse_spec(config.policy.backend)
-    if kind == "builtin":
-        from core.models.resolve import resolve_model
-
-        return str(resolve_model(target))
-    if kind == "vllm" and config.policy.tokenizer:
-        return config.policy.tokenizer
+    spec = config.policy.spec
+    source = spec.weights_source(config.policy.tokenizer) if spec.declared.trainable != "no" else None
+    if source:
+        return str(resolve_model(source)) if spec.declared.trainable == "weights" else source
     raise ConfigError(f"policy.backend {config.policy.backend!r} names no weights veRL can train: pass --model HF_FOLDER_OR_HUB_ID")
 
 
@@ -202,3 +205,51 @@ def logs_to_file(overrides: list[str]) -> bool:
     """Whether the last trainer.logger override keeps veRL's `file` backend (what the metrics sink reads)."""
     loggers = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("trainer.logger=")]
     return bool(loggers) and "file" in loggers[-1].strip("[]").replace(" ", "").split(",")
+
+
+class VerlTrainerRun:
+    """`train.trainer = "verl"`: veRL's PPO trainer on GPU nodes, each veRL rollout a forgetui rollout (its own process).
+
+    Options (`forgetui train --trainer verl ...`): the `ClusterOptions` fields, `dry_run` (write the files and
+    the command, launch nothing) and `on_plan` (told the plan before the launch). The summary's `extra` has the command line, the files and veRL's exit code.
+    """
+
+    name = "verl"
+    runs_rollouts = True
+
+    def __init__(self, dry_run: bool = False, on_plan: Callable[[VerlPlan], None] | None = None, **cluster: Any) -> None:
+        self.dry_run = dry_run
+        self.on_plan = on_plan  # told the plan (its command line) once the files are written, before the launch
+        self.cluster = ClusterOptions(**cluster)
+
+    def trains(self, config: RunConfig) -> bool:
+        return config.train.steps > 0
+
+    def check(self, config: RunConfig) -> None:
+        model_path(config, self.cluster.model)
+
+    async def train(self, config: RunConfig, *, resume: str | None, hooks: RunHooks, ks: list[int] | None) -> RunSummary:
+        plan = prepare(config, self.cluster, resume)
+        log.info("veRL run %s: %d train / %d val tasks, overrides in %s", plan.run_id, plan.n_train, plan.n_val, plan.overrides_file)
+        if hooks.on_start is not None:
+            hooks.on_start(plan.run_id, 0)
+        if self.on_plan is not None:
+            self.on_plan(plan)
+        code = None if self.dry_run else await asyncio.to_thread(launch, plan)
+        store = runs_dir() / plan.run_id / "store.duckdb"
+        summary = _store_summary(plan.run_id, store, ks)
+        summary.extra.update({"trainer": "verl", "command": plan.command_line(), "folder": str(plan.folder), "exit_code": code, "dry_run": self.dry_run})
+        if code:
+            summary.status = "failed"
+        return summary
+
+
+def _store_summary(run_id: str, store_path: Path, ks: list[int] | None) -> RunSummary:
+    """The run's summary from the store veRL's metrics sink and agent-loop shards wrote (empty when nothing ran)."""
+    if not store_path.exists():
+        return RunSummary(run_id, 0, 0, 0, 0, 0, None, {}, {}, str(store_path))
+    store = Store.open(store_path)
+    try:
+        return summarize(store, run_id, store_path, ks)
+    finally:
+        store.close()

@@ -27,8 +27,8 @@ from core.errors import ConfigError
 from core.proxy.policy import TokenPolicy
 from core.registry import load_env
 from core.rollout.attempt import RolloutItem, RolloutResult
-from core.run_setup import new_run_id
 from core.session import RunSession
+from core.session.setup import new_run_id
 from core.store.query import SHARDS_DIR
 from core.train.samples import samples_for_run
 from core.train.types import Sample

@@ -17,7 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from core.errors import ForgetuiError
-from core.proxy.no_model import model_shown_for
+from core.registry import model_shown_for
 from forgetui.tui import heap
 from forgetui.tui.messages import BehaviourLoaded, LoadFailed, RunLoaded
 from forgetui.tui.run_data import RunDetail, RunSource, fmt, load_run

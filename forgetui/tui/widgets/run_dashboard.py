@@ -14,7 +14,7 @@ from forgetui.tui.widgets.reward_chart import RewardChart
 from forgetui.tui.widgets.rollouts_table import RolloutsTable
 
 if TYPE_CHECKING:
-    from core.run import RunSummary
+    from core.eval.summary import RunSummary
 
 STATE_STYLES = {"starting": "yellow", "running": "cyan", "stopping": "bold yellow", "interrupted": "bold yellow",
                 "done": "bold green", "failed": "bold red"}

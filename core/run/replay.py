@@ -17,8 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.backends.replay import RecordedCall, ReplayBackend, ServedCall
+from pydantic import ValidationError
+
+from core.backends.replay import Recording, ReplayBackend, ServedCall, load_recording, replay_backend
+from core.config import RunConfig
 from core.errors import ConfigError, SandboxError
+from core.proxy.policy import TokenPolicy
+from core.registry import load_harness
+from core.session import RunSession
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +39,6 @@ VOLATILE: dict[str, list[str]] = {
     "openclaw": [r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z?", r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", r"host=[^ |]+"],
     "opencode": [r"Today's date: [^\n]*"],
 }
-
-
-@dataclass
-class Recording:
-    """A recorded rollout: its row, its run's config and its final attempt's calls."""
-
-    store: Path
-    rollout: dict[str, Any]
-    config: dict[str, Any]
-    calls: list[RecordedCall]
 
 
 @dataclass
@@ -72,65 +68,6 @@ class ReplayReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _rows(store: Path, sql: str) -> list[dict[str, Any]]:
-    from core.store.query import run_query
-
-    result = run_query(store, sql)
-    return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
-
-
-def _lit(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def load_recording(rollout_id: str, store: Path | None = None) -> Recording:
-    """The rollout's row, its run's config and its final attempt's ok calls (whole prompts rebuilt) from the store."""
-    from core.analytics.metrics import store_of
-
-    store = store or store_of(rollout_id.split("/", 1)[0])
-    found = _rows(store, f"SELECT r.*, ru.config AS run_config FROM rollouts r LEFT JOIN runs ru ON ru.run_id = r.run_id WHERE r.rollout_id = {_lit(rollout_id)}")
-    if not found:
-        raise ConfigError(f"no rollout {rollout_id!r} in {store} (rollout ids look like RUN/TASK/0; list them with `forgetui sql \"SELECT rollout_id FROM rollouts\"`)")
-    rollout = found[0]
-    config = rollout.pop("run_config")
-    config = json.loads(config) if isinstance(config, str) else (config or {})
-    attempt = rollout.get("attempt") or 0
-    rows = _rows(
-        store,
-        "SELECT seq, call_id, completion_token_ids, completion_logprobs, finish_reason FROM calls "
-        f"WHERE rollout_id = {_lit(rollout_id)} AND coalesce(attempt, 0) = {int(attempt)} AND status = 'ok' ORDER BY seq",
-    )
-    calls = []
-    for row in rows:
-        prompt = _rows(store, f"SELECT prompt_token_ids FROM full_prompt({_lit(row['call_id'])})")
-        ids = row["completion_token_ids"]
-        if ids is None:
-            raise ConfigError(f"call {row['call_id']} of {rollout_id} has no completion token ids (a passthrough recording): there is nothing token-exact to replay")
-        logprobs = row["completion_logprobs"] or [0.0] * len(ids)
-        calls.append(RecordedCall(row["seq"], row["call_id"], prompt[0]["prompt_token_ids"] if prompt else None, list(ids), list(logprobs), row["finish_reason"]))
-    return Recording(store, rollout, config, calls)
-
-
-def tokenizer_name(policy: dict[str, Any]) -> str:
-    """The tokenizer the recording's policy rendered prompts with (what replay must render with too)."""
-    from core.proxy.factory import parse_spec
-
-    kind, target, opts = parse_spec(str(policy.get("backend", "builtin:tiny")))
-    if kind == "litellm":
-        raise ConfigError("this rollout was recorded through a passthrough (litellm:) backend: its prompts were never tokenized here, so it cannot be replayed token for token")
-    if kind == "builtin":
-        return target
-    return opts.get("tokenizer") or policy.get("tokenizer") or "tiny"
-
-
-def replay_backend(recording: Recording) -> ReplayBackend:
-    """A replay backend over the recording, with the tokenizer its policy used."""
-    from core.models.resolve import load_tokenizer, resolve_model
-
-    tokenizer = load_tokenizer(resolve_model(tokenizer_name(recording.config.get("policy", {}))))
-    return ReplayBackend(recording.calls, tokenizer, name=f"replay:{recording.rollout['rollout_id']}")
 
 
 def _decode(tokenizer: Any, ids: list[int]) -> str:
@@ -189,10 +126,6 @@ def replay_config(recording: Recording, image: str | None = None, harness_versio
 
     `harness_version` installs that release of the harness (`harness.version`) instead of the recorded run's.
     """
-    from pydantic import ValidationError
-
-    from core.config import RunConfig
-
     data = json.loads(json.dumps(recording.config))
     try:
         config = RunConfig.model_validate(data)
@@ -213,15 +146,10 @@ def replay_config(recording: Recording, image: str | None = None, harness_versio
 
 async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: str | None = None, harness_version: str | None = None) -> ReplayReport:
     """Re-run a recorded rollout against its recorded answers (under `harness_version`, if given) and report how the new run differs."""
-    from core.proxy.policy import TokenPolicy
-    from core.session import RunSession
-
     recording = load_recording(rollout_id, store)
     row = recording.rollout
     config = replay_config(recording, image, harness_version)
     if harness_version is not None:  # install it first: a version refused or missing from the registry fails before a replay run is made
-        from core.registry import load_harness
-
         load_harness(config.harness.name, **config.harness.adapter_options()).install_layer()
     backend = replay_backend(recording)
     policy = TokenPolicy(backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens or 4096)

@@ -8,7 +8,8 @@ or opened read-only, answer the same.
 
 from __future__ import annotations
 
-from core.analytics.tools import values_sql
+from core.status import SCORED_SQL
+from core.store.tool_classes import values_sql
 
 # A tool result counts as failed when the protocol flags it (Messages `is_error`, a Gemini `error` field) or its
 # text (first 2000 chars) shows a non-zero exit code, a Python traceback, or starts with "error"/"exception".
@@ -229,7 +230,7 @@ GROUP BY ALL""",
     avg(recovered::INTEGER) FILTER (WHERE had_tool_error) AS recovery_rate, avg(plan_completion) AS plan_completion,
     avg(turns) AS turns, avg(sampled_tokens) AS sampled_tokens, avg(prompt_tokens) AS prompt_tokens,
     avg(wall_s) AS wall_s, avg(context_growth) AS context_growth, avg(branches) AS branches
-FROM rollout_behaviour WHERE status IN ('done', 'failed', 'timeout')
+FROM rollout_behaviour WHERE status IN """ + SCORED_SQL + """
 GROUP BY ALL""",
     ),
 ]

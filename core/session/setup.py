@@ -10,18 +10,17 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.config import RunConfig
 from core.env import Environment, Task
 from core.errors import ConfigError, SandboxError
 from core.harness import Harness
 from core.paths import runs_dir
-from core.runtime import make_runtime
+from core.runtime import harness_volume, images, make_runtime
 from core.runtime.base import Runtime
-
-if TYPE_CHECKING:
-    from core.runtime.images import ImageLayer
+from core.runtime.images import ImageLayer
+from core.runtime.k8s import harness as k8s_harness
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +101,10 @@ class RunImages:
     @property
     def shares_harness(self) -> bool:
         """Whether tasks with their own image (on Kubernetes: every task) mount the harness instead of carrying it."""
-        return self.runtime.name in ("docker", "kubernetes") and self.config.runtime.shared_harness and bool(self.harness_layers)
+        return self.runtime.images != "none" and self.config.runtime.shared_harness and bool(self.harness_layers)
 
     def _task_base(self, task: Task | None) -> str:
         """What a task's image is built on: its own Dockerfile's image (by content hash), or the configured base."""
-        from core.runtime import images
-
         if task is None or task.image is None:
             return self.config.runtime.base_image
         return images.dockerfile_image_tag(task.id, task.image.dockerfile, task.image.context)
@@ -118,14 +115,11 @@ class RunImages:
         Nothing is built here (pods pull what `forgetui images build --push` made: `k8s_build_blocking`);
         the tags are content hashes, so both sides name the same images. See core.runtime.k8s.harness.
         """
-        from core.runtime import harness_volume
-        from core.runtime.k8s import harness
-
         base = self.config.runtime.base_image
         if not self.shares_harness:
             return self._describe(self._on_base(self._task_base(task), self.layers))
         ca = self.ca.read_bytes() if self.ca else None
-        mounted = harness.mounted_image(base, self.harness_layers, ca, self.config.runtime.kubernetes.harness_mount)
+        mounted = k8s_harness.mounted_image(base, self.harness_layers, ca, self.config.runtime.kubernetes.harness_mount)
         # no PATH here: a pod's env would replace the image's; the pod's exec script puts the harness's first
         return self._describe(self._on_base(self._task_base(task), self.env_layers), {mounted: harness_volume.MOUNT})
 
@@ -136,9 +130,6 @@ class RunImages:
         env's layers, then the shared harness's image (or, with ``shared_harness = false``, the harness
         baked into each task image).
         """
-        from core.runtime import images
-        from core.runtime.k8s import harness
-
         client = self.runtime.client  # type: ignore[attr-defined]
         base = self.config.runtime.base_image
         if not images.image_exists(client, base):
@@ -150,18 +141,16 @@ class RunImages:
         layers = self.env_layers if self.shares_harness else self.layers
         out = [images.ensure_image(client, b, layers, self.ca) if layers or self.ca else b for b in bases]
         if self.shares_harness:
-            out += harness.build(client, base, self.harness_layers, self.ca, self.config.runtime.kubernetes.harness_mount)
+            out += k8s_harness.build(client, base, self.harness_layers, self.ca, self.config.runtime.kubernetes.harness_mount)
         return list(dict.fromkeys(out))
 
     def default_blocking(self) -> str:
         return self._on_base(self.config.runtime.base_image, self.layers)
 
     def _on_base(self, base: str, layers: list[ImageLayer]) -> str:
-        from core.runtime import images
-
-        if self.runtime.name == "local":
+        if self.runtime.images == "none":
             return "local"
-        if self.runtime.name == "kubernetes":
+        if self.runtime.images == "cluster":
             return images.image_tag(base, layers, self.ca.read_bytes() if self.ca else None) if layers or self.ca else base
         client = self.runtime.client  # type: ignore[attr-defined]
         if not images.image_exists(client, base):
@@ -169,13 +158,11 @@ class RunImages:
         return images.ensure_image(client, base, layers, self.ca) if layers or self.ca else base
 
     def _for_task_blocking(self, task: Task) -> SandboxImage:
-        from core.runtime import harness_volume, images
-
-        if self.runtime.name == "kubernetes":
+        if self.runtime.images == "cluster":
             return self._k8s_blocking(task)
         if task.image is None:
             return self._describe(self.default_blocking())
-        if self.runtime.name != "docker":
+        if self.runtime.images != "engine":
             raise SandboxError(f"task {task.id} brings its own Dockerfile: the local runtime cannot run it (use docker or kubernetes)")
         client = self.runtime.client  # type: ignore[attr-defined]
         task_base = images.ensure_dockerfile_image(client, task.id, task.image.dockerfile, task.image.context)
@@ -205,8 +192,8 @@ def build_image(runtime: Runtime, config: RunConfig, env: Environment, harness: 
 
 
 def image_identity(runtime: Runtime, image: str) -> str:
-    """`tag@sha256:…` for Docker images (what the rollout row records), the tag elsewhere."""
-    if runtime.name != "docker":
+    """`tag@sha256:…` for images this Docker engine runs (what the rollout row records), the tag elsewhere."""
+    if runtime.images != "engine":
         return image
     try:
         return f"{image}@{runtime.client.images.get(image).id}"  # type: ignore[attr-defined]
@@ -217,9 +204,9 @@ def image_identity(runtime: Runtime, image: str) -> str:
 def proxy_url_for_sandboxes(config: RunConfig, runtime: Runtime, local_url: str) -> str:
     if config.proxy.public_url:
         return config.proxy.public_url.rstrip("/")
-    if runtime.name == "kubernetes":
-        raise ConfigError("runtime.kind = kubernetes needs proxy.public_url: the proxy's address as pods see it")
-    if runtime.name == "docker" and config.runtime.network == "bridge":
+    if runtime.images == "cluster":
+        raise ConfigError(f"runtime.kind = {runtime.name} needs proxy.public_url: the proxy's address as pods see it")
+    if runtime.images == "engine" and config.runtime.network == "bridge":
         return "http://host.docker.internal:" + local_url.rsplit(":", 1)[1]
     return local_url
 

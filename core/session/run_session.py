@@ -21,17 +21,18 @@ from core.harness import Harness
 from core.paths import runs_dir
 from core.proxy.app import ProxyApp
 from core.proxy.factory import make_policy
-from core.proxy.no_model import NoModelPolicy, calls_model, model_shown
+from core.proxy.no_model import NoModelPolicy
 from core.proxy.policy import DeferredPolicy, Policy
 from core.proxy.server import BackgroundServer
 from core.proxy.sessions import SessionRegistry
-from core.registry import load_env, load_harness
+from core.registry import calls_model, load_env, load_harness, model_shown
 from core.rollout.attempt import RolloutItem, RolloutResult, RunContext
 from core.rollout.engine import RolloutEngine, RolloutEvent
 from core.rollout.orphans import reap_dead_runs, remove_pid_file, write_pid_file
 from core.rollout.status import TERMINAL_VALUES, Status
 from core.rollout.trajectory import recorded_trajectory
-from core.run_setup import (
+from core.runtime.base import Runtime
+from core.session.setup import (
     RunImages,
     env_kwargs,
     new_run_id,
@@ -39,7 +40,6 @@ from core.run_setup import (
     proxy_url_for_sandboxes,
     select_tasks,
 )
-from core.runtime.base import Runtime
 from core.store.query import SHARDS_DIR
 from core.store.writer import Store
 
@@ -126,7 +126,7 @@ class RunSession:
             self.policy = NoModelPolicy(self.harness.name)  # oracle/noop: no model is loaded, none is reported
         if self.policy is None:
             self.policy = DeferredPolicy(  # loads while the sandboxes start; the first model call waits for it
-                lambda: make_policy(config.policy.backend, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
+                lambda: make_policy(config.policy.spec, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
             )
         sessions = SessionRegistry(run_id=self.run_id, adhoc=False)
         app = ProxyApp(self.policy, sessions, self.store, max_body_bytes=config.proxy.max_body_bytes, call_timeout_s=config.run.call_timeout_s, served_model=config.policy.model_name)

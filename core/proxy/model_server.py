@@ -28,8 +28,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from core.backends.base import GenerationContext, SamplingParams, TokenBackend, TokenChunk
+from core.backends.builtin import BuiltinBackend
 from core.chat import ChatRequest
 from core.errors import ContextLengthError, ForgetuiError
+from core.proxy.server import serve_forever
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +108,6 @@ def merged_weights(model: Any, folder: Path) -> dict[str, Any]:
 
 def builtin_copier(backend: TokenBackend) -> Callable[[], Any] | None:
     """How to open a fresh copy of a BuiltinBackend (None for other backends: they take no adapters)."""
-    from core.backends.builtin import BuiltinBackend
-
     if not isinstance(backend, BuiltinBackend):
         return None
     dtype = backend.model.dtype
@@ -431,9 +431,6 @@ async def serve_model(
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Load `model` into the built-in backend and serve it until SIGINT/SIGTERM; `on_ready(base_url)` once listening."""
-    from core.backends.builtin import BuiltinBackend
-    from core.proxy.server import serve_forever
-
     backend = BuiltinBackend(model, device=device)
     app = build_model_app(backend, model_name=model)
 
