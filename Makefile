@@ -35,9 +35,10 @@ demo: install ## recorded sessions (scripted and built-in models behind the prox
 bench: install ## the proxy and rollout-engine benchmarks (ratios against baselines measured in the same run); the others: README's Benchmarks section
 	@$(PY) benchmarks/proxy_overhead.py; a=$$?; $(PY) benchmarks/rollout_throughput.py; b=$$?; exit $$((a | b))
 
-lint: install ## ruff and the import contract (core never imports the app, textual, harnesses or envs)
-	$(VENV)/bin/ruff check core forgetui harnesses envs tests benchmarks
+lint: install ## ruff, the import contracts (core's floors; core never imports the app, textual, harnesses or envs) and core's import graph (no cycle, no import hidden in a function)
+	$(VENV)/bin/ruff check core forgetui harnesses envs tests benchmarks tools
 	$(VENV)/bin/lint-imports
+	$(PY) tools/import_graph.py
 
 clean: ## remove the virtualenv and caches (keeps FORGETUI_HOME)
 	rm -rf $(VENV) benchmarks/.venv-baselines .pytest_cache build *.egg-info
