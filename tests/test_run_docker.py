@@ -117,7 +117,7 @@ def test_infra_errors_exhaust_retries_and_are_excluded(tmp_path, docker_client, 
                 t.setup = "exit 7"
             return tasks
 
-    import core.session as run_mod
+    import core.session.run_session as run_mod
 
     real = run_mod.load_env
     run_mod.load_env = lambda name, **kw: BrokenSetup(**kw)

@@ -207,7 +207,7 @@ async def test_resume_loads_the_checkpoints_adapter_into_the_server(builtin: Bui
 
 def test_a_vllm_policy_needs_lora_rank() -> None:
     config = coin_config(**{"policy.backend": "vllm:http://127.0.0.1:9", "policy.tokenizer": "tiny"})
-    with pytest.raises(ConfigError, match="a vLLM policy trains LoRA adapters: set train.lora_rank"):
+    with pytest.raises(ConfigError, match="trains LoRA adapters on its server: set train.lora_rank"):
         check_trainable(config)
     check_trainable(coin_config(**{"policy.backend": "vllm:http://127.0.0.1:9", "policy.tokenizer": "tiny", "train.lora_rank": 8}))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import RunConfig, dump_toml
-from core.errors import ConfigError, ForgetuiError
+from core.errors import ConfigError
 from core.eval.summary import RunSummary, summarize
 from core.models.resolve import resolve_model
 from core.paths import home, runs_dir
@@ -187,7 +187,7 @@ def gpu_count() -> int:
 def launch(plan: VerlPlan) -> int:
     """Run veRL's PPO entry point on the plan (needs GPUs); its exit status."""
     if gpu_count() == 0:
-        raise ForgetuiError(
+        raise ConfigError(
             "no GPU on this machine: veRL's PPO trainer needs NVIDIA GPUs (vLLM rollout, FSDP actor) and cannot train on CPU. "
             f"The dataset and overrides are written in {plan.folder}; run {plan.folder / 'command.sh'} on a GPU node "
             "(or `forgetui train CONFIG --trainer local` here)"
