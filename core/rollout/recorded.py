@@ -17,6 +17,7 @@ import duckdb
 from core.chat import exported_message
 from core.errors import TrainingDataError
 from core.protocols.registry import get_protocol
+from core.store.bodies import select_calls
 from core.tokens.continuation import normalize_message
 
 
@@ -48,7 +49,7 @@ def answer_message(api: str, response: Any) -> dict[str, Any]:
 
 
 CALLS_SQL = (
-    "SELECT r.rollout_id, r.run_id, r.task_id, r.step, r.reward, r.status, c.call_id, c.api, c.model, c.request, c.response, "
+    "SELECT r.rollout_id, r.run_id, r.task_id, r.step, r.reward, r.status, c.call_id, c.api, c.model, {request}, c.response, "
     "c.weights_version FROM rollouts r JOIN calls c ON c.rollout_id = r.rollout_id AND c.status = 'ok' "
     "AND coalesce(c.attempt, 0) = coalesce(r.attempt, 0) WHERE r.run_id = ? AND list_contains(?, r.rollout_id) "
     "ORDER BY r.rollout_id, c.seq"
@@ -59,11 +60,8 @@ def recorded_calls(
     con: duckdb.DuckDBPyConnection, run_id: str, rollout_ids: Sequence[str]
 ) -> dict[str, list[dict[str, Any]]]:
     """The ok calls (request, response, protocol) of the rollouts' last attempts, in order, per rollout."""
-    cur = con.execute(CALLS_SQL, [run_id, list(rollout_ids)])
-    names = [d[0] for d in cur.description]
     out: dict[str, list[dict[str, Any]]] = {}
-    for values in cur.fetchall():
-        row = dict(zip(names, values, strict=True))
+    for row in select_calls(con, CALLS_SQL, [run_id, list(rollout_ids)]):  # bodies stored as deltas rebuilt
         out.setdefault(row["rollout_id"], []).append(row)
     return out
 

@@ -17,12 +17,13 @@ import logging
 from typing import Any
 
 from core.rollout.recorded import conversations
+from core.store.bodies import select_calls
 from core.store.writer import Store
 
 log = logging.getLogger(__name__)
 
 CALLS_SQL = (
-    "SELECT call_id, api, model, request, response FROM calls "
+    "SELECT call_id, api, model, {request}, response FROM calls "
     "WHERE rollout_id = ? AND coalesce(attempt, 0) = ? AND status = 'ok' ORDER BY seq"
 )
 
@@ -39,9 +40,7 @@ def main_conversation(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def recorded_trajectory_blocking(store: Store, rollout_id: str, attempt: int) -> list[dict[str, Any]]:
     """The attempt's main conversation from `store` (its queued calls flushed first)."""
     store.flush()
-    cur = store.cursor().execute(CALLS_SQL, [rollout_id, attempt])
-    names = [d[0] for d in cur.description]
-    calls = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    calls = select_calls(store.cursor(), CALLS_SQL, [rollout_id, attempt])
     try:
         return main_conversation(calls)
     except Exception:  # noqa: BLE001 - a grader without a trajectory still scores the workspace

@@ -50,8 +50,22 @@ BEHAVIOUR_VIEWS: list[tuple[str, str, str]] = [
     ),
     (
         "final_calls",
-        "The `calls` of each rollout's final attempt (the one its score belongs to): what every behaviour view reads.",
-        """SELECT c.* FROM calls c JOIN rollouts r ON r.rollout_id = c.rollout_id
+        "The `calls` of each rollout's final attempt (the one its score belongs to), request bodies whole (those "
+        "stored as deltas rebuilt): what every behaviour view reads.",
+        # `stored` gives an older store (no delta columns) the same columns, NULL; the rebuild is `call_requests`'s
+        """WITH RECURSIVE stored AS (
+    SELECT * FROM calls UNION ALL BY NAME SELECT NULL::VARCHAR AS request_base, NULL::INTEGER AS request_head,
+        NULL::INTEGER AS request_tail, NULL::VARCHAR AS request_new WHERE false
+), bodies(call_id, body) AS (
+    SELECT call_id, request::VARCHAR FROM stored
+    WHERE request_base IS NULL AND call_id IN (SELECT request_base FROM stored WHERE request_base IS NOT NULL)
+    UNION ALL
+    SELECT d.call_id, substring(b.body, 1, d.request_head) || d.request_new || right(b.body, d.request_tail)
+    FROM bodies b JOIN stored d ON d.request_base = b.call_id
+)
+SELECT c.* REPLACE (coalesce(c.request, b.body::JSON) AS request)
+FROM stored c JOIN rollouts r ON r.rollout_id = c.rollout_id
+LEFT JOIN bodies b ON b.call_id = c.call_id AND c.request_base IS NOT NULL
 WHERE coalesce(c.attempt, 0) = coalesce(r.attempt, 0)""",
     ),
     (

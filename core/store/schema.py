@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from core.store.behaviour import view_ddl
 
-SCHEMA_VERSION = 4  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
+SCHEMA_VERSION = 5  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
 # (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); 4: image inputs (blobs, calls.image_hashes);
-# migrate adds them in place
+# 5: request bodies as deltas (calls.request_base/head/tail/new/form, the call_requests view, the full_request and
+# rollout_requests macros); migrate adds them in place (older rows keep their whole bodies, which the views read as they are)
 
 # (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
 TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
@@ -72,7 +73,12 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("attempt", "INTEGER", "The rollout's attempt that made it (an infrastructure retry starts again at seq 0)."),
             ("api", "VARCHAR", "Wire protocol: `chat`, `responses`, `messages` or `gemini`."),
             ("model", "VARCHAR", "Model name the harness asked for."),
-            ("request", "JSON", "The request body as the harness sent it."),
+            (
+                "request",
+                "JSON",
+                "The request body as the harness sent it; NULL when it is stored as a delta (`request_base`): read "
+                "whole bodies from `calls_full`, `call_requests`, `rollout_requests(rollout_id)` or `full_request(call_id)`.",
+            ),
             ("response", "JSON", "The response body as returned (streams: the assembled final body)."),
             (
                 "prompt_token_ids",
@@ -107,6 +113,23 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
                 "VARCHAR[]",
                 "Content hashes (`blobs.sha256`) of the request's images, in order; the recorded `request` holds "
                 "`\"forgetui_blob\": \"sha256:…\"` where each image's bytes were.",
+            ),
+            (
+                "request_base",
+                "VARCHAR",
+                "Delta-stored request: the call whose request body this one is spliced on (an earlier call of the "
+                "rollout, or the first call of an earlier rollout, stored whole); NULL when `request` holds the whole body.",
+            ),
+            ("request_head", "INTEGER", "Delta: how many leading characters of the base body this body starts with."),
+            ("request_tail", "INTEGER", "Delta: how many trailing characters of the base body this body ends with."),
+            ("request_new", "VARCHAR", "Delta: the characters between them (what this body adds or changes)."),
+            (
+                "request_form",
+                "VARCHAR",
+                "How the body is stored: `delta`, `whole` (the first of its rollout, or under 1 KB), or whole with the "
+                "reason it could not be a delta: `whole:diverged` (re-ordered or rewritten history: a splice on any "
+                "recent body would not save half), `whole:not_json` (the `request` column refuses such a body: the "
+                "row is kept in `store_errors`), `whole:deep` (its chain reached 1,000 deltas). NULL before schema 5.",
             ),
         ],
         "call_id",
@@ -190,23 +213,6 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
 # (name, description, DDL): views and macros over the tables, created (or replaced) on every open after the tables.
 VIEWS: list[tuple[str, str, str]] = [
     (
-        "calls_full",
-        "Every `calls` row with its whole prompt in `prompt_token_ids` (compact prompts rebuilt along their parents; "
-        "NULL where a parent row is missing or its length disagrees with `prefix_tokens`). Rebuilds every prompt of "
-        "the store on every query: for a few calls use `full_prompt`.",
-        """CREATE OR REPLACE VIEW calls_full AS
-WITH RECURSIVE prompts(call_id, ids, completion) AS (
-    SELECT call_id, prompt_token_ids, completion_token_ids FROM calls WHERE prompt_token_ids IS NOT NULL
-    UNION ALL
-    SELECT c.call_id, list_concat(list_concat(p.ids, coalesce(p.completion, [])), c.prompt_new_token_ids), c.completion_token_ids
-    FROM prompts p JOIN calls c ON c.parent_call_id = p.call_id
-    WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL
-      AND len(p.ids) + coalesce(len(p.completion), 0) = c.prefix_tokens
-)
-SELECT c.* REPLACE (coalesce(c.prompt_token_ids, p.ids) AS prompt_token_ids)
-FROM calls c LEFT JOIN prompts p ON p.call_id = c.call_id AND c.prompt_token_ids IS NULL;""",
-    ),
-    (
         "full_prompt",
         "Table macro: `SELECT prompt_token_ids FROM full_prompt('call-id')` rebuilds one call's whole prompt by walking "
         "up its parents only (NULL when the chain is broken).",
@@ -229,6 +235,65 @@ WITH RECURSIVE up(call_id, depth) AS (
 SELECT id AS call_id,
        CASE WHEN arg_max(is_root, depth) AND bool_and(fits) THEN flatten(list(part ORDER BY depth DESC)) END AS prompt_token_ids
 FROM checked;""",
+    ),
+    (
+        "call_requests",
+        "Every call's request body exactly as the harness sent it (`call_id`, `request`): whole bodies as stored, "
+        "delta-stored ones rebuilt along their bases (missing where a base row is missing). Rebuilds every body of "
+        "the store on every query: for one rollout use `rollout_requests`, for one call `full_request`.",
+        """CREATE OR REPLACE VIEW call_requests AS
+WITH RECURSIVE deltas AS MATERIALIZED (
+    SELECT call_id, request_base, request_head, request_tail, request_new FROM calls WHERE request_base IS NOT NULL
+), bodies(call_id, body) AS (
+    SELECT call_id, request::VARCHAR FROM calls WHERE request_base IS NULL
+    UNION ALL
+    SELECT d.call_id, substring(b.body, 1, d.request_head) || d.request_new || right(b.body, d.request_tail)
+    FROM bodies b JOIN deltas d ON d.request_base = b.call_id
+)
+SELECT call_id, body::JSON AS request FROM bodies;""",
+    ),
+    (
+        "rollout_requests",
+        "Table macro: `SELECT call_id, request FROM rollout_requests('rollout-id')` gives the request bodies of "
+        "one rollout's calls (every attempt), rebuilt from its own rows and the bases they name (NULL where one is missing).",
+        """CREATE OR REPLACE MACRO rollout_requests(rid) AS TABLE
+WITH RECURSIVE mine AS MATERIALIZED (
+    SELECT call_id, rollout_id, request, request_base, request_head, request_tail, request_new FROM calls
+    WHERE rollout_id = rid OR call_id IN (SELECT request_base FROM calls WHERE rollout_id = rid)
+), bodies(call_id, body) AS (
+    SELECT call_id, request::VARCHAR FROM mine WHERE request_base IS NULL
+    UNION ALL
+    SELECT d.call_id, substring(b.body, 1, d.request_head) || d.request_new || right(b.body, d.request_tail)
+    FROM bodies b JOIN mine d ON d.request_base = b.call_id
+)
+SELECT m.call_id, b.body::JSON AS request FROM mine m LEFT JOIN bodies b ON b.call_id = m.call_id WHERE m.rollout_id = rid;""",
+    ),
+    (
+        "full_request",
+        "Table macro: `SELECT request FROM full_request('call-id')` rebuilds one call's request body (through its "
+        "rollout's rows; NULL when a base row is missing).",
+        """CREATE OR REPLACE MACRO full_request(id) AS TABLE
+SELECT id AS call_id, (SELECT request FROM rollout_requests((SELECT rollout_id FROM calls WHERE call_id = id)) r
+                       WHERE r.call_id = id) AS request;""",
+    ),
+    (
+        "calls_full",
+        "Every `calls` row with its whole prompt in `prompt_token_ids` (compact prompts rebuilt along their parents; "
+        "NULL where a parent row is missing or its length disagrees with `prefix_tokens`) and its whole body in "
+        "`request` (from `call_requests`). Rebuilds every prompt and body of the store on every query: for a few "
+        "calls use `full_prompt` and `full_request`.",
+        """CREATE OR REPLACE VIEW calls_full AS
+WITH RECURSIVE prompts(call_id, ids, completion) AS (
+    SELECT call_id, prompt_token_ids, completion_token_ids FROM calls WHERE prompt_token_ids IS NOT NULL
+    UNION ALL
+    SELECT c.call_id, list_concat(list_concat(p.ids, coalesce(p.completion, [])), c.prompt_new_token_ids), c.completion_token_ids
+    FROM prompts p JOIN calls c ON c.parent_call_id = p.call_id
+    WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL
+      AND len(p.ids) + coalesce(len(p.completion), 0) = c.prefix_tokens
+)
+SELECT c.* REPLACE (coalesce(c.prompt_token_ids, p.ids) AS prompt_token_ids, coalesce(c.request, r.request) AS request)
+FROM calls c LEFT JOIN prompts p ON p.call_id = c.call_id AND c.prompt_token_ids IS NULL
+LEFT JOIN call_requests r ON r.call_id = c.call_id AND c.request_base IS NOT NULL;""",
     ),
     (
         "store_problems",
@@ -276,7 +341,11 @@ def _doc() -> str:
         parts.append("")
     parts.append(
         "### Views and macros\n\nA call whose prompt extends its parent's prompt + completion is stored compactly: "
-        "`prompt_token_ids` NULL, `prompt_new_token_ids` the ids after the parent's. These rebuild whole prompts:\n"
+        "`prompt_token_ids` NULL, `prompt_new_token_ids` the ids after the parent's. A request body that repeats an "
+        "earlier one (harnesses resend their whole history) is stored as a splice on it: `request` NULL, the base's "
+        "first `request_head` and last `request_tail` characters around `request_new` (`core/store/bodies.py`; "
+        "Python readers rebuild them with its `select_calls`/`request_of`, faster than these views). These rebuild "
+        "whole prompts and bodies, byte for byte:\n"
     )
     parts.extend(f"- `{name}`: {about}" for name, about, _ in VIEWS if (name, about, _) not in BEHAVIOUR_VIEWS)
     parts.append(

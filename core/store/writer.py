@@ -22,6 +22,7 @@ import orjson
 
 from core.errors import StoreError
 from core.secrets import redact
+from core.store.bodies import BodyDeltas
 from core.store.deadletter import dead_letter_bytes
 from core.store.live import LiveServer, handle_query, query_app
 from core.store.schema import (
@@ -160,6 +161,7 @@ class Store:
         # thread) and closing never overlap
         self._con_lock = threading.Lock()
         self._thread_error: BaseException | None = None
+        self._deltas = BodyDeltas()  # the writer thread's: request bodies stored as splices on earlier ones
         self._live: Any = None
         self.query_token = secrets.token_urlsafe(24)  # required by the live query endpoints
         self._thread = threading.Thread(target=self._run, name=f"store-writer:{path.name}", daemon=True)
@@ -375,9 +377,11 @@ class Store:
             cur.execute("BEGIN TRANSACTION")
             self._apply(cur, batch)
             cur.execute("COMMIT")
+            self._deltas.commit()
             self.commits += 1
             return
         except Exception as exc:
+            self._deltas.discard()
             try:
                 cur.execute("ROLLBACK")
             except duckdb.Error:
@@ -389,8 +393,10 @@ class Store:
                 cur.execute("BEGIN TRANSACTION")
                 self._apply(cur, [op])
                 cur.execute("COMMIT")
+                self._deltas.commit()
                 self.commits += 1
             except Exception as exc:
+                self._deltas.discard()
                 try:
                     cur.execute("ROLLBACK")
                 except duckdb.Error:
@@ -440,10 +446,14 @@ class Store:
                 _upsert(cur, op.table, row)
         self._flush_inserts(cur, inserts)
 
-    @staticmethod
-    def _flush_inserts(cur: duckdb.DuckDBPyConnection, inserts: dict[str, list[dict[str, Any]]]) -> None:
+    def _flush_inserts(self, cur: duckdb.DuckDBPyConnection, inserts: dict[str, list[dict[str, Any]]]) -> None:
         for table, rows in inserts.items():
-            _bulk_insert(cur, table, [_normalize(table, r) for r in rows])
+            normal = [_normalize(table, r) for r in rows]
+            if table == "calls":  # each body whole or as a splice on an earlier one (core/store/bodies.py)
+                for row in normal:
+                    if "request" in row:
+                        row.update(self._deltas.encode(row, row["request"]))
+            _bulk_insert(cur, table, normal)
         inserts.clear()
 
 

@@ -27,6 +27,7 @@ from core.config import RunConfig
 from core.errors import ConfigError, TrainingDataError
 from core.registry import load_env
 from core.rollout.recorded import conversations, recorded_calls, request_chat
+from core.store.bodies import select_calls
 from core.train.samples import samples_for_run
 from core.train.sft import TeacherRun, connect, passing_rollouts, teacher_runs
 
@@ -155,14 +156,15 @@ def _instructions(config: dict[str, Any]) -> dict[str, Any]:
 
 def _first_user_message(con: duckdb.DuckDBPyConnection, run_id: str, task_id: str) -> str:
     """The first user message any recorded call of the task sent (the harness's wording of the instruction)."""
-    row = con.execute(
-        "SELECT c.api, c.request, c.model FROM calls c JOIN rollouts r USING (rollout_id) WHERE r.run_id = ? AND r.task_id = ? "
-        "ORDER BY c.started_at LIMIT 1",
+    rows = select_calls(
+        con,
+        "SELECT c.call_id, c.api, c.model, {request} FROM calls c JOIN rollouts r USING (rollout_id) "
+        "WHERE r.run_id = ? AND r.task_id = ? ORDER BY c.started_at LIMIT 1",
         [run_id, task_id],
-    ).fetchone()
-    if row is None:
+    )
+    if not rows:
         return ""
-    messages, _ = request_chat(row[0], row[1], row[2])
+    messages, _ = request_chat(rows[0]["api"], rows[0]["request"], rows[0]["model"])
     return next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
 
 

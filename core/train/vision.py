@@ -12,6 +12,7 @@ from typing import Any
 from core.chat import ImagePart, request_images
 from core.errors import TrainingDataError
 from core.rollout.recorded import request_chat
+from core.store.bodies import request_of
 from core.train.types import Sample
 
 
@@ -19,10 +20,10 @@ def sample_images(cursor: Any, sample: Sample) -> list[ImagePart]:
     """The images of `sample` in prompt order, with their bytes from `blobs` (TrainingDataError if one is missing)."""
     if not sample.call_ids:
         return []
-    row = cursor.execute("SELECT api, request, model FROM calls WHERE call_id = ?", [sample.call_ids[-1]]).fetchone()
+    row = cursor.execute("SELECT api, model FROM calls WHERE call_id = ?", [sample.call_ids[-1]]).fetchone()
     if row is None:
         raise TrainingDataError(f"sample {sample.sample_id}: its last call {sample.call_ids[-1]} is not in the store")
-    messages, _ = request_chat(row[0], row[1], row[2], exported=False)
+    messages, _ = request_chat(row[0], request_of(cursor, sample.call_ids[-1]), row[1], exported=False)
     refs = request_images(messages)
     if not refs:
         return []

@@ -13,6 +13,7 @@ from typing import Any
 from core import paths
 from core.errors import StoreError
 from core.rollout.status import TERMINAL_VALUES, Tally
+from core.store.bodies import REQUEST_COLUMNS_SQL, fill_requests
 from core.store.query import last_written, read_sidecar, run_query
 
 log = logging.getLogger(__name__)
@@ -233,6 +234,10 @@ def load_call(path: Path, call_id: str) -> CallDetail:
     if not result.rows:
         raise StoreError(f"call {call_id} is not in {path}")
     row = dict(zip(result.columns, result.rows[0], strict=False))
+    if row.get("request_base") is not None:  # a body stored as a delta: rebuilt through its rollout's rows
+        rollout = run_query(path, f"SELECT call_id, {REQUEST_COLUMNS_SQL} FROM calls WHERE rollout_id = {sql_str(_text(row.get('rollout_id')))}")
+        context = {str(r[0]): dict(zip(rollout.columns, r, strict=False)) for r in rollout.rows}
+        fill_requests([row], lambda ids: [context[i] for i in ids if i in context] or _rows_by_id(path, ids))
     if row.get("prompt_token_ids") is None and row.get("prompt_new_token_ids") is not None:
         row["prompt_token_ids"] = _full_prompt(path, call_id)
     return CallDetail(
@@ -246,6 +251,12 @@ def load_call(path: Path, call_id: str) -> CallDetail:
         prefix_tokens=row.get("prefix_tokens"), branch=row.get("branch"), extends_parent=row.get("extends_parent"),
         latency_ms=row.get("latency_ms"),
     )
+
+
+def _rows_by_id(path: Path, ids: list[str]) -> list[dict[str, Any]]:
+    """Calls' body columns by id (a delta's base in another rollout)."""
+    result = run_query(path, f"SELECT call_id, {REQUEST_COLUMNS_SQL} FROM calls WHERE call_id IN ({', '.join(map(sql_str, ids))})")
+    return [dict(zip(result.columns, r, strict=False)) for r in result.rows]
 
 
 def _full_prompt(path: Path, call_id: str) -> list[int] | None:

@@ -14,6 +14,7 @@ from core.errors import StoreError
 from core.eval.report import build_report
 from core.registry import model_shown_for
 from core.rollout.status import TERMINAL_VALUES
+from core.store.bodies import REQUEST_COLUMNS_SQL, fill_requests
 from core.store.query import (
     SHARDS_DIR,
     QueryCancel,
@@ -497,9 +498,12 @@ def load_rollout(source: RunSource, rollout_id: str, *, decode: bool = True, tok
     rollout = rows[0]
     rollout["meta"] = parse_json(rollout.get("meta"))
     calls = rows_of(source.query(
-        "SELECT call_id, seq, attempt, api, model, status, error, finish_reason, request, response, branch, "
+        f"SELECT call_id, seq, attempt, api, model, status, error, finish_reason, {REQUEST_COLUMNS_SQL}, response, branch, "
         "extends_parent, prefix_tokens, latency_ms, completion_token_ids, completion_logprobs, tool_parse_error "
         f"FROM calls WHERE {final_attempt_calls(rollout)} ORDER BY seq, started_at"))
+    # bodies stored as deltas are rebuilt here (core.store.bodies); a base in another rollout is asked for
+    fill_requests(calls, lambda ids: rows_of(source.query(
+        f"SELECT call_id, {REQUEST_COLUMNS_SQL} FROM calls WHERE call_id IN ({', '.join(map(sql_str, ids))})")))
     # request/response stay JSON text: a 200-call rollout resends its history each call, and parsed that is
     # ~100,000 long-lived dicts for Python's GC to walk on every full collection (visible stalls). Parse on use.
     samples = [
