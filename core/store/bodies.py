@@ -123,7 +123,8 @@ class BodyDeltas:
         call_id = str(row.get("call_id"))
         api = row.get("api")
         mine = self._candidates(rollout)
-        roots = [r for r in self._roots.get(api, ()) if r.rollout != rollout] if api else []
+        roots = [*self._roots.get(api, ()), *(b for b, a, first in self._pending if first and a == api and b.depth == 0)]
+        roots = [r for r in roots if r.rollout != rollout][-KEEP_ROOTS:] if api else []
         form = WHOLE
         out: dict[str, Any] = {"request": text}
         if len(text) >= MIN_BODY_CHARS and (mine or roots):
@@ -132,7 +133,7 @@ class BodyDeltas:
             else:
                 best = self._best(text, mine, roots)
                 if best is None:
-                    form = DIVERGED
+                    form = DIVERGED if mine else WHOLE  # no earlier rollout's first body fits: a first body, whole
                 elif best[0].depth + 1 > MAX_DEPTH:
                     form = DEEP
                 else:

@@ -50,6 +50,11 @@ def utcnow() -> dt.datetime:
 
 
 def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (bytes, bytearray, memoryview)):  # a body as sent, kept in store_errors: its text, not its repr
+        try:
+            return bytes(obj).decode("utf-8")
+        except UnicodeDecodeError:
+            return str(bytes(obj))
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
