@@ -1,221 +1,288 @@
-"""How big the record grows and how fast it is written and read, for harnesses that resend their whole history.
+"""How big the record grows for harnesses that resend their whole history, what reading it back costs, and how
+fast samples are built from it on busy cores.
 
-    .venv/bin/python benchmarks/store_scale.py [--rollouts 100] [--calls 50] [--system 50000]
+    .venv/bin/python benchmarks/store_scale.py [--calls 40 200] [--harnesses claude-code codex gemini-cli openclaw-chat]
+        [--rebuild-rollouts 250 --rebuild-calls 40 --rebuild-harness pi]
+        [--sample-rollouts 100 --sample-calls 50 --system 50000] [--only bodies rebuild samples]
 
-Synthetic rollouts through the real token path and recorder: a shared `--system`-token system prompt
-(random words, the tiny model's tokenizer), then `--calls` calls per rollout, each request the whole
-history so far + the last answer + a tool result, as a harness sends it. Each call is planned by
-`Continuation.plan` (spliced onto the last answer), remembered, and recorded by
-`core.proxy.recorder.CallInFlight.row` into a real `Store`. Reported:
-
-* store bytes (after a checkpoint) against the bytes of the rollouts' distinct tokens (each
-  rollout's final sequence, int32): floor <= 2x;
-* recording throughput: `row` + `Store.record_call` + the final flush, calls/s (the plan's cost is
-  reported apart);
-* sample building: `samples_for_run` end to end from the store, calls/s: floor >= 10,000.
-
-The request bodies are recorded as a small stub, not the harness's JSON: they grow calls x context too
-(a body resends the whole history as text), which this compact form does not address.
+1. bodies: each harness's real first request (`tests/fixtures/harness-requests/`) grown into a `--calls` history
+   the way that harness grows it (`tests/harness_histories.py`: the answer and a ~1.2 KB tool result per call in
+   its protocol's shape), sent through a real `forgetui proxy` process (scripted backend: it answers call i with
+   the history's answer i, a sentence and a shell tool call, through the token path) on loopback, stopped
+   cleanly (SIGINT). Reported: the bodies
+   sent, the distinct content (the final body + the recorded answers), the store file, and the ratio (floor
+   <= 2x on Claude Code, Codex, Gemini CLI and OpenClaw). Every body is read back and compared byte for byte.
+2. rebuild: one call's body read back (the last call of the longest Claude Code history: Python's `request_of`
+   and SQL's `full_request`), and every body of a 10k-call store (`--rebuild-rollouts` x `--rebuild-calls` of
+   one harness, written through `Store.record_call`): `SELECT request FROM calls` on the same calls stored whole
+   (schema 4's layout, `Store(body_deltas=False)`) against `call_requests` (SQL) and `select_calls` (Python).
+3. samples: `samples_for_run` on synthetic rollouts (a `--system`-token system prompt, every call extending
+   the last, compact prompts as the recorder stores them), idle and while two busy-loop processes this script
+   starts keep both cores busy, against the implementation before this change (`benchmarks/baselines/
+   samples_before.py`) in the same run. Floor: >= 10,000 calls/s with both cores busy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
+import multiprocessing
+import os
 import random
+import signal
+import subprocess
 import sys
 import tempfile
 import time
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import duckdb
+import httpx
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from core.chat import ChatRequest, Completion  # noqa: E402
-from core.proxy.policy import CallTrace  # noqa: E402
-from core.proxy.recorder import CallInFlight  # noqa: E402
-from core.proxy.sessions import Session  # noqa: E402
+from benchmarks.baselines import samples_before  # noqa: E402
+from core.store.bodies import request_of, select_calls  # noqa: E402
 from core.store.writer import Store  # noqa: E402
-from core.tokens.continuation import PromptPlan  # noqa: E402
-from core.tokens.template import encode  # noqa: E402
 from core.train.samples import samples_for_run  # noqa: E402
+from tests.harness_histories import History, bodies  # noqa: E402
 
-log = logging.getLogger("store_scale")
-FLOOR_BYTES_RATIO = 2.0
+FLOOR_RATIO = 2.0
+FLOOR_HARNESSES = ("claude-code", "codex", "gemini-cli", "openclaw-chat")
 FLOOR_SAMPLES_PER_S = 10_000
-VOCAB = (
-    "the file folder read write edit run command output error test pass fail user tool call result "
-    "model agent code python function class return import value string list dict json key name line "
-    "config install build check fix bug change update search find grep open close start stop status"
-).split()
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run a shell command",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
-        },
-    }
-]
 
 
-def words(rng: random.Random, k: int) -> str:
-    """`k` random words of a small vocabulary (about one token each)."""
-    return " ".join(rng.choice(VOCAB) for _ in range(k))
+# ----------------------------------------------------------------------------- 1. bodies through the proxy
+class Proxy:
+    """`forgetui proxy` as a subprocess on a free loopback port, recording into `store`."""
+
+    def __init__(self, store: Path, script: Path) -> None:
+        exe = Path(sys.executable).with_name("forgetui")
+        cmd = [str(exe), "proxy", "--backend", f"scripted:{script}", "--port", "0", "--store", str(store)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            self.proc.kill()
+            raise RuntimeError(f"forgetui proxy did not start (printed {self.url!r})")
+
+    def stop(self) -> None:
+        """A clean stop: SIGINT, then the proxy closes (flushes and checkpoints) its store."""
+        self.proc.send_signal(signal.SIGINT)
+        if self.proc.wait(timeout=120) != 0:
+            raise RuntimeError(f"forgetui proxy exited with {self.proc.returncode}")
 
 
-def system_prompt(tok: Any, rng: random.Random, tokens: int) -> str:
-    """A system prompt of about `tokens` tokens."""
-    text = words(rng, tokens)
-    ids = encode(tok, text)
-    return tok.decode(ids[:tokens]) if len(ids) > tokens else text
+def through_proxy(harness: str, calls: int, tmp: Path) -> dict[str, Any]:
+    """Send one `calls`-call history through a real proxy; the store's size against the distinct content."""
+    history = History(harness)
+    script = tmp / f"{harness}-{calls}.json"
+    script.write_text(json.dumps(history.script(calls)))  # the proxy answers what the history then carries
+    store = tmp / f"{harness}-{calls}.duckdb"
+    sent: list[bytes] = []
+    proxy = Proxy(store, script)
+    try:
+        with httpx.Client(timeout=300) as client:
+            for n in range(calls):
+                if n:
+                    history.grow()
+                body = history.encoded()
+                reply = client.post(f"{proxy.url}/r/bench{history.path}", content=body, headers={"content-type": "application/json"})
+                if reply.status_code != 200:
+                    raise RuntimeError(f"{harness} call {n}: HTTP {reply.status_code}: {reply.text[:300]}")
+                sent.append(body)
+    finally:
+        proxy.stop()
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        rows = select_calls(con, "SELECT call_id, seq, status, response, {request} FROM calls ORDER BY seq")
+        if [r["request"].encode() for r in rows] != sent or any(r["status"] != "ok" for r in rows):
+            raise RuntimeError(f"{harness}: the store does not give back every body as sent")
+        answers = sum(len(r["response"].encode()) for r in rows)
+        forms = dict(con.execute("SELECT request_form, count(*) FROM calls GROUP BY ALL").fetchall())
+    finally:
+        con.close()
+    wal = Path(f"{store}.wal")
+    size = store.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    return {"harness": harness, "calls": calls, "sent": sum(map(len, sent)), "final": len(sent[-1]), "answers": answers,
+            "store": size, "forms": forms, "path": store}
 
 
-class Rollout:
-    """One synthetic harness session: plans, remembers and records each call like the token policy and proxy."""
+def empty_store_bytes(tmp: Path) -> int:
+    with Store.open(tmp / "empty.duckdb"):
+        pass
+    return (tmp / "empty.duckdb").stat().st_size
 
-    def __init__(self, tok: Any, store: Store, rollout_id: str, system: str, rng: random.Random) -> None:
-        self.tok, self.store, self.rng = tok, store, rng
-        self.session = Session(token=uuid.uuid4().hex, rollout_id=rollout_id, run_id="bench")
-        self.cont = self.session.continuation_for(tok)
-        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": words(rng, 40)}]
-        self.plan_s = self.record_s = 0.0
-        self.planned: dict[str, list[int]] = {}
-        self.last: list[int] = []
 
-    def call(self, seq: int) -> None:
-        """One call: plan, sample (a scripted tool call), remember, record, and the harness's next messages."""
+# ----------------------------------------------------------------------------- 2. rebuild cost
+def timed(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """Best seconds of `repeat` runs."""
+    best = float("inf")
+    for _ in range(repeat):
         t0 = time.perf_counter()
-        plan = self.cont.plan(self.messages, TOOLS)
-        self.plan_s += time.perf_counter() - t0
-        command = f"grep -rn {words(self.rng, 2)} ."
-        answer = {
-            "role": "assistant",
-            "content": words(self.rng, 12),
-            "tool_calls": [{"id": f"c{seq}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}],
-        }
-        text = answer["content"] + '\n<tool_call>\n{"name": "bash", "arguments": ' + json.dumps({"command": command}) + "}\n</tool_call>"
-        completion_ids = encode(self.tok, text) + [self.tok.eos_token_id]
-        call_id = f"{self.session.rollout_id}-{seq}"
-        self.cont.remember(call_id, plan, self.messages, TOOLS, answer, completion_ids)
-        self.planned[call_id] = list(plan.prompt_ids)
-        self.last = plan.prompt_ids + completion_ids
-        t0 = time.perf_counter()
-        self.store.record_call(self.row(call_id, seq, plan, completion_ids))
-        self.record_s += time.perf_counter() - t0
-        self.messages += [answer, {"role": "tool", "tool_call_id": f"c{seq}", "content": words(self.rng, self.rng.randrange(20, 120))}]
-
-    def row(self, call_id: str, seq: int, plan: PromptPlan, completion_ids: list[int]) -> dict[str, Any]:
-        """The recorder's `calls` row for this call."""
-        trace = CallTrace(
-            prompt_ids=plan.prompt_ids,
-            completion_ids=list(completion_ids),
-            logprobs=[-0.5] * len(completion_ids),
-            branch=plan.branch,
-            parent_call_id=plan.parent_call_id,
-            extends_parent=plan.extends_parent,
-            prefix_tokens=plan.prefix_tokens,
-            weights_version=0,
-        )
-        request = ChatRequest(api="chat", model="policy", messages=self.messages, tools=TOOLS)
-        flight = CallInFlight(call_id, self.session, seq, "chat", request, {"messages": len(self.messages)}, "bench", trace)
-        completion = Completion(
-            text="",
-            finish_reason="tool_calls",
-            prompt_tokens=len(plan.prompt_ids),
-            completion_tokens=len(completion_ids),
-            prompt_token_ids=plan.prompt_ids,
-            completion_token_ids=list(completion_ids),
-            completion_logprobs=[-0.5] * len(completion_ids),
-        )
-        return flight.row("ok", completion, None, None)
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
-def run(args: argparse.Namespace, tok: Any, tmp: Path) -> dict[str, Any]:
-    """Record the rollouts, then measure the store and sample building."""
+def one_call(store: Path) -> dict[str, float]:
+    """ms to read the last call's body back, Python and SQL."""
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        (last,) = con.execute("SELECT call_id FROM calls ORDER BY seq DESC LIMIT 1").fetchone()
+        python = timed(lambda: request_of(con, last), 5)
+        sql = timed(lambda: con.execute(f"SELECT request FROM full_request('{last}')").fetchall(), 3)
+    finally:
+        con.close()
+    return {"python_ms": python * 1000, "sql_ms": sql * 1000}
+
+
+def many_calls(tmp: Path, harness: str, rollouts: int, calls: int) -> dict[str, Any]:
+    """Every body of a rollouts x calls store: whole layout against deltas (SQL and Python)."""
+    texts = bodies(harness, calls)
+    api = History(harness).api
+    out: dict[str, Any] = {"calls": rollouts * calls, "bodies_mb": rollouts * sum(map(len, texts)) / 1e6}
+    for layout, deltas in (("whole", False), ("delta", True)):
+        path = tmp / f"rebuild-{layout}.duckdb"
+        with Store.open(path, body_deltas=deltas) as store:
+            for r in range(rollouts):
+                for seq, body in enumerate(texts):
+                    store.record_call({"call_id": f"r{r}-{seq}", "rollout_id": f"r{r}", "seq": seq, "api": api, "request": body, "status": "ok"})
+                store.flush() if r % 20 == 19 else None
+        out[f"{layout}_mb"] = path.stat().st_size / 1e6
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            if deltas:
+                out["sql_s"] = timed(lambda con=con: con.execute("SELECT call_id, request FROM call_requests").fetchall(), 2)
+                out["python_s"] = timed(lambda con=con: select_calls(con, "SELECT call_id, {request} FROM calls"), 2)
+                got = select_calls(con, f"SELECT call_id, {{request}} FROM calls WHERE rollout_id = 'r{rollouts - 1}'")
+                if sorted(r["request"].encode() for r in got) != sorted(texts):
+                    raise RuntimeError("the delta store does not give back the bodies as written")
+            else:
+                out["whole_s"] = timed(lambda con=con: con.execute("SELECT call_id, request FROM calls").fetchall(), 2)
+                (cid,) = con.execute(f"SELECT call_id FROM calls WHERE seq = {calls - 1} LIMIT 1").fetchone()
+                out["whole_one_ms"] = timed(lambda con=con, cid=cid: con.execute("SELECT request FROM calls WHERE call_id = ?", [cid]).fetchall(), 5) * 1000
+        finally:
+            con.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- 3. samples on busy cores
+def synthetic(rng: random.Random, rollout_id: str, n_calls: int, system: list[int]) -> list[dict[str, Any]]:
+    """One rollout's call rows as the recorder stores them: the first prompt whole, then parent + new ids."""
+    rows, prompt, parent = [], [*system, *(rng.randrange(5, 50_000) for _ in range(60))], None
+    for seq in range(n_calls):
+        completion = [rng.randrange(5, 50_000) for _ in range(rng.randrange(20, 80))]
+        row: dict[str, Any] = {"call_id": f"{rollout_id}-{seq}", "rollout_id": rollout_id, "seq": seq, "status": "ok", "attempt": 0,
+                               "completion_token_ids": completion, "completion_logprobs": [-rng.random() for _ in completion],
+                               "weights_version": 0, "extends_parent": seq > 0, "branch": 0}
+        if parent is None:
+            row["prompt_token_ids"] = prompt
+        else:
+            new = [rng.randrange(5, 50_000) for _ in range(rng.randrange(20, 120))]
+            row |= {"prompt_new_token_ids": new, "parent_call_id": parent[0], "prefix_tokens": len(parent[1])}
+            prompt = parent[1] + new
+        rows.append(row)
+        parent = (row["call_id"], prompt + completion)
+    return rows
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def samples(tmp: Path, rollouts: int, calls: int, system_tokens: int) -> dict[str, float]:
     rng = random.Random(0)
-    system = system_prompt(tok, rng, args.system)
-    path = tmp / "scale.duckdb"
-    distinct = plan_s = record_s = 0.0
-    rollouts: list[Rollout] = []
-    started = time.perf_counter()
+    system = [rng.randrange(5, 50_000) for _ in range(system_tokens)]
+    path = tmp / "samples.duckdb"
     with Store.open(path) as store:
         store.insert_run("bench", {})
-        for i in range(args.rollouts):
-            rollout = Rollout(tok, store, f"r{i:03d}", system, rng)
-            store.upsert_rollout({"rollout_id": rollout.session.rollout_id, "run_id": "bench", "task_id": "t", "step": 0, "status": "done", "reward": 1.0})
-            for seq in range(args.calls):
-                rollout.call(seq)
-            distinct += 4 * len(rollout.last)
-            plan_s, record_s = plan_s + rollout.plan_s, record_s + rollout.record_s
-            if i < 2:  # kept for the round-trip check
-                rollouts.append(rollout)
-        t0 = time.perf_counter()
+        for i in range(rollouts):
+            store.upsert_rollout({"rollout_id": f"r{i:03d}", "run_id": "bench", "task_id": "t", "step": 0, "status": "done", "reward": 1.0, "attempt": 0})
+            for row in synthetic(rng, f"r{i:03d}", calls, system):
+                store.record_call(row)
         store.flush()
-        record_s += time.perf_counter() - t0
-        wall = time.perf_counter() - started
-        n = args.rollouts * args.calls
-        check(store, rollouts)
-        best = min(timed(lambda: samples_for_run(store, "bench")) for _ in range(3))
-    return {
-        "calls": n,
-        "store_bytes": path.stat().st_size,
-        "distinct_bytes": distinct,
-        "plan_ms": plan_s / n * 1000,
-        "record_per_s": n / record_s,
-        "wall_s": wall,
-        "samples_per_s": n / best,
-        "system_tokens": len(encode(tok, system)),
-    }
+        cur = store.cursor()
+        new, old = samples_for_run(cur, "bench"), samples_before.samples_for_run(cur, "bench")
+        if [(s.sample_id, np.asarray(s.token_ids).tolist(), np.asarray(s.loss_mask).tolist()) for s in new] != [
+            (s.sample_id, s.token_ids, s.loss_mask) for s in old
+        ]:
+            raise RuntimeError("samples_for_run builds other samples than before")
+        n = rollouts * calls
+        out = {"idle_new": n / timed(lambda: samples_for_run(cur, "bench")), "idle_old": n / timed(lambda: samples_before.samples_for_run(cur, "bench"))}
+        spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(2)]
+        for p in spinners:
+            p.start()
+        try:
+            time.sleep(1.0)
+            out["busy_new"] = n / timed(lambda: samples_for_run(cur, "bench"), 5)
+            out["busy_old"] = n / timed(lambda: samples_before.samples_for_run(cur, "bench"), 5)
+        finally:
+            for p in spinners:
+                p.terminate()
+                p.join()
+    return out
 
 
-def timed(fn: Any) -> float:
-    """Seconds `fn` takes."""
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def check(store: Store, rollouts: list[Rollout]) -> None:
-    """The store gives back exactly what was planned: `calls_full` and the samples' sequences."""
-    cur = store.cursor()
-    for rollout in rollouts:
-        rows = cur.execute("SELECT call_id, prompt_token_ids FROM calls_full WHERE rollout_id = ?", [rollout.session.rollout_id]).fetchall()
-        if {cid: list(ids) for cid, ids in rows} != rollout.planned:
-            raise RuntimeError(f"calls_full does not rebuild the planned prompts of {rollout.session.rollout_id}")
-    samples = {s.rollout_id: s for s in samples_for_run(store, "bench", rollout_ids=[r.session.rollout_id for r in rollouts])}
-    for rollout in rollouts:
-        if samples[rollout.session.rollout_id].token_ids != rollout.last:
-            raise RuntimeError(f"the sample of {rollout.session.rollout_id} is not its last prompt + completion")
-
-
+# ----------------------------------------------------------------------------- report
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rollouts", type=int, default=100)
-    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--calls", type=int, nargs="+", default=[40, 200])
+    parser.add_argument("--harnesses", nargs="+", default=list(FLOOR_HARNESSES))
+    parser.add_argument("--rebuild-rollouts", type=int, default=250)
+    parser.add_argument("--rebuild-calls", type=int, default=40)
+    parser.add_argument("--rebuild-harness", default="pi")
+    parser.add_argument("--sample-rollouts", type=int, default=100)
+    parser.add_argument("--sample-calls", type=int, default=50)
     parser.add_argument("--system", type=int, default=50_000)
+    parser.add_argument("--only", nargs="+", choices=["bodies", "rebuild", "samples"], default=["bodies", "rebuild", "samples"])
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    from transformers import AutoTokenizer
-
-    from core.models.resolve import resolve_model
-
-    tok = AutoTokenizer.from_pretrained(str(resolve_model("tiny")))
-    with tempfile.TemporaryDirectory() as tmp:
-        r = run(args, tok, Path(tmp))
-    ratio = r["store_bytes"] / r["distinct_bytes"]
-    print(f"{args.rollouts} rollouts x {args.calls} calls, system prompt {r['system_tokens']} tokens ({r['wall_s']:.0f} s to generate and record)")
-    print(f"store file                 {r['store_bytes'] / 1e6:10,.1f} MB")
-    print(f"distinct tokens (int32)    {r['distinct_bytes'] / 1e6:10,.1f} MB   ratio {ratio:.2f}x (floor <= {FLOOR_BYTES_RATIO:g}x)")
-    print(f"plan (mean, all calls)     {r['plan_ms']:10.2f} ms/call (each rollout's first call renders and encodes everything)")
-    print(f"recording                  {r['record_per_s']:10,.0f} calls/s (row + record_call + flush)")
-    print(f"samples_for_run            {r['samples_per_s']:10,.0f} calls/s (floor >= {FLOOR_SAMPLES_PER_S:,})")
-    ok = ratio <= FLOOR_BYTES_RATIO and r["samples_per_s"] >= FLOOR_SAMPLES_PER_S
+    ok = True
+    print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        longest: Path | None = None
+        if "bodies" in args.only:
+            print(f"\n1. bodies through `forgetui proxy` (scripted backend); an empty store file is {empty_store_bytes(tmp) / 1e3:.0f} KB")
+            print(f"{'harness':15s} {'calls':>5s} {'sent':>9s} {'final':>8s} {'answers':>8s} {'distinct':>9s} {'store':>8s} {'ratio':>6s}  stored as")
+            for calls in args.calls:
+                for harness in args.harnesses:
+                    r = through_proxy(harness, calls, tmp)
+                    distinct = r["final"] + r["answers"]
+                    ratio = r["store"] / distinct
+                    floor = harness in FLOOR_HARNESSES
+                    ok = ok and (ratio <= FLOOR_RATIO or not floor)
+                    forms = ", ".join(f"{k} {v}" for k, v in sorted(r["forms"].items()))
+                    print(f"{harness:15s} {calls:5d} {r['sent'] / 1e6:7.2f}MB {r['final'] / 1e3:6.1f}KB {r['answers'] / 1e3:6.1f}KB "
+                          f"{distinct / 1e3:7.1f}KB {r['store'] / 1e3:6.0f}KB {ratio:5.2f}x  {forms}{'' if floor else ' (no floor)'}")
+                    if harness == "claude-code" and calls == max(args.calls):
+                        longest = r["path"]
+        if "rebuild" in args.only:
+            print("\n2. rebuild cost")
+            if longest is not None:
+                one = one_call(longest)
+                print(f"one body back (claude-code, call {max(args.calls)} of {max(args.calls)}): "
+                      f"request_of {one['python_ms']:.1f} ms, full_request (SQL) {one['sql_ms']:.0f} ms")
+            m = many_calls(tmp, args.rebuild_harness, args.rebuild_rollouts, args.rebuild_calls)
+            print(f"{m['calls']:,} calls ({args.rebuild_rollouts} x {args.rebuild_calls} {args.rebuild_harness}, {m['bodies_mb']:.0f} MB of bodies): "
+                  f"store whole {m['whole_mb']:.1f} MB, as deltas {m['delta_mb']:.1f} MB")
+            print(f"  every body: SELECT request FROM calls (whole) {m['whole_s']:.2f} s; call_requests (SQL) {m['sql_s']:.2f} s "
+                  f"({m['sql_s'] / m['whole_s']:.1f}x); select_calls (Python) {m['python_s']:.2f} s ({m['python_s'] / m['whole_s']:.1f}x)")
+            print(f"  one body from the whole layout: {m['whole_one_ms']:.1f} ms")
+        if "samples" in args.only:
+            s = samples(tmp, args.sample_rollouts, args.sample_calls, args.system)
+            n = args.sample_rollouts * args.sample_calls
+            print(f"\n3. samples_for_run, {n:,} calls ({args.sample_rollouts} rollouts x {args.sample_calls}, {args.system:,}-token system prompt)")
+            print(f"idle:              {s['idle_new']:8,.0f} calls/s   before: {s['idle_old']:8,.0f} calls/s   {s['idle_new'] / s['idle_old']:.1f}x")
+            print(f"both cores busy:   {s['busy_new']:8,.0f} calls/s   before: {s['busy_old']:8,.0f} calls/s   {s['busy_new'] / s['busy_old']:.1f}x"
+                  f"   (floor >= {FLOOR_SAMPLES_PER_S:,})")
+            ok = ok and s["busy_new"] >= FLOOR_SAMPLES_PER_S
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

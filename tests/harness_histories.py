@@ -56,37 +56,48 @@ class History:
         """The body as the harness sends it."""
         return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def answer(self, i: int) -> tuple[str, str, dict[str, Any]]:
-        """The assistant's i-th answer: (call id, tool name, arguments)."""
-        return f"call_{i:04d}", SHELL_TOOL.get(self.harness, "bash"), {"command": f"ls -la src/part_{i}"}
+    def answer(self, i: int) -> tuple[str, str, str, dict[str, Any]]:
+        """The assistant's i-th answer: (call id, text, tool name, arguments): a sentence and a shell tool call."""
+        command = f"ls -la src/part_{i}"
+        args = {"cmd": command} if self.harness == "codex" else {"command": command}
+        return f"call_{i:04d}", f"Listing part {i}.", SHELL_TOOL.get(self.harness, "bash"), args
+
+    def script(self, calls: int) -> dict[str, Any]:
+        """A scripted-backend script whose i-th turn is `answer(i)`: the history a real harness would keep."""
+        turns = []
+        for i in range(calls):
+            _, text, tool, args = self.answer(i)
+            turns.append({"text": text, "tool_call": {"name": tool, "arguments": args}})
+        return {"turns": turns}
 
     def grow(self) -> None:
         """Append the answer to the last call and its tool result, as this harness does."""
         i = self.calls
         self.calls += 1
-        call_id, tool, args = self.answer(i)
+        call_id, text, tool, args = self.answer(i)
         result = tool_result(i)
         if self.api == "messages":
             for message in self.body["messages"]:  # Claude Code keeps one moving cache marker on the newest block
                 for block in message.get("content") if isinstance(message.get("content"), list) else ():
                     block.pop("cache_control", None)
             self.body["messages"] += [
-                {"role": "assistant", "content": [{"type": "text", "text": f"Listing part {i}."}, {"type": "tool_use", "id": call_id, "name": tool, "input": args}]},
+                {"role": "assistant", "content": [{"type": "text", "text": text}, {"type": "tool_use", "id": call_id, "name": tool, "input": args}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": result, "cache_control": {"type": "ephemeral"}}]},
             ]
         elif self.api == "responses":
             self.body["input"] += [
-                {"type": "function_call", "name": tool, "arguments": json.dumps({"cmd": args["command"]}), "call_id": call_id},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]},
+                {"type": "function_call", "name": tool, "arguments": json.dumps(args), "call_id": call_id},
                 {"type": "function_call_output", "call_id": call_id, "output": result},
             ]
         elif self.api == "gemini":
             self.body["contents"] += [
-                {"role": "model", "parts": [{"functionCall": {"name": tool, "args": args}}]},
+                {"role": "model", "parts": [{"text": text}, {"functionCall": {"name": tool, "args": args}}]},
                 {"role": "user", "parts": [{"functionResponse": {"name": tool, "response": {"output": result}}}]},
             ]
         else:
             self.body["messages"] += [
-                {"role": "assistant", "content": f"Listing part {i}.", "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}]},
+                {"role": "assistant", "content": text, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}]},
                 {"role": "tool", "tool_call_id": call_id, "content": result},
             ]
 

@@ -193,7 +193,10 @@ def test_samples_from_compact_prompts_equal_samples_from_full_prompts(tmp_path: 
         for rid in ("ro-0", "ro-1", "ro-2"):
             rows = cur.execute(f"SELECT {', '.join(cols)} FROM calls_full WHERE rollout_id = ? ORDER BY seq", [rid]).fetchall()
             full += build_samples({**rollout, "rollout_id": rid}, [dict(zip(cols, r, strict=True)) for r in rows])
-    assert compact == full
+    def columns(samples: list) -> list:
+        return [(s.sample_id, s.call_ids, list(s.token_ids), list(s.loss_mask), list(s.logprobs), s.completion_starts) for s in samples]
+
+    assert columns(compact) == columns(full)
     assert [s.call_ids for s in compact if s.rollout_id == "ro-0"] == [
         ["ro-0-0", "ro-0-1", "ro-0-2", "ro-0-3", "ro-0-7"],
         ["ro-0-4"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -56,8 +57,17 @@ def conversation(rng: random.Random, prefix: list[int], prefix_id: str, turns: i
     return calls
 
 
+def listed(sample: Sample) -> Sample:
+    """The sample with list token columns (`samples_for_run` builds numpy arrays)."""
+    return dataclasses.replace(
+        sample, token_ids=np.asarray(sample.token_ids).tolist(), loss_mask=np.asarray(sample.loss_mask).tolist(),
+        logprobs=np.asarray(sample.logprobs, dtype=np.float64).tolist(),
+    )
+
+
 def check_sample(sample: Sample, calls_by_id: dict[str, dict[str, Any]]) -> None:
     """(a): the sample reproduces every merged call's prompt and completion, with mask and logprobs in place."""
+    sample = listed(sample)
     n = len(sample.token_ids)
     assert len(sample.loss_mask) == n == len(sample.logprobs)
     assert sample.n_calls == len(sample.call_ids) == len(sample.completion_starts) == len(sample.completion_ends) >= 1
@@ -290,6 +300,24 @@ def test_samples_for_run_reads_the_store_in_one_query(tmp_path) -> None:
         assert samples_for_run(store, "run-1", rollout_ids=[]) == []
 
 
+def test_samples_for_run_builds_arrays_equal_to_build_samples_lists(tmp_path) -> None:
+    """One pass over the store, no Python object per token: the token columns are numpy arrays, equal to the lists."""
+    with Store.open(tmp_path / "s.duckdb") as store:
+        calls = seed_store(store)
+        samples = samples_for_run(store, "run-1")
+    assert {(s.token_ids.dtype, s.loss_mask.dtype, s.logprobs.dtype) for s in samples} == {
+        (np.dtype(np.int32), np.dtype(np.int32), np.dtype(np.float64))
+    }
+    for rollout_id in ("ro-1", "ro-2", "ro-4"):
+        built = build_samples({**ROLLOUT, "rollout_id": rollout_id}, calls[rollout_id])
+        assert all(isinstance(s.token_ids, list) for s in built)  # build_samples keeps lists unless asked
+        mine = [listed(s) for s in samples if s.rollout_id == rollout_id]
+        assert [(s.call_ids, s.token_ids, s.loss_mask, s.logprobs) for s in mine] == [
+            (s.call_ids, s.token_ids, s.loss_mask, s.logprobs) for s in built
+        ]
+    assert sum(s.trainable_tokens for s in samples) == sum(int(s.loss_mask.sum()) for s in samples) > 0
+
+
 def test_only_the_final_attempts_calls_are_read(tmp_path) -> None:
     rng = random.Random(16)
     dead, final = conversation(rng, SYSTEM, "dead", 2), conversation(rng, SYSTEM, "final", 2)
@@ -313,7 +341,7 @@ def test_write_samples_round_trips(tmp_path) -> None:
             "SELECT sample_id, token_ids, loss_mask, logprobs, call_ids, completion_starts, completion_ends, n_calls, "
             "reward, advantage, prompt_tokens, weights_version, task_id, step FROM samples ORDER BY sample_id"
         ).fetchall()
-    for row, s in zip(got, sorted(samples, key=lambda s: s.sample_id), strict=True):
+    for row, s in zip(got, sorted(map(listed, samples), key=lambda s: s.sample_id), strict=True):
         assert row == (
             s.sample_id, s.token_ids, s.loss_mask, s.logprobs, s.call_ids, s.completion_starts, s.completion_ends,
             s.n_calls, s.reward, 0.0, s.prompt_tokens, 0, "task-a", s.step,
@@ -359,7 +387,7 @@ def test_real_proxy_tool_conversation_is_one_sample(live_proxy, script_file, str
     (sample,) = finish(proxy, 1.0)
     check_all([sample], calls)
     assert sample.n_calls == 4 and sample.reward == 1.0 and sample.sample_id == "rollout-1#0"
-    assert sample.token_ids[: sample.prompt_tokens] == list(calls[0]["prompt_token_ids"])
+    assert list(sample.token_ids[: sample.prompt_tokens]) == list(calls[0]["prompt_token_ids"])
     assert diagnostics([sample]).merge_rate == pytest.approx(3 / 4)
 
 

@@ -200,7 +200,7 @@ def test_sft_on_a_scripted_teacher_learns_its_answers(scripted_teacher) -> None:
         [summary.run_id],
     )
     assert [(r, list(t), list(m)) for r, t, m, _ in stored] == [
-        (s.rollout_id, s.token_ids, s.loss_mask) for s in sorted(teacher, key=lambda s: s.rollout_id)
+        (s.rollout_id, list(s.token_ids), list(s.loss_mask)) for s in sorted(teacher, key=lambda s: s.rollout_id)
     ]
     assert {a for *_, a in stored} == {1.0}
 
@@ -245,8 +245,8 @@ def test_retokenizing_a_token_exact_run_gives_the_recorded_tokens(scripted_teach
         recorded = teacher[sample.rollout_id]
         assert (
             sample.n_calls == 2
-            and sample.token_ids == recorded.token_ids
-            and sample.loss_mask == recorded.loss_mask
+            and list(sample.token_ids) == list(recorded.token_ids)
+            and list(sample.loss_mask) == list(recorded.loss_mask)
         )
 
 
@@ -420,8 +420,8 @@ def test_export_jsonl_and_sft_of_the_scripted_teacher(scripted_teacher, tmp_path
             line["advantage"],
             line["task_id"],
             line["rollout_id"],
-        ) == (s.token_ids, s.loss_mask, 1.0, 0.0, "hello", s.rollout_id)
-        assert line["logprobs"] == s.logprobs and len(line["logprobs"]) == len(line["token_ids"])
+        ) == (list(s.token_ids), list(s.loss_mask), 1.0, 0.0, "hello", s.rollout_id)
+        assert line["logprobs"] == list(s.logprobs) and len(line["logprobs"]) == len(line["token_ids"])
 
     assert (
         main(["export", scripted_teacher.run_id, "--format", "sft", "--out", str(tmp_path / "c.jsonl")]) == 0
@@ -438,7 +438,7 @@ def test_export_jsonl_and_sft_of_the_scripted_teacher(scripted_teacher, tmp_path
         assert conv["messages"][-1] == {"role": "assistant", "content": "Done."}
         assert {t["function"]["name"] for t in conv["tools"]} >= {"bash", "write_file"}
         sample = next(s for s in teacher.values() if s.rollout_id == conv["rollout_id"])
-        assert conv["token_ids"] == sample.token_ids and conv["loss_mask"] == sample.loss_mask
+        assert conv["token_ids"] == list(sample.token_ids) and conv["loss_mask"] == list(sample.loss_mask)
     # nothing passes a bar above 1
     assert (
         main(

@@ -110,15 +110,16 @@ class BodyDeltas:
     (a body whose row failed must never become one); `discard` forgets an uncommitted batch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
         self._rollouts: OrderedDict[tuple[str, int], deque[Body]] = OrderedDict()
         self._roots: dict[str, deque[Body]] = {}  # per api: whole first bodies of earlier rollouts
         self._pending: list[tuple[Body, str | None, bool]] = []
 
     def encode(self, row: dict[str, Any], text: str | None) -> dict[str, Any]:
         """The body columns for `row` (`request` as JSON text, or NULL and the splice columns)."""
-        if text is None:
-            return {"request": None}
+        if text is None or not self.enabled:
+            return {"request": text}
         rollout = (str(row.get("rollout_id")), int(row.get("attempt") or 0))
         call_id = str(row.get("call_id"))
         api = row.get("api")

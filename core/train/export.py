@@ -61,11 +61,18 @@ def _one_run(name: str) -> TeacherRun:
     return runs[0]
 
 
+def _plain(value: Any) -> Any:
+    """A sample's numpy token columns (as `samples_for_run` builds them) as JSON lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _write_jsonl(path: Path, rows: Iterator[dict[str, Any]]) -> int:
     count = 0
     with path.open("w") as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(json.dumps(row, ensure_ascii=False, default=_plain) + "\n")
             count += 1
     return count
 

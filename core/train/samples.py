@@ -7,7 +7,9 @@ match wins (harnesses interleave subagent, title and compaction branches); other
 starts a new sample. The proxy's `branch` / `extends_parent` columns are only a cross-check.
 
 Sequences are compared as whole slices (lists, or numpy arrays as `samples_for_run` reads them),
-never token by token in Python.
+never token by token in Python. `samples_for_run` builds each sample's sequence, mask and logprobs as
+numpy arrays (int32, int32, float64) in one query and one pass: no Python object per token, which is
+what bounded it on busy cores (`benchmarks/store_scale.py`); `build_samples` gives lists unless asked.
 """
 
 from __future__ import annotations
@@ -69,10 +71,8 @@ class _Call:
                 call = call.parent
             parts.append(call.prompt)
             whole = [p for p in reversed(parts) if len(p)]
-            if whole and all(isinstance(p, np.ndarray) and p.dtype == whole[0].dtype for p in whole):
-                self.prompt = np.concatenate(whole)  # as read from the store: no cast
-            else:
-                self.prompt = np.concatenate(whole, dtype=np.int64) if whole else np.empty(0, dtype=np.int64)
+            # arrays as read from the store concatenate without a cast; lists become int64
+            self.prompt = np.concatenate(whole) if whole else np.empty(0, dtype=np.int64)
         return self.prompt
 
 
@@ -224,12 +224,12 @@ def _calls(rows: Iterable[Mapping[str, Any]], rollout_id: str) -> list[_Call]:
         call = nodes[str(row.get("call_id"))]
         if call.new is not None and not _link(call, row, nodes):
             broken.add(call.call_id)
-    checked = []
+    checked, whole = [], set()
     for row in rows:
         call = nodes[str(row.get("call_id"))]
         if not call.ok:
             continue
-        if call.new is not None and _chain_broken(call, broken):
+        if call.new is not None and _chain_broken(call, broken, whole):
             raise TrainingDataError(
                 f"call {call.call_id} of rollout {rollout_id} stores its prompt as a continuation of a call whose row "
                 "is missing or disagrees in length: its prompt cannot be rebuilt"
@@ -238,14 +238,19 @@ def _calls(rows: Iterable[Mapping[str, Any]], rollout_id: str) -> list[_Call]:
     return checked
 
 
-def _chain_broken(call: _Call, broken: set[str]) -> bool:
-    """Whether any compact prompt on the way up from `call` lacks its parent."""
-    seen = 0
-    while call is not None and call.prompt is None:
+def _chain_broken(call: _Call, broken: set[str], whole: set[str]) -> bool:
+    """Whether any compact prompt on the way up from `call` lacks its parent (`whole`: calls whose chain was
+    checked already, so a rollout's chains are walked once in all, not once per call)."""
+    seen, walked = 0, []
+    while call is not None and call.prompt is None and call.call_id not in whole:
         if call.new is None or call.call_id in broken or seen > 1_000_000:
             return True
+        walked.append(call.call_id)
         call, seen = call.parent, seen + 1
-    return call is None
+    if call is None:
+        return True
+    whole.update(walked)
+    return False
 
 
 # ----------------------------------------------------------------------------- merging
@@ -312,13 +317,30 @@ def _floats(values: Ids) -> list[float]:
     )
 
 
-def _sample(branch: _Branch, rollout: Mapping[str, Any]) -> Sample:
-    """The `Sample` of one finished branch."""
+def _arrays(branch: _Branch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The branch's sequence (int32), loss mask (int32) and logprobs (float64) as arrays."""
+    last = branch.last
+    token_ids = np.concatenate([np.asarray(last.full_prompt()), np.asarray(last.completion)]).astype(np.int32, copy=False)
+    mask, logprobs = np.zeros(len(token_ids), dtype=np.int32), np.zeros(len(token_ids), dtype=np.float64)
+    for call, start, end in zip(branch.calls, branch.starts, branch.ends, strict=True):
+        mask[start:end] = 1
+        logprobs[start:end] = call.logprobs
+    return token_ids, mask, logprobs
+
+
+def _lists(branch: _Branch) -> tuple[list[int], list[int], list[float]]:
+    """The branch's sequence, loss mask and logprobs as Python lists."""
     token_ids = _as_list(branch.last.full_prompt(), branch.last.completion)
     mask, logprobs = [0] * len(token_ids), [0.0] * len(token_ids)
     for call, start, end in zip(branch.calls, branch.starts, branch.ends, strict=True):
         mask[start:end] = [1] * (end - start)
         logprobs[start:end] = _floats(call.logprobs)
+    return token_ids, mask, logprobs
+
+
+def _sample(branch: _Branch, rollout: Mapping[str, Any], arrays: bool = False) -> Sample:
+    """The `Sample` of one finished branch (its token columns numpy arrays when `arrays`, else lists)."""
+    token_ids, mask, logprobs = _arrays(branch) if arrays else _lists(branch)
     versions = {c.weights_version for c in branch.calls}
     if len(versions) > 1:
         log.debug(
@@ -348,15 +370,16 @@ def _sample(branch: _Branch, rollout: Mapping[str, Any]) -> Sample:
     )
 
 
-def build_samples(rollout: Mapping[str, Any], calls: Iterable[Mapping[str, Any]]) -> list[Sample]:
-    """Samples of one finished rollout from its `calls` rows in seq order (non-ok calls are skipped)."""
+def build_samples(rollout: Mapping[str, Any], calls: Iterable[Mapping[str, Any]], *, arrays: bool = False) -> list[Sample]:
+    """Samples of one finished rollout from its `calls` rows in seq order (non-ok calls are skipped); their
+    token_ids, loss_mask and logprobs are numpy arrays when `arrays`, else lists."""
     rollout_id, status = str(rollout["rollout_id"]), rollout.get("status")
     if status in NO_SAMPLES:
         return []
     if status in UNFINISHED:
         log.warning("rollout %s is still %s: its reward is not final, no samples", rollout_id, status)
         return []
-    return [_sample(b, rollout) for b in _merge(_calls(calls, rollout_id), rollout_id)]
+    return [_sample(b, rollout, arrays) for b in _merge(_calls(calls, rollout_id), rollout_id)]
 
 
 # ----------------------------------------------------------------------------- the store
@@ -412,13 +435,6 @@ def _column(values: Any) -> list[Any]:
     return [None if m else v for v, m in zip(data, mask.tolist(), strict=True)]
 
 
-def _rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
-    """fetchnumpy's columns as row dicts (list columns stay numpy arrays)."""
-    names = list(columns)
-    lists = [_column(columns[n]) for n in names]
-    return [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)]
-
-
 def samples_for_run(
     store_or_cursor: Any, run_id: str, *, step: int | None = None, rollout_ids: Sequence[str] | None = None
 ) -> list[Sample]:
@@ -426,18 +442,21 @@ def samples_for_run(
     cur = _cursor(store_or_cursor)
     sql, params = _run_sql(run_id, step, rollout_ids)
     try:
-        rows = _rows(cur.execute(sql, params).fetchnumpy())
+        fetched = cur.execute(sql, params).fetchnumpy()
     except duckdb.Error as exc:
         raise StoreError(f"cannot read the calls of run {run_id}: {exc}") from exc
-    by_rollout: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_rollout.setdefault(row["rollout_id"], []).append(row)
+    cols = {name: _column(values) for name, values in fetched.items()}  # token columns stay numpy arrays
+    rollout_ids, seqs, call_ids = cols["rollout_id"], cols["c_seq"], cols["c_call_id"]
+    by_rollout: dict[str, list[int]] = {}
+    for i, rollout_id in enumerate(rollout_ids):
+        by_rollout.setdefault(rollout_id, []).append(i)
+    call_cols = [(c, cols[f"c_{c}"]) for c in CALL_COLS]
     samples: list[Sample] = []
     for rollout_id in sorted(by_rollout):
-        group = sorted(by_rollout[rollout_id], key=lambda r: -1 if r["c_seq"] is None else r["c_seq"])
-        rollout = {c: group[0][c] for c in ROLLOUT_COLS}
-        calls = [{c: r[f"c_{c}"] for c in CALL_COLS} for r in group if r["c_call_id"] is not None]
-        samples += build_samples(rollout, calls)
+        group = sorted(by_rollout[rollout_id], key=lambda i: -1 if seqs[i] is None else seqs[i])
+        rollout = {c: cols[c][group[0]] for c in ROLLOUT_COLS}
+        calls = [{c: values[i] for c, values in call_cols} for i in group if call_ids[i] is not None]
+        samples += build_samples(rollout, calls, arrays=True)
     if log.isEnabledFor(logging.INFO):  # diagnostics sums every loss mask
         log.info("run %s: %s", run_id, diagnostics(samples).as_dict())
     return samples

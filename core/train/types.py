@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
 from core.chat import ImagePart
 
 
@@ -18,9 +20,10 @@ class Sample:
     task_id: str
     branch: int
     step: int
-    token_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]  # 0.0 where loss_mask is 0
+    # lists, or numpy arrays (int32, int32, float64) as `samples_for_run` builds them
+    token_ids: list[int] | np.ndarray
+    loss_mask: list[int] | np.ndarray
+    logprobs: list[float] | np.ndarray  # 0.0 where loss_mask is 0
     prompt_tokens: int  # tokens before the first sampled token
     call_ids: list[str] = field(default_factory=list)
     completion_starts: list[int] = field(default_factory=list)
@@ -38,7 +41,7 @@ class Sample:
 
     @property
     def trainable_tokens(self) -> int:
-        return sum(self.loss_mask)
+        return int(np.count_nonzero(np.asarray(self.loss_mask)))
 
     def row(self) -> dict[str, Any]:
         """The `samples` row."""

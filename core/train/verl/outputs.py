@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from core.train.types import Sample
 
 log = logging.getLogger(__name__)
@@ -34,10 +36,11 @@ def branch_fields(sample: Sample, limits: Limits, *, passed: bool | None = None)
         )
         response, mask, logprobs = (x[: limits.response_length] for x in (response, mask, logprobs))
     return {
-        "prompt_ids": list(prompt),
-        "response_ids": list(response),
-        "response_mask": [int(m) for m in mask],
-        "response_logprobs": [float(lp) for lp in logprobs],
+        # plain Python numbers whether the sample holds lists or numpy arrays (`samples_for_run` builds arrays)
+        "prompt_ids": np.asarray(prompt, dtype=np.int64).tolist(),
+        "response_ids": np.asarray(response, dtype=np.int64).tolist(),
+        "response_mask": np.asarray(mask, dtype=np.int64).tolist(),
+        "response_logprobs": np.asarray(logprobs, dtype=np.float64).tolist(),
         "reward_score": float(sample.reward),
         "num_turns": 2 * sample.n_calls,  # each merged call: one prompt turn, one assistant turn
         "extra_fields": extra_fields(sample.rollout_id, sample.sample_id, sample.branch, sample.reward, passed),
