@@ -63,7 +63,8 @@ class Proxy:
 
     def __init__(self, store: Path, script: Path) -> None:
         exe = Path(sys.executable).with_name("forgetui")
-        cmd = [str(exe), "proxy", "--backend", f"scripted:{script}", "--port", "0", "--store", str(store)]
+        # a scripted backend runs no model: its context is lifted past the tiny tokenizer's 65,536 for 200-call histories
+        cmd = [str(exe), "proxy", "--backend", f"scripted:{script}?context=400000", "--port", "0", "--store", str(store)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()

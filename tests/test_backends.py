@@ -14,6 +14,7 @@ import pytest
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.builtin import BuiltinBackend
+from core.backends.kinds import build_token_backend
 from core.backends.scripted import (
     ScriptedBackend,
     find_shell_tool,
@@ -22,6 +23,7 @@ from core.backends.scripted import (
     shell_call,
     write_call,
 )
+from core.backends.spec import PolicySpec
 from core.backends.vllm import VllmBackend
 from core.chat import ChatRequest
 from core.errors import BackendError, ConfigError, ContextLengthError
@@ -538,3 +540,16 @@ async def test_vllm_backend_error_answers(tiny_dir: Path) -> None:
         with pytest.raises(BackendError, match="HTTP 500: boom"):
             await collect(backend.generate([1, 2], SamplingParams(max_tokens=4), ctx()))
         await backend.aclose()
+
+
+def test_scripted_context_option_lifts_the_tokenizers_limit(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text('{"turns": [{"text": "hi"}]}')
+
+    def backend(spec: str) -> Any:
+        return build_token_backend(PolicySpec.parse(spec))
+
+    assert backend(f"scripted:{script}").context_length == 65536
+    assert backend(f"scripted:{script}?context=400000").context_length == 400000
+    with pytest.raises(ConfigError, match="context="):
+        backend(f"scripted:{script}?context=lots")

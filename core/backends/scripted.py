@@ -271,7 +271,7 @@ class ScriptedBackend:
     capabilities = Capabilities(token_ids=True, logprobs=True, images=True)
     weights_version: int | None = None  # a script has no weights
 
-    def __init__(self, script_path: Path, tokenizer_model: str = "tiny") -> None:
+    def __init__(self, script_path: Path, tokenizer_model: str = "tiny", context_length: int | None = None) -> None:
         self.script_path = Path(script_path)
         self.turns, self.loop = load_script(self.script_path)
         self.task_scripts = load_task_scripts(self.script_path)
@@ -285,7 +285,8 @@ class ScriptedBackend:
             raise ModelError(
                 f"tokenizer {tokenizer_model!r} has no eos token; the scripted backend needs one"
             )
-        self.context_length = min(
+        # no model runs here: `context` in the spec (scripted:FILE?context=N) lifts the tokenizer's limit for long histories
+        self.context_length = context_length or min(
             int(getattr(self.tokenizer, "model_max_length", SCRIPTED_CONTEXT)), SCRIPTED_CONTEXT
         )
         self._calls: dict[str, int] = defaultdict(int)
@@ -347,8 +348,11 @@ def _text_of(content: Any) -> str:
 
 
 def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> ScriptedBackend:
-    """`scripted:FILE` (option tokenizer=MODEL, else policy.tokenizer, else tiny)."""
+    """`scripted:FILE` (option tokenizer=MODEL, else policy.tokenizer, else tiny; option context=N)."""
     path = Path(spec.target).expanduser()
     if not path.is_file():
         raise ConfigError(f"scripted backend: no script file at {path}")
-    return ScriptedBackend(path, tokenizer_model=spec.tokenizer_model(tokenizer) or "tiny")
+    context = spec.options.get("context")
+    if context is not None and (not context.isdigit() or int(context) < 1):
+        raise ConfigError(f"context={context!r} in the backend spec must be a number of tokens > 0")
+    return ScriptedBackend(path, tokenizer_model=spec.tokenizer_model(tokenizer) or "tiny", context_length=int(context) if context else None)
