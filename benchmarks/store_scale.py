@@ -106,12 +106,13 @@ def through_proxy(harness: str, calls: int, tmp: Path) -> dict[str, Any]:
             raise RuntimeError(f"{harness}: the store does not give back every body as sent")
         answers = sum(len(r["response"].encode()) for r in rows)
         forms = dict(con.execute("SELECT request_form, count(*) FROM calls GROUP BY ALL").fetchall())
+        (kept,) = con.execute("SELECT coalesce(sum(strlen(request)), 0) + coalesce(sum(strlen(request_new)), 0) FROM calls").fetchone()
     finally:
         con.close()
     wal = Path(f"{store}.wal")
     size = store.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     return {"harness": harness, "calls": calls, "sent": sum(map(len, sent)), "final": len(sent[-1]), "answers": answers,
-            "store": size, "forms": forms, "path": store}
+            "store": size, "forms": forms, "path": store, "bodies_kept": kept}
 
 
 def empty_store_bytes(tmp: Path) -> int:
@@ -250,8 +251,11 @@ def main() -> int:
         tmp = Path(tmp_name)
         longest: Path | None = None
         if "bodies" in args.only:
-            print(f"\n1. bodies through `forgetui proxy` (scripted backend); an empty store file is {empty_store_bytes(tmp) / 1e3:.0f} KB")
-            print(f"{'harness':15s} {'calls':>5s} {'sent':>9s} {'final':>8s} {'answers':>8s} {'distinct':>9s} {'store':>8s} {'ratio':>6s}  stored as")
+            empty = empty_store_bytes(tmp)
+            print(f"\n1. bodies through `forgetui proxy` (scripted backend); an empty store file is {empty / 1e3:.0f} KB")
+            print("   ratio: store file / distinct; growth: (store file - empty store) / distinct; text: the bodies' text the store")
+            print("   keeps (whole ones + delta parts) + the answers, / distinct (before DuckDB's compression; token ids not counted)")
+            print(f"{'harness':15s} {'calls':>5s} {'sent':>9s} {'final':>8s} {'answers':>8s} {'distinct':>9s} {'store':>8s} {'ratio':>6s} {'growth':>6s} {'text':>6s}  stored as")
             for calls in args.calls:
                 for harness in args.harnesses:
                     r = through_proxy(harness, calls, tmp)
@@ -260,8 +264,9 @@ def main() -> int:
                     floor = harness in FLOOR_HARNESSES
                     ok = ok and (ratio <= FLOOR_RATIO or not floor)
                     forms = ", ".join(f"{k} {v}" for k, v in sorted(r["forms"].items()))
+                    growth, text = (r["store"] - empty) / distinct, (r["bodies_kept"] + r["answers"]) / distinct
                     print(f"{harness:15s} {calls:5d} {r['sent'] / 1e6:7.2f}MB {r['final'] / 1e3:6.1f}KB {r['answers'] / 1e3:6.1f}KB "
-                          f"{distinct / 1e3:7.1f}KB {r['store'] / 1e3:6.0f}KB {ratio:5.2f}x  {forms}{'' if floor else ' (no floor)'}")
+                          f"{distinct / 1e3:7.1f}KB {r['store'] / 1e3:6.0f}KB {ratio:5.2f}x {growth:5.2f}x {text:5.2f}x  {forms}{'' if floor else ' (no floor)'}")
                     if harness == "claude-code" and calls == max(args.calls):
                         longest = r["path"]
         if "rebuild" in args.only:

@@ -318,13 +318,23 @@ TIMESTAMP_COLUMNS: dict[str, frozenset[str]] = {
 }
 
 
+# Columns of JSON text compressed with zstd rather than DuckDB's default for strings (dictionary/FSST, chosen per
+# segment): a request body is tens of KB of JSON that FSST barely shrinks and zstd takes to a fifth.
+ZSTD_COLUMNS: dict[str, frozenset[str]] = {"calls": frozenset({"request", "request_new", "response"})}
+
+
+def column_sql(table: str, column: str, sql_type: str) -> str:
+    """A column's type in DDL, with its compression where it has one."""
+    return f"{sql_type} USING COMPRESSION zstd" if column in ZSTD_COLUMNS.get(table, ()) else sql_type
+
+
 def q(name: str) -> str:
     """Quote an identifier (some column names, like `at`, are SQL keywords)."""
     return '"' + name.replace('"', '""') + '"'
 
 
 def _ddl(name: str, cols: list[tuple[str, str, str]], pk: str | None) -> str:
-    lines = [f"    {q(c)} {t}{' PRIMARY KEY' if c == pk else ''}" for c, t, _ in cols]
+    lines = [f"    {q(c)} {column_sql(name, c, t)}{' PRIMARY KEY' if c == pk else ''}" for c, t, _ in cols]
     return f"CREATE TABLE IF NOT EXISTS {name} (\n" + ",\n".join(lines) + "\n);"
 
 
