@@ -168,3 +168,20 @@ def test_splice_rebuilds_exactly(base: str, body: str) -> None:
     head, tail = splice(base, body)
     assert head + tail <= min(len(base), len(body))
     assert rebuild(base, head, body[head : len(body) - tail], tail) == body
+
+
+def test_the_writer_remembers_a_bounded_amount_of_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running proxy forgets the least recently written rollouts' bodies past MAX_KEPT_CHARS."""
+    from core.store import bodies as module
+
+    monkeypatch.setattr(module, "MAX_KEPT_CHARS", 300_000)
+    deltas = module.BodyDeltas()
+    texts = [t.decode() for t in bodies("pi", 3)]
+    for r in range(20):  # 20 rollouts x 3 bodies of ~6-9 KB
+        for seq, text in enumerate(texts):
+            deltas.encode({"call_id": f"r{r}-{seq}", "rollout_id": f"r{r}", "api": "chat"}, text)
+            deltas.commit()
+    assert deltas._kept <= 300_000 and "r1" not in {k[0] for k in deltas._rollouts} and ("r19", 0) in deltas._rollouts
+    assert deltas._kept == sum(len(b.text) for kept in deltas._rollouts.values() for b in kept)
+    again = deltas.encode({"call_id": "r1-3", "rollout_id": "r1", "api": "chat"}, texts[2])
+    assert again["request_form"] == "delta" and again["request_base"] == "r0-0"  # r1's own bodies are gone: on the root

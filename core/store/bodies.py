@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 MIN_BODY_CHARS = 1024  # smaller bodies are stored whole: a delta would save little and cost a rebuild
 MAX_DEPTH = 1000  # a chain this long gets a whole body again (a rebuild walks the chain)
-KEEP_PER_ROLLOUT = 4  # candidate bases per rollout attempt: the latest bodies (side calls interleave)
+KEEP_PER_ROLLOUT = 3  # candidate bases per rollout attempt: the latest bodies (side calls interleave)
 KEEP_ROOTS = 4  # candidate bases from earlier rollouts: the latest whole first bodies
-MAX_ROLLOUTS = 4096  # rollout attempts remembered at once (the least recently written are dropped)
+MAX_KEPT_CHARS = 64_000_000  # bodies remembered in all (the least recently written rollouts are forgotten first)
 
 WHOLE = "whole"
 DELTA = "delta"
@@ -113,6 +113,7 @@ class BodyDeltas:
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
         self._rollouts: OrderedDict[tuple[str, int], deque[Body]] = OrderedDict()
+        self._kept = 0  # characters of the bodies in `_rollouts`
         self._roots: dict[str, deque[Body]] = {}  # per api: whole first bodies of earlier rollouts
         self._pending: list[tuple[Body, str | None, bool]] = []
 
@@ -176,15 +177,19 @@ class BodyDeltas:
         for body, api, first in self._pending:
             kept = self._rollouts.get(body.rollout)
             if kept is None:
-                kept = self._rollouts[body.rollout] = deque(maxlen=KEEP_PER_ROLLOUT)
-                if len(self._rollouts) > MAX_ROLLOUTS:
-                    self._rollouts.popitem(last=False)
+                kept = self._rollouts[body.rollout] = deque()
             else:
                 self._rollouts.move_to_end(body.rollout)
             kept.append(body)
+            self._kept += len(body.text)
+            if len(kept) > KEEP_PER_ROLLOUT:
+                self._kept -= len(kept.popleft().text)
             if first and body.depth == 0 and api:
                 self._roots.setdefault(api, deque(maxlen=KEEP_ROOTS)).append(body)
         self._pending.clear()
+        while self._kept > MAX_KEPT_CHARS and len(self._rollouts) > 1:  # a finished rollout's bodies go first
+            _, gone = self._rollouts.popitem(last=False)
+            self._kept -= sum(len(b.text) for b in gone)
 
     def discard(self) -> None:
         """The batch was rolled back: none of its bodies may be a base."""
