@@ -59,6 +59,8 @@ def test_every_body_reads_back_byte_for_byte(histories: tuple[Path, dict[str, di
         # Python readers (trajectory, export, sft, the TUI) and one call at a time (vision, the call inspector)
         rows = select_calls(cur, "SELECT call_id, {request} FROM calls WHERE rollout_id = ?", [harness])
         assert {r["call_id"]: as_bytes(r["request"]) for r in rows} == want
+        backwards = select_calls(cur, "SELECT call_id, {request} FROM calls WHERE rollout_id = ? ORDER BY seq DESC", [harness])
+        assert {r["call_id"]: as_bytes(r["request"]) for r in backwards} == want
         assert as_bytes(request_of(cur, f"{harness}-{CALLS - 1}")) == want[f"{harness}-{CALLS - 1}"]
         # SQL: the rollout macro, one call, every call, calls_full
         sql_rollout = dict(cur.execute("SELECT call_id, request FROM rollout_requests(?)", [harness]).fetchall())
@@ -185,3 +187,21 @@ def test_the_writer_remembers_a_bounded_amount_of_bodies(monkeypatch: pytest.Mon
     assert deltas._kept == sum(len(b.text) for kept in deltas._rollouts.values() for b in kept)
     again = deltas.encode({"call_id": "r1-3", "rollout_id": "r1", "api": "chat"}, texts[2])
     assert again["request_form"] == "delta" and again["request_base"] == "r0-0"  # r1's own bodies are gone: on the root
+
+
+def test_compose_equals_splicing_one_step_at_a_time() -> None:
+    import random
+
+    from core.store.bodies import compose, rebuild
+
+    rng = random.Random(7)
+    for _ in range(200):
+        text = "".join(rng.choice("ab{}é😀") for _ in range(rng.randrange(0, 40)))
+        base, steps = text, []
+        for _ in range(rng.randrange(1, 8)):
+            head = rng.randrange(0, len(text) + 1)
+            tail = rng.randrange(0, len(text) - head + 1)
+            new = "".join(rng.choice("xyz–") for _ in range(rng.randrange(0, 6)))
+            steps.append((head, new, tail))
+            text = rebuild(text, head, new, tail)
+        assert compose(base, steps) == text

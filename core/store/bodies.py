@@ -23,6 +23,7 @@ settings), the splice is found with a few C-level slice comparisons, and SQL can
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,37 @@ def splice(base: str, body: str) -> tuple[int, int]:
 def rebuild(base: str, head: int, new: str, tail: int) -> str:
     """A delta-stored body from its base's text (what the store's views do in SQL)."""
     return base[:head] + new + (base[len(base) - tail :] if tail else "")
+
+
+Piece = tuple[str, int, int]  # text[start:end] of some stored string
+
+
+def _cut(pieces: list[Piece], starts: list[int], a: int, b: int) -> list[Piece]:
+    """Characters [a, b) of the text `pieces` spell (`starts`: where each piece begins)."""
+    if a >= b:
+        return []
+    i, j = bisect_right(starts, a) - 1, bisect_left(starts, b)
+    out = pieces[i:j]
+    src, s, e = pieces[i]
+    out[0] = (src, s + a - starts[i], e)
+    src, s, e = out[-1]
+    last = pieces[j - 1][1]  # the last piece's own start, before any cut above
+    out[-1] = (src, s, last + b - starts[j - 1])
+    return out
+
+
+def compose(base: str, steps: list[tuple[int, str, int]]) -> str:
+    """`base` spliced by each (head, new, tail) in turn, as one join at the end: a chain of n splices costs the
+    final text's length plus n cuts of a piece list, not n copies of the growing text (what `rebuild` in a loop costs)."""
+    pieces: list[Piece] = [(base, 0, len(base))]
+    starts, total = [0], len(base)
+    for head, new, tail in steps:
+        pieces = _cut(pieces, starts, 0, head) + ([(new, 0, len(new))] if new else []) + _cut(pieces, starts, total - tail, total)
+        total = head + len(new) + tail
+        starts = [0]
+        for _, s, e in pieces[:-1]:
+            starts.append(starts[-1] + e - s)
+    return "".join(src[s:e] for src, s, e in pieces)
 
 
 def is_json(text: str) -> bool:
@@ -217,8 +249,9 @@ def fill_requests(rows: Sequence[dict[str, Any]], fetch: Callable[[list[str]], l
         known.update(more)
         missing = _missing_bases(more.values(), known) - missing
     texts: dict[str, str | None] = {}
+    wanted = {str(r["call_id"]) for r in rows}
     for row in rows:
-        row["request"] = _text(str(row["call_id"]), known, texts)
+        row["request"] = _text(str(row["call_id"]), known, texts, wanted)
         for column in DELTA_COLUMNS:
             row.pop(column, None)
 
@@ -227,8 +260,9 @@ def _missing_bases(rows: Any, known: dict[str, Any]) -> set[str]:
     return {str(r["request_base"]) for r in rows if r.get("request_base") is not None and str(r["request_base"]) not in known}
 
 
-def _text(call_id: str, known: dict[str, dict[str, Any]], texts: dict[str, str | None]) -> str | None:
-    """One body, walking up to a whole (or already rebuilt) body, then splicing back down (no recursion)."""
+def _text(call_id: str, known: dict[str, dict[str, Any]], texts: dict[str, str | None], wanted: set[str]) -> str | None:
+    """One body, walking up to a whole (or already rebuilt) body, then splicing back down (no recursion); of the
+    bodies on the way, only the `wanted` ones are built (whatever order the rows come in, each is built once)."""
     chain: list[dict[str, Any]] = []
     cid: str | None = call_id
     while cid is not None and cid not in texts:
@@ -243,11 +277,15 @@ def _text(call_id: str, known: dict[str, dict[str, Any]], texts: dict[str, str |
             break
         chain.append(row)
         cid = str(row["request_base"])
-    for row in reversed(chain):
-        base = texts[str(row["request_base"])]
-        texts[str(row["call_id"])] = (
-            None if base is None else rebuild(base, int(row["request_head"]), str(row["request_new"] or ""), int(row["request_tail"]))
-        )
+    if chain:
+        base = texts[str(chain[-1]["request_base"])]
+        steps: list[tuple[int, str, int]] = []
+        for row in reversed(chain):
+            steps.append((int(row["request_head"]), str(row["request_new"] or ""), int(row["request_tail"])))
+            cid = str(row["call_id"])
+            if cid == call_id or cid in wanted:
+                base = None if base is None else compose(base, steps)
+                texts[cid], steps = base, []
     return texts[call_id]
 
 
