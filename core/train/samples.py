@@ -34,7 +34,7 @@ UNFINISHED = frozenset(str(s) for s in Status) - TERMINAL_VALUES  # reward not f
 TRAINABLE_STATUSES = tuple(str(s) for s in SCORED)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
     """One call's tokens, checked; a compact prompt stays a parent reference + new ids until it is needed whole."""
 
@@ -76,7 +76,7 @@ class _Call:
         return self.prompt
 
 
-@dataclass
+@dataclass(slots=True)
 class _Branch:
     """An open sample while calls merge into it."""
 
@@ -320,7 +320,7 @@ def _floats(values: Ids) -> list[float]:
 def _arrays(branch: _Branch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The branch's sequence (int32), loss mask (int32) and logprobs (float64) as arrays."""
     last = branch.last
-    token_ids = np.concatenate([np.asarray(last.full_prompt()), np.asarray(last.completion)]).astype(np.int32, copy=False)
+    token_ids = np.concatenate([last.full_prompt(), last.completion], dtype=np.int32)
     mask, logprobs = np.zeros(len(token_ids), dtype=np.int32), np.zeros(len(token_ids), dtype=np.float64)
     for call, start, end in zip(branch.calls, branch.starts, branch.ends, strict=True):
         mask[start:end] = 1
