@@ -68,9 +68,9 @@ def main() -> None:
         store = Store.open(Path(tmp) / "store.duckdb")
         t0 = time.perf_counter()
         record(store, args.rollouts, args.calls, args.result_chars)
-        size = store.cursor().execute("SELECT sum(len(request::VARCHAR)) FROM calls").fetchone()[0]
+        size = store.cursor().execute("SELECT sum(len(request::VARCHAR)) FROM call_requests").fetchone()[0]
         print(f"recorded {args.rollouts} rollouts x {args.calls} calls ({size / 1e6:.0f} MB of requests) in {time.perf_counter() - t0:.1f} s")
-        base = timed(store, "SELECT sum(len(json_extract(request, '$.messages[*]'))) FROM calls")
+        base = timed(store, "SELECT sum(len(json_extract(request, '$.messages[*]'))) FROM call_requests")
         per_rollout = timed(store, with_views("SELECT * FROM rollout_behaviour"))
         summary = timed(store, with_views("SELECT * FROM behaviour_summary"))
         store.close()

@@ -59,7 +59,7 @@ def _run(harness: str, tmp_path: Path, turns: list[dict[str, Any]] = SCRIPT) -> 
     try:
         cur = con.execute("SELECT status, reward, passed, error, meta FROM rollouts")
         rollout = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
-        cur = con.execute("SELECT seq, status, request FROM calls ORDER BY seq")
+        cur = con.execute("SELECT seq, status, request FROM calls_full ORDER BY seq")
         calls = [dict(zip([d[0] for d in cur.description], r, strict=True)) for r in cur.fetchall()]
     finally:
         con.close()

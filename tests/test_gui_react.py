@@ -49,7 +49,7 @@ def _run(script: Path, *extra: str) -> tuple[Any, list[tuple], list[tuple]]:
     con = duckdb.connect(summary.store, read_only=True)
     try:
         rollouts = con.execute("SELECT status, reward, passed, error, meta->>'stdout_tail', meta->>'stderr_tail' FROM rollouts").fetchall()
-        calls = con.execute("SELECT seq, status, request FROM calls ORDER BY seq").fetchall()
+        calls = con.execute("SELECT seq, status, request FROM calls_full ORDER BY seq").fetchall()
     finally:
         con.close()
     return summary, [tuple(r) for r in rollouts], [tuple(r) for r in calls]

@@ -238,7 +238,7 @@ def test_a_react_run_mounts_the_harness_into_task_pods(standin, base_image, tmp_
     assert (summary.passed, summary.infra_errors) == (1, 0), summary
     ((digest, volume),) = rows(summary.store, "SELECT image_digest, meta->>'harness_volume' FROM rollouts")
     assert digest == base_image and volume == mounted  # ran in the bare base image, the harness from its own image
-    ((tool_result,),) = rows(summary.store, "SELECT request::VARCHAR FROM calls ORDER BY started_at DESC LIMIT 1")
+    ((tool_result,),) = rows(summary.store, "SELECT request::VARCHAR FROM calls_full ORDER BY started_at DESC LIMIT 1")
     assert "CANNOT-WRITE" in tool_result and "Read-only file system" in tool_result and "react_agent.py" in tool_result
     (pod,) = standin.created
     assert pod["spec"]["containers"][0]["image"] == base_image

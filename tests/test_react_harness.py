@@ -24,7 +24,7 @@ from harnesses.react import AGENT_PATH, IMAGE_AGENT_PATH, INSTRUCTION_PATH, Reac
 
 WORKDIR = "/workspace"
 HELLO = Task(id="hello", instruction="Create a file hello.txt containing hi in the workspace")
-CALLS_SQL = "SELECT seq, extends_parent, status, request FROM calls ORDER BY seq"
+CALLS_SQL = "SELECT seq, extends_parent, status, request FROM calls_full ORDER BY seq"
 
 
 @pytest_asyncio.fixture

@@ -113,7 +113,7 @@ def _run(tmp_path: Path, base_image: str, harness: str, turns: list[dict] | None
     try:
         cur = con.execute("SELECT status, reward, passed, error, meta FROM rollouts")
         row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
-        cur = con.execute("SELECT call_id, api, model, request, response FROM calls WHERE status = 'ok' ORDER BY seq")
+        cur = con.execute("SELECT call_id, api, model, request, response FROM calls_full WHERE status = 'ok' ORDER BY seq")
         calls = [dict(zip([d[0] for d in cur.description], r, strict=True)) for r in cur.fetchall()]
     finally:
         con.close()

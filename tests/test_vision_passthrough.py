@@ -65,7 +65,7 @@ def test_screenshots_reach_an_openai_compatible_vlm_byte_for_byte_and_are_stored
     # recorded: each screenshot once (the first is in both calls' history), the bodies hold references only
     blobs = proxy.rows("SELECT sha256, bytes FROM blobs ORDER BY bytes")
     assert sorted(blobs) == sorted([(hashlib.sha256(s).hexdigest(), len(s)) for s in (SHOT_1, SHOT_2)])
-    requests = [r[0] for r in proxy.rows("SELECT request FROM calls ORDER BY seq")]
+    requests = [r[0] for r in proxy.rows("SELECT request FROM calls_full ORDER BY seq")]
     assert len(requests) == 2 and all(b64(SHOT_1) not in r and b64(SHOT_2) not in r for r in requests)
 
 
@@ -180,7 +180,7 @@ def test_a_recorded_screenshot_conversation_exports_as_json_with_its_images_name
     resp = httpx.post(proxy.base + "/v1/messages", json={"model": "claude", "max_tokens": 50, "messages": _anthropic_turns()}, timeout=30)
     assert resp.status_code == 200, resp.text
     proxy.store.flush()
-    cur = proxy.store.cursor().execute("SELECT call_id, api, model, request, response FROM calls")
+    cur = proxy.store.cursor().execute("SELECT call_id, api, model, request, response FROM calls_full")
     calls = [dict(zip([d[0] for d in cur.description], row, strict=True)) for row in cur.fetchall()]
     (conv,) = conversations(calls)
     text = json.dumps(conv["messages"])  # JSON-safe
