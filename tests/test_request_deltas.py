@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.analytics.views import with_views
+from core.store.behaviour import with_views
 from core.store.bodies import MIN_BODY_CHARS, request_of, select_calls, splice
 from core.store.query import run_query
 from core.store.writer import Store

@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from core.analytics.views import with_views
+from core.store.behaviour import with_views
 from core.store.bodies import request_of, select_calls
 from core.store.query import run_query
 from core.store.schema import SCHEMA_VERSION
