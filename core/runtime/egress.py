@@ -8,7 +8,8 @@ pointing at it (``NO_PROXY=127.0.0.1,localhost`` keeps the model proxy direct). 
    pattern of ``runtime.egress_allow``: ``host`` (ports 80 and 443), ``host:port``, ``*.domain`` (any
    subdomain, not the domain itself), ``*.domain:port``; anything else gets a 403 before any lookup;
 2. forgetui resolves the name itself (never the sandbox) and checks every address: a link-local or cloud
-   metadata address (169.254.0.0/16, fe80::/10, fd00:ec2::254, ...) is always refused, so are unspecified
+   metadata address (169.254.0.0/16, fe80::/10, and ``core.runtime.cloud_metadata``'s list, the one the
+   Kubernetes NetworkPolicy carves out too: fd00:ec2::254, 168.63.129.16, ...) is always refused, so are unspecified
    and multicast ones; loopback and private ranges (anything not globally routable) are refused unless the
    exact name is listed in ``runtime.egress_allow_private`` (no wildcards there: a wildcard never opens
    private addresses);
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from core.errors import ConfigError
+from core.runtime.cloud_metadata import is_metadata
 from core.runtime.docker_network import splice
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,6 @@ HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 CONFIG_KEY = "runtime.egress_allow"
 PRIVATE_KEY = "runtime.egress_allow_private"
-# cloud metadata services outside 169.254.0.0/16: AWS IPv6, GCP IPv6, Alibaba (in 100.64.0.0/10)
-METADATA = frozenset(ipaddress.ip_address(a) for a in ("fd00:ec2::254", "fd20:ce::254", "100.100.100.200"))
 HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive"})
 
 Resolver = Callable[[str, int], list[str]]
@@ -126,7 +126,7 @@ def address_problem(address: str, private_ok: bool) -> str | None:
     ip = ipaddress.ip_address(address.split("%")[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    if ip in METADATA or ip.is_link_local:
+    if is_metadata(ip) or ip.is_link_local:
         return f"{ip} is a link-local / cloud metadata address, never reachable from a sandbox"
     if ip.is_unspecified or ip.is_multicast:
         return f"{ip} is an unspecified or multicast address"

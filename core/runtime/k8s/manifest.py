@@ -2,21 +2,50 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import math
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
 from core.errors import ConfigError
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec, k8s_memory
+from core.runtime.cloud_metadata import metadata_blocks
 from core.runtime.docker_runtime import KEEP_CAPS  # the same set on both runtimes: a task scores the same
 from core.runtime.k8s import harness
-from core.runtime.k8s.config import KubernetesConfig
+from core.runtime.k8s.config import KubernetesConfig, quantity_bytes
 
 CONTAINER = "sandbox"
 LIFETIME_GRACE_S = 600  # activeDeadlineSeconds = the rollout's timeout + this
 RESTRICTED_UID = 1000  # "restricted" forbids root: the uid used when run_as_user is not set
+MANAGED_BY = "app.kubernetes.io/managed-by"  # the well-known label: `kubectl delete pods,networkpolicies -l app.kubernetes.io/managed-by=forgetui`
+HOST = "forgetui.host"  # the host whose forgetui made it: `gc --all` removes its own host's pods only
+# An emptyDir at the workdir (non-root pods): an init container of the task image copies what the image has
+# there into it first, entry by entry as in harness.INIT_SCRIPT (a non-root `cp -a dir/. vol/` would set the
+# times of the volume's root, which it does not own: EPERM).
+WORKDIR_VOLUME = "forgetui-workdir"
+WORKDIR_INIT = "forgetui-workdir"
+SEED_AT = "/forgetui-workdir"
+SEED_SCRIPT = (
+    'w="$1"; if [ -d "$w" ]; then for f in "$w"/* "$w"/.[!.]* "$w"/..?*; do '
+    f'if [ -e "$f" ] || [ -L "$f" ]; then cp -a "$f" {SEED_AT}/ || exit 1; fi; done; fi'
+)
+
+
+def host_id() -> str:
+    """This host as a label value (long names keep a hash of the whole: two hosts never share one)."""
+    name = socket.gethostname() or "unknown"
+    value = L.k8s_value(name)
+    if value == name or len(name) <= 63:
+        return value
+    return f"{L.k8s_value(name[:48])}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def object_labels() -> dict[str, str]:
+    """Labels on everything forgetui creates on a cluster, beside the run's own."""
+    return {MANAGED_BY: "forgetui", HOST: host_id()}
 
 
 def in_registry(image: str, registry: str | None) -> str:
@@ -52,80 +81,149 @@ def _container_security(cfg: KubernetesConfig) -> dict[str, Any]:
     return sc
 
 
+def runs_as_non_root(cfg: KubernetesConfig) -> bool:
+    """Whether the pod's containers run as a non-root uid (which cannot create or write a root-made workdir)."""
+    return cfg.pod_security == "restricted" or cfg.run_as_non_root or cfg.run_as_user not in (None, 0)
+
+
+def _uid(cfg: KubernetesConfig) -> int | None:
+    return cfg.run_as_user if cfg.run_as_user is not None else (RESTRICTED_UID if cfg.pod_security == "restricted" else None)
+
+
+def workdir_volume(cfg: KubernetesConfig, workdir: str) -> bool:
+    """Whether the pod gets an emptyDir at ``workdir`` (``workdir_volume``; auto: when it runs as non-root)."""
+    if workdir.rstrip("/") in ("", "/tmp") and cfg.workdir_volume != "always":
+        return False  # the root cannot be a mount; /tmp is writable by everyone already
+    return cfg.workdir_volume == "always" or (cfg.workdir_volume == "auto" and runs_as_non_root(cfg))
+
+
+def _resources(spec: SandboxSpec, cfg: KubernetesConfig) -> dict[str, dict[str, str]]:
+    """Limits from the run's cpus/memory (and ``ephemeral_storage``); requests as configured (default: the limits)."""
+    limits = {"cpu": cpu_quantity(spec.cpus), "memory": k8s_memory(spec.memory)}
+    if cfg.cpu_request is not None and cfg.cpu_request > spec.cpus:
+        raise ConfigError(f"runtime.kubernetes.cpu_request ({cfg.cpu_request:g}) is over runtime.cpus ({spec.cpus:g}), the pod's limit")
+    if cfg.memory_request is not None and (quantity_bytes(cfg.memory_request) or 0) > (quantity_bytes(limits["memory"]) or 0):
+        raise ConfigError(f"runtime.kubernetes.memory_request ({cfg.memory_request}) is over runtime.memory ({spec.memory}), the pod's limit")
+    requests = {"cpu": cpu_quantity(cfg.cpu_request) if cfg.cpu_request else limits["cpu"], "memory": cfg.memory_request or limits["memory"]}
+    if cfg.ephemeral_storage:
+        limits["ephemeral-storage"] = cfg.ephemeral_storage
+    if cfg.ephemeral_storage_request:
+        requests["ephemeral-storage"] = cfg.ephemeral_storage_request
+    return {"requests": requests, "limits": limits}
+
+
+def _workdir_parts(
+    image: str, workdir: str, cfg: KubernetesConfig, security: dict[str, Any], resources: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(init container, volume, mount) that put a writable emptyDir at ``workdir``, holding what the image has there."""
+    init = {
+        "name": WORKDIR_INIT,
+        "image": image,
+        "imagePullPolicy": cfg.image_pull_policy,
+        "command": ["sh", "-c", SEED_SCRIPT, "sh", workdir],
+        "volumeMounts": [{"name": WORKDIR_VOLUME, "mountPath": SEED_AT}],
+        "resources": resources,
+        "securityContext": security,
+    }
+    return init, {"name": WORKDIR_VOLUME, "emptyDir": {}}, {"name": WORKDIR_VOLUME, "mountPath": workdir}
+
+
 def pod_manifest(
-    spec: SandboxSpec, name: str, cfg: KubernetesConfig, proxy_public_url: str | None = None, registry: str | None = None
+    spec: SandboxSpec,
+    name: str,
+    cfg: KubernetesConfig,
+    proxy_public_url: str | None = None,
+    registry: str | None = None,
+    owner: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Pod for ``spec`` (a plain dict, valid against the Kubernetes schema)."""
+    """The Pod for ``spec`` (a plain dict, valid against the Kubernetes schema).
+
+    ``owner``: the run's NetworkPolicy (``name``, ``uid``), made the pod's owner: deleting it (a namespace-level
+    cleanup) lets the garbage collector remove the run's pods too.
+    """
     raw_labels = spec.all_labels()
     env = dict(spec.env)
     if proxy_public_url:
         env.setdefault("FORGETUI_PROXY_URL", proxy_public_url)
-    resources: dict[str, str] = {"cpu": cpu_quantity(spec.cpus), "memory": k8s_memory(spec.memory)}
-    if cfg.ephemeral_storage:
-        resources["ephemeral-storage"] = cfg.ephemeral_storage
+    resources = _resources(spec, cfg)
     security = _container_security(cfg)
     pod_sc: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if cfg.run_as_non_root or cfg.pod_security == "restricted":
         pod_sc["runAsNonRoot"] = True
+    image = in_registry(spec.image, registry)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": cfg.image_pull_policy,
+        "command": ["sleep", "infinity"],
+        "workingDir": spec.workdir,
+        "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+        "resources": resources,
+        "securityContext": security,
+        "stdin": False,
+        "tty": False,
+    }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": cfg.termination_grace_s,
         "securityContext": pod_sc,
-        "containers": [
-            {
-                "name": CONTAINER,
-                "image": in_registry(spec.image, registry),
-                "imagePullPolicy": cfg.image_pull_policy,
-                "command": ["sleep", "infinity"],
-                "workingDir": spec.workdir,
-                "env": [{"name": k, "value": str(v)} for k, v in env.items()],
-                "resources": {"requests": dict(resources), "limits": dict(resources)},
-                "securityContext": security,
-                "stdin": False,
-                "tty": False,
-            }
-        ],
+        "containers": [container],
     }
+    inits: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if workdir_volume(cfg, spec.workdir):  # a non-root uid cannot create (or write) the workdir the runtime makes as root
+        init, volume, mount = _workdir_parts(image, spec.workdir, cfg, security, resources)
+        inits.append(init)
+        volumes.append(volume)
+        mounts.append(mount)
+        gid = cfg.run_as_group if cfg.run_as_group is not None else _uid(cfg)
+        if gid:
+            pod_sc["fsGroup"] = gid  # the volume's files belong to the pod's group
     if spec.volumes:  # the shared harness: spec.volumes names its image (core.runtime.k8s.harness)
-        sources = {in_registry(image, registry): path for image, path in spec.volumes.items()}
-        inits, volumes, mounts = harness.pod_parts(sources, cfg, security, {"requests": dict(resources), "limits": dict(resources)})
-        pod_spec["containers"][0]["volumeMounts"] = mounts
+        sources = {in_registry(source, registry): path for source, path in spec.volumes.items()}
+        more_inits, more_volumes, more_mounts = harness.pod_parts(sources, cfg, security, resources)
+        inits += more_inits
+        volumes += more_volumes
+        mounts += more_mounts
+    if mounts:
+        container["volumeMounts"] = mounts
         pod_spec["volumes"] = volumes
-        if inits:
-            pod_spec["initContainers"] = inits
+    if inits:
+        pod_spec["initContainers"] = inits
     if spec.timeout_s and spec.timeout_s > 0:
         pod_spec["activeDeadlineSeconds"] = math.ceil(spec.timeout_s) + LIFETIME_GRACE_S
-    if cfg.service_account:
-        pod_spec["serviceAccountName"] = cfg.service_account
-    if cfg.node_selector:
-        pod_spec["nodeSelector"] = dict(cfg.node_selector)
-    if cfg.tolerations:
-        pod_spec["tolerations"] = [t.manifest() for t in cfg.tolerations]
-    if cfg.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s} for s in cfg.image_pull_secrets]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": cfg.namespace,
-            "labels": {k: L.k8s_value(v) for k, v in raw_labels.items()},
-            "annotations": {f"{k}-raw": v for k, v in raw_labels.items() if k in (L.RUN, L.ROLLOUT, L.OWNER)},
-        },
-        "spec": pod_spec,
+    optional = {
+        "serviceAccountName": cfg.service_account,
+        "nodeSelector": dict(cfg.node_selector) or None,
+        "tolerations": [t.manifest() for t in cfg.tolerations] or None,
+        "imagePullSecrets": [{"name": s} for s in cfg.image_pull_secrets] or None,
+        "runtimeClassName": cfg.runtime_class_name,
+        "priorityClassName": cfg.priority_class_name,
+        "affinity": dict(cfg.affinity) or None,
     }
+    pod_spec.update({k: v for k, v in optional.items() if v is not None})
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": cfg.namespace,
+        "labels": {**object_labels(), **{k: L.k8s_value(v) for k, v in raw_labels.items()}},
+        "annotations": {**cfg.annotations, **{f"{k}-raw": v for k, v in raw_labels.items() if k in (L.RUN, L.ROLLOUT, L.OWNER)}},
+    }
+    if owner:
+        metadata["ownerReferences"] = [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **owner}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
 def policy_name(run_id: str) -> str:
     return f"forgetui-{L.k8s_value(run_id).lower().replace('_', '-').replace('.', '-')}"[:63].rstrip("-")
 
 
-def _proxy_peers(cfg: KubernetesConfig, proxy_public_url: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(egress rules for the proxy, for DNS) from the proxy's URL and the config."""
+def _proxy_peers(cfg: KubernetesConfig, proxy_public_url: str | None) -> list[dict[str, Any]]:
+    """The egress rule for the proxy, from its URL and the config."""
     if not proxy_public_url:
-        return [], []
+        return []
     url = urlsplit(proxy_public_url)
     host = url.hostname or ""
     port = url.port or (443 if url.scheme == "https" else 80)
@@ -149,46 +247,65 @@ def _proxy_peers(cfg: KubernetesConfig, proxy_public_url: str | None) -> tuple[l
             "runtime.kubernetes.proxy_pod_labels (an in-cluster proxy behind a Service) or runtime.kubernetes.proxy_cidr, "
             "or runtime.kubernetes.network_policy = false"
         )
-    rules = [{"to": [peer], "ports": ports}]
-    dns: list[dict[str, Any]] = []
-    if ip is None:
-        dns = [
-            {
-                "to": [
-                    {
-                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                    }
-                ],
-                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-            }
-        ]
-    return rules, dns
+    return [{"to": [peer], "ports": ports}]
 
 
-# cloud metadata services (AWS/GCP/Azure/OpenStack's link-local one, AWS's IPv6 one): an allowed CIDR never
-# opens them, even 0.0.0.0/0 — they hand out the node's credentials
-METADATA_BLOCKS = ("169.254.169.254/32", "fd00:ec2::254/128")
+def _in_namespace(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, "podSelector": {"matchLabels": labels}}
 
 
-def _allowed_block(cidr: str) -> dict[str, Any]:
-    """An ``ipBlock`` for an ``egress_allow`` CIDR, with the metadata addresses it contains carved out."""
+def _ports(port: int) -> list[dict[str, Any]]:
+    return [{"protocol": "UDP", "port": port}, {"protocol": "TCP", "port": port}]
+
+
+NODE_LOCAL_DNS = "169.254.20.10/32"  # NodeLocal DNSCache's usual link-local address (its pods answer on the node)
+
+
+def dns_rules(cfg: KubernetesConfig) -> list[dict[str, Any]]:
+    """Egress to the cluster's resolvers: CoreDNS/kube-dns pods, NodeLocal DNSCache, OpenShift's DNS, ``dns_cidrs``.
+
+    OpenShift's DNS pods answer on 5353 (its Service maps 53 there), and a policy sees the pod's port.
+    """
+    on_53 = [_in_namespace("kube-system", {"k8s-app": "kube-dns"}), {"ipBlock": {"cidr": NODE_LOCAL_DNS}}]
+    on_53 += [{"ipBlock": {"cidr": cidr}} for cidr in cfg.dns_cidrs]
+    openshift = _in_namespace("openshift-dns", {"dns.operator.openshift.io/daemonset-dns": "default"})
+    return [{"to": on_53, "ports": _ports(53)}, {"to": [openshift], "ports": _ports(5353)}]
+
+
+def allowed_block(cidr: str) -> dict[str, Any]:
+    """An ``ipBlock`` for an ``egress_allow`` CIDR, every cloud metadata address it contains carved out.
+
+    The addresses are ``core.runtime.cloud_metadata``'s, the list the Docker egress proxy refuses too.
+    """
     net = ipaddress.ip_network(cidr, strict=False)
     carve = []
-    for block in map(ipaddress.ip_network, METADATA_BLOCKS):
+    for block in metadata_blocks():
         # a CIDR that is the metadata address itself was asked for by name: the API server also refuses an equal `except`
         if block.version == net.version and block.subnet_of(net) and block != net:  # type: ignore[arg-type]
             carve.append(str(block))
     return {"cidr": cidr, "except": carve} if carve else {"cidr": cidr}
 
 
+def needs_dns(cfg: KubernetesConfig, proxy_public_url: str | None) -> bool:
+    """``dns``: always, never, or (auto) when the proxy is named by host name or pods reach ``egress_allow`` (by name, often)."""
+    if cfg.dns != "auto":
+        return cfg.dns == "always"
+    host = urlsplit(proxy_public_url).hostname if proxy_public_url else None
+    try:
+        named = host is not None and not ipaddress.ip_address(host)
+    except ValueError:
+        named = True
+    return named or bool(cfg.egress_allow)
+
+
 def network_policy_manifest(
     run_id: str, owner: str, cfg: KubernetesConfig, proxy_public_url: str | None
 ) -> dict[str, Any]:
     """A NetworkPolicy for the run's pods: no ingress; egress to the proxy (+ DNS, + ``egress_allow``) only."""
-    proxy, dns = _proxy_peers(cfg, proxy_public_url)
-    extra = [{"to": [{"ipBlock": _allowed_block(cidr)}]} for cidr in cfg.egress_allow]
-    labels = {k: L.k8s_value(v) for k, v in L.selector(run_id, owner).items()}
+    proxy = _proxy_peers(cfg, proxy_public_url)
+    dns = dns_rules(cfg) if needs_dns(cfg, proxy_public_url) else []
+    extra = [{"to": [{"ipBlock": allowed_block(cidr)}]} for cidr in cfg.egress_allow]
+    labels = {**object_labels(), **{k: L.k8s_value(v) for k, v in L.selector(run_id, owner).items()}}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -202,4 +319,7 @@ def network_policy_manifest(
     }
 
 
-__all__ = ["CONTAINER", "in_registry", "network_policy_manifest", "pod_manifest", "policy_name"]
+__all__ = [
+    "CONTAINER", "HOST", "MANAGED_BY", "allowed_block", "dns_rules", "host_id", "in_registry", "network_policy_manifest",
+    "object_labels", "pod_manifest", "policy_name", "runs_as_non_root", "workdir_volume",
+]
