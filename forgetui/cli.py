@@ -223,6 +223,7 @@ def cmd_images(args: argparse.Namespace) -> int:
             print(row["id"], " ".join(row["tags"]), row["size"])
     elif args.images_command == "build":
         from core.config import load_config
+        from core.errors import ConfigError
         from core.registry import load_env, load_harness
         from core.session.setup import build_image, pick_runtime
 
@@ -230,8 +231,6 @@ def cmd_images(args: argparse.Namespace) -> int:
         env = load_env(config.env.name, **config.env.options)
         harness = load_harness(config.harness.name, **config.harness.adapter_options())
         if args.push and not config.runtime.registry:
-            from core.errors import ConfigError
-
             raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
         runtime = pick_runtime(config)
         if runtime.name == "kubernetes":  # pods run what this engine builds, once pushed (or `kind load`ed)
@@ -240,8 +239,10 @@ def cmd_images(args: argparse.Namespace) -> int:
 
             # the task image(s) (each task's own Dockerfile too), then the shared harness's image: one per line
             tasks = select_tasks(env, config.env.tasks, config.env.limit)
-            tags = RunImages(make_runtime("docker"), config, env, harness).k8s_build_blocking(tasks)
+            tags = RunImages(make_runtime("docker"), config, env, harness).k8s_build_blocking(tasks, args.platform)
         else:
+            if args.platform:
+                raise ConfigError("--platform is for Kubernetes images (runtime.kind = \"kubernetes\"): Docker sandboxes run on this engine's own")
             tags = [build_image(runtime, config, env, harness)]
         for tag in tags:
             print(images.push_image(tag, config.runtime.registry) if args.push and config.runtime.registry else tag)
@@ -337,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("config")
     b.add_argument("--set", action="append", default=[])
     b.add_argument("--push", action="store_true", help="then push them to runtime.registry and print the names pods pull")
+    b.add_argument("--platform", help="kubernetes: the nodes' platform (linux/amd64, linux/arm64); every image is built and checked for it")
     b = isub.add_parser("push", help="push an image to a registry (for Kubernetes)")
     b.add_argument("tag")
     b.add_argument("registry")

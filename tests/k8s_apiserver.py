@@ -23,10 +23,29 @@ HTTP on loopback (aiohttp), speaking what the runtime and the official client us
   securityContext and mounts; one that exits non-zero fails the pod (``restartPolicy: Never``:
   phase Failed, its status ``terminated``/``Error`` — ``kubectl`` shows ``Init:Error``) and its
   logs stay readable (``/log?container=``); a missing image is a pull error on its status.
+* a pod container that the engine cannot start (an ``exec format error``: a binary of another CPU
+  architecture) is ``terminated`` with reason ``StartError``, exit 128 and the runtime's message, the
+  pod Failed, as the kubelet reports a CRI start failure; a killed pod's container is ``terminated``
+  with the reason given (``OOMKilled``, exit 137).
+* Events (``/api/v1/namespaces/{ns}/events``, ``fieldSelector=involvedObject.name=…``): Scheduled,
+  Pulling/Pulled or Failed pulls, Created, Started, Failed starts, Killing, and any a test adds.
+* Pod Security admission (``namespace_security={"ns": "restricted"}``, as a namespace labelled
+  ``pod-security.kubernetes.io/enforce``): a pod breaking the level is refused with 403 in the
+  plugin's words (``tests/k8s_pod_security.py``).
+* the kubelet's environment: ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` name this server.
+* NetworkPolicy: ignored (pods on the host's network reach everything, as on a cluster whose network
+  plugin does not enforce policies), or with ``enforce_network_policy=True`` enforced for the
+  destinations forgetui uses here: a pod that a policy selects gets a network namespace of its own with
+  loopback only, where the TCP ports of the policy's ``ipBlock`` rules covering 127.0.0.1 are relayed
+  to the host's loopback (``core.runtime.docker_network``'s listener, so this needs root); nothing
+  else answers. Policies replace (PUT); deleting one removes the pods it owns (``ownerReferences``), as
+  the garbage collector does.
+* emptyDir volumes hide what the image has at their mount path (Docker would copy it in).
 
-Not emulated: scheduling (a scripted status stands in for Unschedulable), NetworkPolicy enforcement,
-ephemeral-storage limits, auth. Faults: ``fail`` answers the next matching requests with a status
-(and ``Retry-After``), ``stall`` holds them before answering.
+Not emulated: scheduling (a scripted status stands in for Unschedulable), DNS, ephemeral-storage
+limits, auth. Faults: ``fail`` answers the next matching requests with a status (and
+``Retry-After``), ``stall`` holds them before answering, ``drop_exec`` cuts the next exec websocket
+(no close frame, no status) after some seconds, as a load balancer or API server restart does.
 """
 
 from __future__ import annotations
@@ -43,12 +62,15 @@ import tarfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from tests.k8s_pod_security import violations
 
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
@@ -113,6 +135,7 @@ class Pod:
     script: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     volumes: dict[str, str] = field(default_factory=dict)  # pod volume name -> Docker volume
     init_containers: dict[str, Any] = field(default_factory=dict)  # name -> its (exited) Docker container
+    relays: list[Any] = field(default_factory=list)  # an enforced policy's ports, open in the pod's namespace
 
 
 @dataclass
@@ -126,12 +149,26 @@ class Seen:
 class ApiServerStandIn:
     """Start with ``with ApiServerStandIn(docker_client) as server:``; ``server.url`` is the API's address."""
 
-    def __init__(self, docker_client: Any, *, protocols: tuple[str, ...] = (V5, V4), network_mode: str = "host") -> None:
+    def __init__(
+        self,
+        docker_client: Any,
+        *,
+        protocols: tuple[str, ...] = (V5, V4),
+        network_mode: str = "host",
+        namespace_security: dict[str, str] | None = None,
+        enforce_network_policy: bool = False,
+    ) -> None:
         self.docker = docker_client
         self.protocols = protocols
         self.network_mode = network_mode
+        self.namespace_security = dict(namespace_security or {})
+        self.enforce_network_policy = enforce_network_policy
         self.pods: dict[tuple[str, str], Pod] = {}
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.policy_deletions: list[tuple[str, list[str]]] = []  # (policy, the pods it selected that still existed)
+        self.dropped: list[str] = []  # pods whose exec stream drop_exec cut
+        self._drops: list[float] = []
         self.seen: list[Seen] = []
         self.created: list[dict[str, Any]] = []  # every pod body as created
         self.stdin_frames: list[int] = []  # sizes of the stdin messages received
@@ -139,6 +176,7 @@ class ApiServerStandIn:
         self.exec_status: dict[str, Any] | None = None  # sent instead of the real status when set
         self._faults: list[Fault] = []
         self._scripts: list[list[tuple[float, dict[str, Any]]]] = []
+        self._script_events: list[list[tuple[str, str]]] = []
         self._lock = threading.RLock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -156,18 +194,46 @@ class ApiServerStandIn:
         """Hold the next ``times`` matching requests ``seconds`` before handling them (they still take effect)."""
         self._faults.append(Fault(method, re.compile(path), times, stall_s=seconds))
 
-    def script_next_pod(self, statuses: list[tuple[float, dict[str, Any]]]) -> None:
-        """The next created pod shows each status for its seconds before its container starts."""
+    def script_next_pod(self, statuses: list[tuple[float, dict[str, Any]]], events: list[tuple[str, str]] = ()) -> None:
+        """The next created pod shows each status for its seconds before its container starts.
+
+        ``events``: (reason, message) Warning events the pod gets when it is created (a FailedMount, say).
+        """
         self._scripts.append(statuses)
+        self._script_events.append(list(events))
+
+    def drop_exec(self, after_s: float, times: int = 1) -> None:
+        """Cut the next ``times`` exec websockets ``after_s`` seconds in: the TCP connection is aborted, no status sent."""
+        self._drops.extend([after_s] * times)
 
     def kill_pod(self, namespace: str, name: str, reason: str = "Evicted") -> None:
-        """Kill the pod's container (as an eviction or OOM would): phase Failed, execs end without a status."""
+        """Kill the pod's container (as an eviction or OOM would): phase Failed, execs end without a status.
+
+        ``reason`` OOMKilled: the container's own state says so (exit 137); otherwise the pod's (an eviction).
+        """
         pod = self.pods[(namespace, name)]
         pod.killed = True
+        terminated = {"exitCode": 137, "reason": "OOMKilled" if reason == "OOMKilled" else "Error", "finishedAt": _now()}
         with self._lock:
-            pod.obj["status"].update({"phase": "Failed", "reason": reason, "message": "The node was low on resource: memory."})
+            if reason == "OOMKilled":
+                pod.obj["status"].update({"phase": "Failed"})
+            else:
+                pod.obj["status"].update({"phase": "Failed", "reason": reason, "message": "The node was low on resource: memory."})
+            pod.obj["status"]["containerStatuses"] = self._container_status(pod, {"terminated": terminated})
+        self.add_event(pod, "Killing" if reason == "OOMKilled" else reason, f"Stopping container {pod.obj['spec']['containers'][0]['name']}", "Warning")
         if pod.container is not None:
             pod.container.kill()
+
+    def add_event(self, pod: Pod | tuple[str, str], reason: str, message: str, type_: str = "Normal") -> None:
+        """Record an Event about ``pod`` (a Pod, or its namespace and name), as the kubelet and scheduler do."""
+        ns, name = pod if isinstance(pod, tuple) else (pod.obj["metadata"]["namespace"], pod.obj["metadata"]["name"])
+        with self._lock:
+            self.events.append({
+                "apiVersion": "v1", "kind": "Event", "type": type_, "reason": reason, "message": message, "count": 1,
+                "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+                "involvedObject": {"kind": "Pod", "namespace": ns, "name": name, "apiVersion": "v1"},
+                "firstTimestamp": _now(), "lastTimestamp": _now(), "source": {"component": "kubelet"},
+            })
 
     def requests(self, method: str | None = None, path: str = "") -> list[Seen]:
         return [r for r in self.seen if (method is None or r.method == method) and re.search(path, r.path)]
@@ -209,7 +275,10 @@ class ApiServerStandIn:
         app.router.add_route("*", pods + "/{name}/exec", self._exec)
         app.router.add_post(pols, self._policy_create)
         app.router.add_get(pols, self._policy_list)
+        app.router.add_get(pols + "/{name}", self._policy_read)
+        app.router.add_put(pols + "/{name}", self._policy_replace)
         app.router.add_delete(pols + "/{name}", self._policy_delete)
+        app.router.add_get("/api/v1/namespaces/{ns}/events", self._events)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -243,12 +312,17 @@ class ApiServerStandIn:
         name = body["metadata"]["name"]
         if (ns, name) in self.pods:
             return _status(409, "AlreadyExists", f'pods "{name}" already exists')
+        refusal = violations(body, self.namespace_security.get(ns, "privileged"))
+        if refusal:
+            return _status(403, "Forbidden", refusal)
         meta = body["metadata"]
         meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"})
         body["status"] = {"phase": "Pending", "conditions": [], "qosClass": "Guaranteed"}
         self.created.append(json.loads(json.dumps(body)))
         pod = Pod(body, script=self._scripts.pop(0) if self._scripts else [])
         self.pods[(ns, name)] = pod
+        for reason, message in self._script_events.pop(0) if self._script_events else []:
+            self.add_event(pod, reason, message, "Warning")
         threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
         return self._json(body, 201)
 
@@ -281,6 +355,7 @@ class ApiServerStandIn:
             time.sleep(seconds)
         scheduled = [{"type": "PodScheduled", "status": "True"}]
         self._set_status(pod, conditions=scheduled, hostIP="127.0.0.1")
+        self.add_event(pod, "Scheduled", f"Successfully assigned {pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']} to standin-node")
         spec = pod.obj["spec"]
         c = spec["containers"][0]
         user = self._security(spec, c).get("runAsUser")
@@ -301,13 +376,38 @@ class ApiServerStandIn:
             if pod.obj["metadata"].get("deletionTimestamp"):
                 return
             pod.container = self._create_container(pod, c)
-        pod.container.start()
+        self.add_event(pod, "Created", f"Created container {c['name']}")
+        try:
+            pod.container.start()
+        except docker.errors.APIError as exc:  # the CRI's start failed (an exec format error, say): StartError
+            message = str(exc.explanation or exc)
+            terminated = {"exitCode": 128, "reason": "StartError", "message": message, "finishedAt": _now()}
+            self.add_event(pod, "Failed", f"Error: {message}", "Warning")
+            return self._set_status(pod, phase="Failed", containerStatuses=self._container_status(pod, {"terminated": terminated}))
+        self._open_policy_ports(pod)
+        self.add_event(pod, "Started", f"Started container {c['name']}")
         running = {"running": {"startedAt": _now()}}
         self._set_status(
             pod, phase="Running", podIP="127.0.0.1", startTime=_now(),
             conditions=[*scheduled, {"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "True"}],
             containerStatuses=self._container_status(pod, running, ready=True),
         )
+        threading.Thread(target=self._watch, args=(pod,), daemon=True).start()
+
+    def _watch(self, pod: Pod) -> None:
+        """A pod container that ends on its own (its process failed: an ``exec format error``, a crash) ends the pod."""
+        try:
+            code = pod.container.wait().get("StatusCode", 1)
+            pod.container.reload()
+            oom = pod.container.attrs["State"].get("OOMKilled")
+        except Exception:  # noqa: BLE001 - removed by a delete meanwhile
+            return
+        with self._lock:
+            if pod.killed or pod.obj["metadata"].get("deletionTimestamp"):
+                return
+        reason = "OOMKilled" if oom else "Completed" if code == 0 else "Error"
+        terminated = {"exitCode": code, "reason": reason, "finishedAt": _now()}
+        self._set_status(pod, phase="Succeeded" if code == 0 else "Failed", containerStatuses=self._container_status(pod, {"terminated": terminated}))
 
     @staticmethod
     def _security(spec: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
@@ -319,24 +419,73 @@ class ApiServerStandIn:
         user = sc.get("runAsUser")
         limits = c.get("resources", {}).get("limits", {})
         caps = sc.get("capabilities", {})
-        mounts = {pod.volumes[m["name"]]: {"bind": m["mountPath"], "mode": "ro" if m.get("readOnly") else "rw"} for m in c.get("volumeMounts", [])}
+        from docker.types import Mount
+
+        # no_copy: an emptyDir (or an image volume) hides what the image has at that path; Docker would copy it in
+        mounts = [
+            Mount(m["mountPath"], pod.volumes[m["name"]], type="volume", read_only=bool(m.get("readOnly")), no_copy=True)
+            for m in c.get("volumeMounts", [])
+        ]
+        fs_group = pod.obj["spec"].get("securityContext", {}).get("fsGroup")
+        env = {e["name"]: e["value"] for e in c.get("env", [])}
+        env.update({"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": self.url.rsplit(":", 1)[1]})  # as the kubelet adds
         return self.docker.containers.create(
             c["image"],
             command=c.get("command"),
             name=f"k8s-standin-{uuid.uuid4().hex[:10]}",
             labels={LABEL: self._id, "pod": pod.obj["metadata"]["name"]},
-            environment={e["name"]: e["value"] for e in c.get("env", [])},
+            environment=env,
             working_dir=c.get("workingDir"),
             user=None if user is None else f"{user}:{sc.get('runAsGroup', user)}",
+            group_add=[str(fs_group)] if fs_group else None,
             cap_drop=caps.get("drop"),
             cap_add=caps.get("add"),
             security_opt=["no-new-privileges"] if sc.get("allowPrivilegeEscalation") is False else None,
             privileged=bool(sc.get("privileged")),
             mem_limit=_bytes(limits["memory"]) if "memory" in limits else None,
             nano_cpus=_nano_cpus(limits["cpu"]) if "cpu" in limits else None,
-            network_mode=self.network_mode,
-            volumes=mounts or None,
+            network_mode="none" if self._policy_ports(pod) is not None else self.network_mode,
+            mounts=mounts or None,
         )
+
+    def _policy_ports(self, pod: Pod) -> list[int] | None:
+        """With ``enforce_network_policy``: the loopback ports the policies selecting ``pod`` open (None: no policy selects it)."""
+        if not self.enforce_network_policy:
+            return None
+        import ipaddress
+
+        labels = pod.obj["metadata"].get("labels") or {}
+        ns = pod.obj["metadata"]["namespace"]
+        selecting = [
+            p for (pns, _), p in list(self.policies.items())
+            if pns == ns and "Egress" in p["spec"].get("policyTypes", [])
+            and all(labels.get(k) == v for k, v in p["spec"]["podSelector"].get("matchLabels", {}).items())
+        ]
+        if not selecting:
+            return None
+        loopback = ipaddress.ip_address("127.0.0.1")
+        ports: list[int] = []
+        for policy in selecting:
+            for rule in policy["spec"].get("egress", []):
+                for peer in rule.get("to", []):
+                    block = peer.get("ipBlock")
+                    if block is None or loopback not in ipaddress.ip_network(block["cidr"], strict=False):
+                        continue
+                    if any(loopback in ipaddress.ip_network(x, strict=False) for x in block.get("except", [])):
+                        continue
+                    ports += [p["port"] for p in rule.get("ports", []) if p.get("protocol", "TCP") == "TCP" and isinstance(p.get("port"), int)]
+        return sorted(set(ports))
+
+    def _open_policy_ports(self, pod: Pod) -> None:
+        """Relay the ports an enforced policy opens from the pod's own loopback to the host's (a listener in its namespace)."""
+        from core.runtime.docker_network import NetnsListener, relay_handler
+
+        ports = self._policy_ports(pod)
+        if not ports:
+            return
+        pod.container.reload()
+        pid = pod.container.attrs["State"]["Pid"]
+        pod.relays = [NetnsListener(pid, port, relay_handler(("127.0.0.1", port))) for port in ports]
 
     def _make_volumes(self, pod: Pod) -> str | None:
         """Docker volumes for the pod's ``emptyDir`` (world-writable, as the kubelet makes them) and ``image`` volumes.
@@ -420,6 +569,7 @@ class ApiServerStandIn:
         if c.get("imagePullPolicy") == "Never":
             return show({"waiting": {"reason": "ErrImageNeverPull", "message": f'Container image "{image}" is not present with pull policy of Never'}})
         reasons = [("ErrImagePull", f'failed to pull and unpack image "{image}": not found'), ("ImagePullBackOff", f'Back-off pulling image "{image}"')]
+        self.add_event(pod, "Failed", f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and unpack image "{image}": not found', "Warning")
         for i in range(10_000):
             if pod.obj["metadata"].get("deletionTimestamp") or (pod.obj["metadata"]["namespace"], pod.obj["metadata"]["name"]) not in self.pods:
                 return
@@ -459,6 +609,9 @@ class ApiServerStandIn:
     def _terminate(self, key: tuple[str, str], pod: Pod, grace: int) -> None:
         with self._lock:
             container = pod.container
+        self.add_event(pod, "Killing", f"Stopping container {pod.obj['spec']['containers'][0]['name']}")
+        for relay in pod.relays:
+            relay.close()
         if container is not None:
             try:
                 container.stop(timeout=grace)
@@ -488,10 +641,30 @@ class ApiServerStandIn:
         ns, body = request.match_info["ns"], await request.json()
         key = (ns, body["metadata"]["name"])
         if key in self.policies:
-            return _status(409, "AlreadyExists", "networkpolicy exists")
-        body["metadata"].update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now()})
+            return _status(409, "AlreadyExists", f'networkpolicies.networking.k8s.io "{key[1]}" already exists')
+        body["metadata"].update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"})
         self.policies[key] = body
         return self._json(body, 201)
+
+    async def _policy_read(self, request: web.Request) -> web.Response:
+        obj = self.policies.get((request.match_info["ns"], request.match_info["name"]))
+        return self._json(obj) if obj else _status(404, "NotFound", f'networkpolicies.networking.k8s.io "{request.match_info["name"]}" not found')
+
+    async def _policy_replace(self, request: web.Request) -> web.Response:
+        """PUT: the new spec and labels under the old object's identity (uid kept, resourceVersion bumped)."""
+        ns, name, body = request.match_info["ns"], request.match_info["name"], await request.json()
+        old = self.policies.get((ns, name))
+        if old is None:
+            return _status(404, "NotFound", f'networkpolicies.networking.k8s.io "{name}" not found')
+        version = body["metadata"].get("resourceVersion")
+        if version and version != old["metadata"]["resourceVersion"]:
+            return _status(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again")
+        body["metadata"].update({
+            "namespace": ns, "uid": old["metadata"]["uid"], "creationTimestamp": old["metadata"]["creationTimestamp"],
+            "resourceVersion": str(int(old["metadata"]["resourceVersion"]) + 1),
+        })
+        self.policies[(ns, name)] = body
+        return self._json(body)
 
     async def _policy_list(self, request: web.Request) -> web.Response:
         ns = request.match_info["ns"]
@@ -500,8 +673,44 @@ class ApiServerStandIn:
         return self._json({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicyList", "metadata": {}, "items": items})
 
     async def _policy_delete(self, request: web.Request) -> web.Response:
-        obj = self.policies.pop((request.match_info["ns"], request.match_info["name"]), None)
-        return self._json(obj) if obj else _status(404, "NotFound", "networkpolicy not found")
+        ns = request.match_info["ns"]
+        obj = self.policies.pop((ns, request.match_info["name"]), None)
+        if obj is None:
+            return _status(404, "NotFound", "networkpolicy not found")
+        selector = obj["spec"]["podSelector"].get("matchLabels", {})
+        alive = [
+            name for (pns, name), pod in list(self.pods.items())
+            if pns == ns and all((pod.obj["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        ]
+        self.policy_deletions.append((obj["metadata"]["name"], alive))
+        self._collect_garbage(obj["metadata"]["uid"])
+        return self._json(obj)
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        """Delete (gracefully) the pods whose ownerReferences name ``owner_uid``, as the garbage collector does."""
+        for key, pod in list(self.pods.items()):
+            owners = pod.obj["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") == owner_uid for o in owners) and not pod.obj["metadata"].get("deletionTimestamp"):
+                grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
+                with self._lock:
+                    pod.obj["metadata"].update({"deletionTimestamp": _now(), "deletionGracePeriodSeconds": grace})
+                threading.Thread(target=self._terminate, args=(key, pod, grace), daemon=True).start()
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def _events(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        wanted = dict(p.split("=", 1) for p in request.query.get("fieldSelector", "").split(",") if "=" in p)
+        fields: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "involvedObject.name": lambda e: e["involvedObject"]["name"],
+            "involvedObject.kind": lambda e: e["involvedObject"]["kind"],
+            "involvedObject.namespace": lambda e: e["involvedObject"]["namespace"],
+            "type": lambda e: e["type"],
+            "reason": lambda e: e["reason"],
+        }
+        with self._lock:
+            items = [e for e in self.events if e["metadata"]["namespace"] == ns and all(fields[k](e) == v for k, v in wanted.items())]
+        return self._json({"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items})
 
     # -- exec -------------------------------------------------------------------------------
 
@@ -522,6 +731,7 @@ class ApiServerStandIn:
         raw = (await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True))._sock
         await ws.send_bytes(b"\x01")  # "stream ready": an empty message on the lowest output channel
         loop = asyncio.get_running_loop()
+        drop = loop.call_later(self._drops.pop(0), self._drop, request, name) if self._drops else None
         output = asyncio.ensure_future(asyncio.to_thread(self._pump_output, raw, ws, loop))
         inbound = asyncio.ensure_future(self._pump_input(ws, raw, protocol))
         await output
@@ -541,8 +751,16 @@ class ApiServerStandIn:
                 pass
         inbound.cancel()
         raw.close()
+        if drop is not None:
+            drop.cancel()
         await ws.close()
         return ws
+
+    def _drop(self, request: web.Request, pod: str) -> None:
+        """Abort the exec's TCP connection: no close frame, no status (what a load balancer reset looks like)."""
+        self.dropped.append(pod)
+        if request.transport is not None:
+            request.transport.abort()
 
     @staticmethod
     def _exit_status(command: list[str], code: int | None) -> dict[str, Any]:

@@ -31,11 +31,13 @@ from core.runtime import labels as L
 from core.runtime import make_runtime
 from core.runtime.base import Entry, SandboxFile, SandboxSpec
 from core.runtime.docker_runtime import KEEP_CAPS
-from core.runtime.k8s import exec_ws
+from core.runtime.k8s import checks, detached, exec_ws
 from core.runtime.k8s.api import backoff_s
 from core.runtime.k8s.config import KubernetesConfig
-from core.runtime.k8s.manifest import network_policy_manifest
+from core.runtime.cloud_metadata import METADATA_ADDRESSES
+from core.runtime.k8s.manifest import HOST, KEEP_ALIVE, MANAGED_BY, allowed_block, dns_rules, host_id, network_policy_manifest
 from core.runtime.k8s.runtime import KubernetesRuntime
+from core.runtime.k8s.sandbox import UNPACK
 from core.runtime.k8s.startup import PodState, StartWatch
 from tests.k8s_apiserver import V4, V5, ApiServerStandIn
 
@@ -58,13 +60,19 @@ def test_manifest_is_valid_and_locked_down():
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
     meta, pod = manifest["metadata"], manifest["spec"]
     assert meta["namespace"] == NS
-    assert meta["labels"] == {L.MANAGED: "true", L.RUN: "run_1", L.ROLLOUT: "r_7", L.OWNER: "ann", "team": "x"}
+    assert meta["labels"] == {
+        L.MANAGED: "true", L.RUN: "run_1", L.ROLLOUT: "r_7", L.OWNER: "ann", "team": "x",
+        MANAGED_BY: "forgetui", HOST: host_id(),  # a namespace-wide cleanup, and `gc --all` of this host, find it
+    }
     assert meta["annotations"][f"{L.RUN}-raw"] == "run/1"
     assert pod["restartPolicy"] == "Never" and pod["activeDeadlineSeconds"] == 1500
     assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
     assert pod["terminationGracePeriodSeconds"] == 5  # never 0: no force deletes
     (ctr,) = pod["containers"]
-    assert ctr["resources"]["limits"] == {"cpu": "1500m", "memory": "2Gi", "ephemeral-storage": "10Gi"} == ctr["resources"]["requests"]
+    assert ctr["resources"]["limits"] == {"cpu": "1500m", "memory": "2Gi", "ephemeral-storage": "10Gi"}
+    # a small scratch request: a 10Gi request would fit one pod on a typical 20 GiB node, and leave the rest Unschedulable
+    assert ctr["resources"]["requests"] == {"cpu": "1500m", "memory": "2Gi", "ephemeral-storage": "1Gi"}
+    assert ctr["command"] == ["sh", "-c", KEEP_ALIVE] and "volumes" not in pod  # root: the workdir the runtime makes is writable
     sc = ctr["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
     # root keeps Docker's set, as the docker runtime does: the same task scores the same on both
@@ -73,12 +81,16 @@ def test_manifest_is_valid_and_locked_down():
 
 
 def test_restricted_and_other_pod_options_validate(caplog):
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}}
     cfg = KubernetesConfig(
         namespace="ns", pod_security="restricted", node_selector={"pool": "cpu"}, image_pull_secrets=["regcred"],
         service_account="sb", tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        add_capabilities=["NET_BIND_SERVICE", "SYS_ADMIN"], ephemeral_storage=None,
+        add_capabilities=["NET_BIND_SERVICE", "SYS_ADMIN"], ephemeral_storage=None, ephemeral_storage_request="2Gi",
+        cpu_request=0.25, memory_request="512Mi", runtime_class_name="gvisor", priority_class_name="rollouts",
+        affinity=affinity, annotations={"team.example/cost-center": "rl"},
     )
-    manifest = KubernetesRuntime(cfg).build_pod_manifest(_spec())
+    manifest = KubernetesRuntime(cfg).build_pod_manifest(_spec(image="task:1"))
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
     pod = manifest["spec"]
     sc = pod["containers"][0]["securityContext"]
@@ -88,7 +100,19 @@ def test_restricted_and_other_pod_options_validate(caplog):
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["nodeSelector"] == {"pool": "cpu"} and pod["imagePullSecrets"] == [{"name": "regcred"}]
-    assert "ephemeral-storage" not in pod["containers"][0]["resources"]["limits"]
+    assert (pod["runtimeClassName"], pod["priorityClassName"], pod["affinity"]) == ("gvisor", "rollouts", affinity)
+    assert manifest["metadata"]["annotations"]["team.example/cost-center"] == "rl"
+    resources = pod["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "250m", "memory": "512Mi", "ephemeral-storage": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    # uid 1000 cannot create /workspace (the container runtime makes it as root, 0755): an emptyDir there, seeded
+    # with what the image has at the workdir by an init container of the task image, the pod's group owning it
+    (seed,) = pod["initContainers"]
+    assert pod["volumes"] == [{"name": "forgetui-workdir", "emptyDir": {}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "forgetui-workdir", "mountPath": "/workspace"}]
+    assert seed["image"] == "task:1" and seed["command"][-1] == "/workspace" and seed["securityContext"] == sc
+    assert pod["securityContext"]["fsGroup"] == 1000
+    with pytest.raises(ConfigError, match="cpu_request .* over runtime.cpus"):
+        KubernetesRuntime(cfg).build_pod_manifest(_spec(cpus=0.1))
     broken = KubernetesRuntime(namespace="ns").build_pod_manifest(_spec())
     broken["spec"]["containers"][0]["securityContext"]["privileged"] = "no"
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -96,32 +120,74 @@ def test_restricted_and_other_pod_options_validate(caplog):
 
 
 def test_network_policy_lets_pods_reach_the_proxy_only():
-    by_ip = network_policy_manifest("run/1", "ann", KubernetesConfig(namespace=NS, egress_allow=["10.9.0.0/16"]), "http://172.18.0.1:8400")
+    by_ip = network_policy_manifest("run/1", "ann", KubernetesConfig(namespace=NS), "http://172.18.0.1:8400")
     kubernetes_validate.validate(by_ip, K8S_VERSION, strict=True)
     spec = by_ip["spec"]
     assert spec["podSelector"] == {"matchLabels": {L.MANAGED: "true", L.RUN: "run_1"}}
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
-    assert spec["egress"] == [
-        {"to": [{"ipBlock": {"cidr": "172.18.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 8400}]},
-        {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]},
-    ]
+    assert spec["egress"] == [{"to": [{"ipBlock": {"cidr": "172.18.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 8400}]}]
+    assert by_ip["metadata"]["labels"][MANAGED_BY] == "forgetui" and by_ip["metadata"]["labels"][HOST] == host_id()
     in_cluster = KubernetesConfig(namespace=NS, proxy_pod_labels={"app": "forgetui-proxy"}, proxy_namespace="forgetui")
     by_name = network_policy_manifest("r", "ann", in_cluster, "http://forgetui-proxy.forgetui.svc:8400")
     kubernetes_validate.validate(by_name, K8S_VERSION, strict=True)
-    proxy_rule, dns_rule = by_name["spec"]["egress"]
+    proxy_rule, *dns = by_name["spec"]["egress"]
     assert proxy_rule["to"][0]["podSelector"] == {"matchLabels": {"app": "forgetui-proxy"}}
     assert proxy_rule["to"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "forgetui"}}
-    assert {"protocol": "UDP", "port": 53} in dns_rule["ports"]  # a name needs the cluster's DNS
+    assert dns == dns_rules(in_cluster)  # a name needs a resolver: CoreDNS, NodeLocal DNSCache, OpenShift's (on 5353)
+    peers = [peer for rule in dns for peer in rule["to"]]
+    assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in peers
+    assert any(p.get("namespaceSelector", {}).get("matchLabels") == {"kubernetes.io/metadata.name": "openshift-dns"} for p in peers)
+    assert {"protocol": "UDP", "port": 5353} in dns[1]["ports"] and {"protocol": "UDP", "port": 53} in dns[0]["ports"]
     with pytest.raises(ConfigError, match="proxy_pod_labels"):
         network_policy_manifest("r", "ann", KubernetesConfig(), "http://proxy.example:8400")
-    # an allowed CIDR never opens the cloud metadata address, not even "everything"
+    # pods reaching a mirror by CIDR usually name it: DNS comes with egress_allow, and with dns = "always"
+    mirror = KubernetesConfig(namespace=NS, egress_allow=["10.9.0.0/16"], dns_cidrs=["10.0.0.2/32"])
+    rules = network_policy_manifest("r", "ann", mirror, "http://172.18.0.1:8400")["spec"]["egress"]
+    assert rules[1:] == [*dns_rules(mirror), {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]
+    assert {"ipBlock": {"cidr": "10.0.0.2/32"}} in rules[1]["to"]
+    assert len(network_policy_manifest("r", "ann", KubernetesConfig(dns="always"), "http://172.18.0.1:8400")["spec"]["egress"]) == 3
+    assert len(network_policy_manifest("r", "ann", mirror.model_copy(update={"dns": "never"}), "http://172.18.0.1:8400")["spec"]["egress"]) == 2
+    # an allowed CIDR never opens a cloud metadata address, not even "everything"
     wide = network_policy_manifest("r", "ann", KubernetesConfig(namespace=NS, egress_allow=["0.0.0.0/0", "::/0", "169.254.0.0/16", "10.0.0.0/8"]), "http://172.18.0.1:8400")
     kubernetes_validate.validate(wide, K8S_VERSION, strict=True)
-    blocks = [rule["to"][0]["ipBlock"] for rule in wide["spec"]["egress"][1:]]
+    blocks = [rule["to"][0]["ipBlock"] for rule in wide["spec"]["egress"] if "ports" not in rule]
+    v4 = [a + "/32" for a in METADATA_ADDRESSES if ":" not in a]
     assert blocks == [
-        {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}, {"cidr": "::/0", "except": ["fd00:ec2::254/128"]},
-        {"cidr": "169.254.0.0/16", "except": ["169.254.169.254/32"]}, {"cidr": "10.0.0.0/8"},
+        {"cidr": "0.0.0.0/0", "except": v4}, {"cidr": "::/0", "except": [a + "/128" for a in METADATA_ADDRESSES if ":" in a]},
+        {"cidr": "169.254.0.0/16", "except": [b for b in v4 if b.startswith("169.254.")]}, {"cidr": "10.0.0.0/8"},
     ]
+
+
+def test_one_list_of_metadata_addresses_closes_them_on_docker_and_kubernetes():
+    """The Docker egress proxy refuses, and the NetworkPolicy carves out, the same addresses (Azure's, Alibaba's, GCP's IPv6 too)."""
+    from core.runtime import egress
+
+    assert {"fd20:ce::254", "100.100.100.200", "168.63.129.16", "169.254.170.23", "169.254.169.254", "fd00:ec2::254"} <= set(METADATA_ADDRESSES)
+    carved = {x for cidr in ("0.0.0.0/0", "::/0") for x in allowed_block(cidr)["except"]}
+    for address in METADATA_ADDRESSES:
+        assert "metadata" in (egress.address_problem(address, private_ok=True) or ""), address
+        assert f"{address}/{32 if ':' not in address else 128}" in carved, address
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("egress_allow", ["pypi.org"], "is not a CIDR"),
+        ("egress_allow", "10.0.0.0/8,mirror.corp", "'mirror.corp' is not a CIDR"),
+        ("dns_cidrs", ["resolver"], "is not a CIDR"),
+        ("proxy_cidr", "proxy.example", "is not a CIDR"),
+        ("network_policy_probe", ["10.0.0.1"], "is not host:port"),
+        ("ephemeral_storage_request", "20Gi", "over the limit"),
+        ("ephemeral_storage", "lots", "not a Kubernetes quantity"),
+    ],
+)
+def test_bad_kubernetes_options_are_config_errors_when_the_config_loads(key, value, message):
+    """Not a plain ValueError at the first pod: `forgetui run` stops before anything starts, naming the key."""
+    from core.config import load_config
+
+    with pytest.raises(ConfigError, match=f"{key}.*{message}"):
+        load_config(None, ["runtime.kind=kubernetes", f"runtime.kubernetes.{key}={json.dumps(value)}"])
+    assert load_config(None, ['runtime.kubernetes.egress_allow="10.0.0.0/8, 192.168.5.0/24"']).runtime.kubernetes.egress_allow == ["10.0.0.0/8", "192.168.5.0/24"]
 
 
 def test_config_section_and_legacy_keys():
@@ -190,9 +256,19 @@ def standin(docker_client, base_image) -> Iterator[ApiServerStandIn]:
         yield server
 
 
+@pytest.fixture()
+def enforcing_standin(docker_client, base_image) -> Iterator[ApiServerStandIn]:
+    """A stand-in whose pods a NetworkPolicy isolates (their own network namespace, the policy's loopback ports relayed)."""
+    if os.geteuid() != 0:
+        pytest.skip("the stand-in enforces NetworkPolicies with listeners inside pods' network namespaces: it needs root")
+    with ApiServerStandIn(docker_client, enforce_network_policy=True) as server:
+        yield server
+
+
 def _runtime(server: ApiServerStandIn, **kw: Any) -> KubernetesRuntime:
     api_client = client.ApiClient(client.Configuration(host=server.url))
     kw.setdefault("request_timeout_s", 10)
+    kw.setdefault("require_network_policy", False)  # the stand-in ignores policies unless it enforces them (the isolation tests)
     return KubernetesRuntime(namespace=NS, api_client=api_client, poll_interval_s=0.05, **kw)
 
 
@@ -431,7 +507,8 @@ async def test_start_with_files_and_entry_then_reap_only_ours(standin, base_imag
     await sb.start(files=files, entry=Entry(["sh", "-c", "cat in.txt; ./bin/tool.sh; echo $FOO; exit 2"], 10, {"FOO": "bar"}))
     res = await sb.wait_entry()
     assert (res.exit_code, res.stdout, res.timed_out) == (2, "data\ntool\nbar\n", False)
-    assert len(standin.requests("GET", f"/pods/{sb.name}/exec$")) == 2  # both files in one upload, then the entry
+    scripts = [r.query[2][1] for r in standin.requests("GET", f"/pods/{sb.name}/exec$")]  # sh -c SCRIPT ...
+    assert scripts == [checks.PROBE, UNPACK, detached.LAUNCH]  # the first pod's probe, both files in one upload, the entry
     other = rt.create(_live(base_image, run_id="run-other"))
     await other.start()
     stranger = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranger", "labels": {L.RUN: "run-k8s"}},
@@ -475,11 +552,12 @@ def _kubeconfig(tmp_path: Path, standin: ApiServerStandIn) -> Path:
     return path
 
 
-def test_a_run_on_kubernetes_survives_a_killed_pod(standin, base_image, tmp_path, monkeypatch):
-    """kubeconfig → official client → stand-in pods; the killed pod is an infra error, retried, and nothing is left."""
+def test_a_run_on_kubernetes_survives_a_killed_pod(enforcing_standin, base_image, tmp_path, monkeypatch):
+    """kubeconfig → official client → stand-in pods, isolated by the run's policy; the killed pod is an infra error, retried, and nothing is left."""
     from core.config import load_config
     from core.run import execute_run
 
+    standin = enforcing_standin
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
     kubeconfig = _kubeconfig(tmp_path, standin)
     port = _free_port()
@@ -496,7 +574,8 @@ def test_a_run_on_kubernetes_survives_a_killed_pod(standin, base_image, tmp_path
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not killed:
             for (ns, name), pod in list(standin.pods.items()):
-                if pod.obj["status"].get("phase") == "Running" and len(standin.requests("GET", f"/pods/{name}/exec$")) >= 2:
+                launched = [r for r in standin.requests("GET", f"/pods/{name}/exec$") if ("command", detached.LAUNCH) in r.query]
+                if pod.obj["status"].get("phase") == "Running" and launched:  # the harness runs
                     time.sleep(1.0)
                     standin.kill_pod(ns, name)
                     killed.append(name)
@@ -526,7 +605,7 @@ def _rbac_need(seen: Any) -> tuple[str, str, str]:
     group = "networking.k8s.io" if seen.path.startswith("/apis/networking.k8s.io/") else ""
     parts = seen.path.split("/namespaces/", 1)[1].split("/")  # ns, resource, [name, [subresource]]
     resource = parts[1] + (f"/{parts[3]}" if len(parts) > 3 else "")
-    verb = {"POST": "create", "DELETE": "delete", "GET": "get" if len(parts) > 2 else "list"}[seen.method]
+    verb = {"POST": "create", "DELETE": "delete", "PUT": "update", "GET": "get" if len(parts) > 2 else "list"}[seen.method]
     return group, resource, verb
 
 
@@ -597,7 +676,7 @@ def test_gc_reaps_the_configured_namespace(standin, base_image, tmp_path, monkey
     config.write_text(f'[runtime]\nkind = "kubernetes"\n[runtime.kubernetes]\nkubeconfig = "{kubeconfig}"\nnamespace = "{NS}"\n')
     assert main(["gc", "--runtime", "kubernetes", "--all", "--config", str(config)]) == 0
     assert capsys.readouterr().out.strip() == "1"
-    assert standin.pods[(NS, sb.name)].obj["metadata"]["deletionTimestamp"]
+    assert standin.requests("DELETE", f"/pods/{sb.name}$")
 
 
 class _SilentApiServer:

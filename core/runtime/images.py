@@ -143,6 +143,31 @@ def image_exists(client: Any, tag: str) -> bool:
         return False
 
 
+def image_platform(client: Any, tag: str) -> str:
+    """``os/architecture[/variant]`` of a local image (``linux/amd64``, ``linux/arm64/v8``)."""
+    attrs = client.images.get(tag).attrs
+    return "/".join(p for p in (attrs.get("Os"), attrs.get("Architecture"), attrs.get("Variant")) if p)
+
+
+def platform_matches(actual: str, wanted: str) -> bool:
+    """Whether an image of ``actual`` platform runs as ``wanted`` (a variant is compared only when both name one)."""
+    a, w = actual.lower().split("/"), wanted.lower().split("/")
+    return a[:2] == w[:2] and (len(a) < 3 or len(w) < 3 or a[2] == w[2])
+
+
+def require_platform(client: Any, tag: str, platform: str | None) -> None:
+    """SandboxError when ``tag`` is not built for ``platform`` (None: any): pods on other nodes would fail to start."""
+    if platform is None:
+        return
+    actual = image_platform(client, tag)
+    if not platform_matches(actual, platform):
+        raise SandboxError(
+            f"image {tag} is {actual}, not {platform}: the base image must exist for {platform} (runtime.base_image: a "
+            f"multi-platform image from a registry, or one bootstrapped on a {platform} machine) and RUN steps of another "
+            "architecture need QEMU emulation on this engine (binfmt_misc, e.g. the tonistiigi/binfmt image)"
+        )
+
+
 def ensure_image(
     client: Any,
     base: str,
@@ -150,8 +175,9 @@ def ensure_image(
     ca_bundle: Path | None = None,
     *,
     network_mode: str | None = None,
+    platform: str | None = None,
 ) -> str:
-    """Build ``base`` + ``layers`` unless its content-hash tag already exists; returns the tag.
+    """Build ``base`` + ``layers`` unless its content-hash tag already exists (for ``platform``, if given); returns the tag.
 
     With ``ca_bundle`` (e.g. the host's /etc/ssl/certs/ca-certificates.crt behind a TLS-intercepting
     proxy) the bundle is copied into the image and SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
@@ -161,7 +187,7 @@ def ensure_image(
         return base
     ca = Path(ca_bundle).read_bytes() if ca_bundle is not None else None
     tag = image_tag(base, layers, ca)
-    if image_exists(client, tag):
+    if image_exists(client, tag) and (platform is None or platform_matches(image_platform(client, tag), platform)):
         log.info("image %s exists; reusing it", tag)
         return tag
     if not image_exists(client, base):
@@ -172,12 +198,18 @@ def ensure_image(
     context = _context_tar(dockerfile_text(base, layers, ca is not None), layers, ca)
     labels = {L.IMAGE: "true", "forgetui.layers": ",".join(x.name for x in layers), "forgetui.base": base}
     log.info("building image %s from %s (+%s)", tag, base, ", ".join(x.name for x in layers) or "CA bundle")
-    _build(client, context, tag, labels, network_mode)
+    _build(client, context, tag, labels, network_mode, platform)
     return tag
 
 
-def _build(client: Any, context: IO[bytes], tag: str, labels: dict[str, str], network_mode: str | None = None) -> None:
-    """Run one docker build from a tar context; a failure raises SandboxError with the build output's tail."""
+def _build(
+    client: Any, context: IO[bytes], tag: str, labels: dict[str, str], network_mode: str | None = None, platform: str | None = None
+) -> None:
+    """Run one docker build from a tar context; a failure raises SandboxError with the build output's tail.
+
+    ``platform``: the image's (``linux/arm64``); the engine's classic builder quietly builds on a local base of
+    another platform, so the result is checked (``require_platform``).
+    """
     import docker.errors
 
     buildargs = {k: v for k in _PROXY_ARGS if (v := os.environ.get(k))}
@@ -193,6 +225,7 @@ def _build(client: Any, context: IO[bytes], tag: str, labels: dict[str, str], ne
             buildargs=buildargs or None,
             network_mode=network_mode,
             labels=labels,
+            platform=platform,
         )
         for chunk in stream:
             if "stream" in chunk:
@@ -207,6 +240,7 @@ def _build(client: Any, context: IO[bytes], tag: str, labels: dict[str, str], ne
         raise SandboxError(f"building image {tag} failed: {exc}") from exc
     if not image_exists(client, tag):
         raise SandboxError(f"building image {tag} reported success but the engine has no such image")
+    require_platform(client, tag, platform)
     log.info("built image %s", tag)
 
 
@@ -236,10 +270,10 @@ def dockerfile_image_tag(name: str, dockerfile: str, context: Path | None) -> st
     return f"forgetui/task-{_repo_name([ImageLayer(name, '')])}:{TaskImage(dockerfile, context).digest()[:12]}"
 
 
-def ensure_dockerfile_image(client: Any, name: str, dockerfile: str, context: Path | None = None) -> str:
+def ensure_dockerfile_image(client: Any, name: str, dockerfile: str, context: Path | None = None, platform: str | None = None) -> str:
     """Build a task's own Dockerfile (any FROM: it must be pullable or present locally) once; returns its tag."""
     tag = dockerfile_image_tag(name, dockerfile, context)
-    if image_exists(client, tag):
+    if image_exists(client, tag) and (platform is None or platform_matches(image_platform(client, tag), platform)):
         return tag
     buf: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -253,7 +287,7 @@ def ensure_dockerfile_image(client: Any, name: str, dockerfile: str, context: Pa
         tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
     log.info("building task image %s for %s", tag, name)
-    _build(client, buf, tag, {L.IMAGE: "true", "forgetui.task": name})
+    _build(client, buf, tag, {L.IMAGE: "true", "forgetui.task": name}, platform=platform)
     return tag
 
 

@@ -123,25 +123,27 @@ class RunImages:
         # no PATH here: a pod's env would replace the image's; the pod's exec script puts the harness's first
         return self._describe(self._on_base(self._task_base(task), self.env_layers), {mounted: harness_volume.MOUNT})
 
-    def k8s_build_blocking(self, tasks: list[Task] | None = None) -> list[str]:
+    def k8s_build_blocking(self, tasks: list[Task] | None = None, platform: str | None = None) -> list[str]:
         """Build on this Docker engine (``self.runtime``) every image a Kubernetes run of ``tasks`` pulls; returns their tags.
 
         One image per distinct task base (the configured base, or each task's own Dockerfile) with the
         env's layers, then the shared harness's image (or, with ``shared_harness = false``, the harness
-        baked into each task image).
+        baked into each task image). ``platform`` (``linux/arm64``): the nodes'; every image is checked to be built for it.
         """
         client = self.runtime.client  # type: ignore[attr-defined]
         base = self.config.runtime.base_image
         if not images.image_exists(client, base):
             raise SandboxError(f"base image {base} is not present: run `forgetui images bootstrap` (no registry needed) or pull/build it")
         own = {self._task_base(t): t for t in tasks or [] if t.image is not None}  # by the tag pods will name
-        bases = [images.ensure_dockerfile_image(client, t.id, t.image.dockerfile, t.image.context) for t in own.values() if t.image]
+        bases = [images.ensure_dockerfile_image(client, t.id, t.image.dockerfile, t.image.context, platform) for t in own.values() if t.image]
         if not tasks or any(t.image is None for t in tasks):
             bases.insert(0, base)
         layers = self.env_layers if self.shares_harness else self.layers
-        out = [images.ensure_image(client, b, layers, self.ca) if layers or self.ca else b for b in bases]
+        out = [images.ensure_image(client, b, layers, self.ca, platform=platform) if layers or self.ca else b for b in bases]
         if self.shares_harness:
-            out += k8s_harness.build(client, base, self.harness_layers, self.ca, self.config.runtime.kubernetes.harness_mount)
+            out += k8s_harness.build(client, base, self.harness_layers, self.ca, self.config.runtime.kubernetes.harness_mount, platform)
+        for tag in dict.fromkeys(out):  # the bare base is pushed as it is: it must be for the nodes too
+            images.require_platform(client, tag, platform)
         return list(dict.fromkeys(out))
 
     def default_blocking(self) -> str:

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +23,36 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 20.0
 
 
+_TOKEN_LOCK = threading.Lock()
+_locked_class: type | None = None
+
+
+def _configuration_class() -> type:
+    """``kubernetes.client.Configuration`` whose token lookups (where refresh hooks run) take one lock.
+
+    The kubeconfig loader's hook runs an exec plugin (aws, gke-gcloud-auth-plugin, kubelogin) when the token is
+    near its expiry, and the in-cluster one rereads the service-account token; neither locks, so concurrent
+    execs and REST calls from many threads would each run the plugin at once and race on the token they
+    store. A subclass rather than a wrapped hook: the loaders put their hook back on every refresh.
+    """
+    global _locked_class
+    if _locked_class is None:
+        from kubernetes import client
+
+        class LockedConfiguration(client.Configuration):  # type: ignore[misc]
+            def get_api_key_with_prefix(self, identifier: str, alias: str | None = None) -> str | None:
+                with _TOKEN_LOCK:
+                    return super().get_api_key_with_prefix(identifier, alias)
+
+        _locked_class = LockedConfiguration
+    return _locked_class
+
+
 def load_configuration(cfg: KubernetesConfig) -> Any:
     """A ``kubernetes.client.Configuration`` from the kubeconfig (path, context) or the pod's service account."""
-    from kubernetes import client, config
+    from kubernetes import config
 
-    conf = client.Configuration()
+    conf = _configuration_class()()
     in_cluster = cfg.in_cluster
     if in_cluster is None:
         in_cluster = cfg.kubeconfig is None and _in_cluster_env()

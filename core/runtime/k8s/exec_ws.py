@@ -13,7 +13,7 @@ channel (stdin EOF). Nothing here depends on closing stdin: callers send byte co
 from __future__ import annotations
 
 import json
-import select
+import selectors
 import ssl
 import time
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ class ExecStreamError(SandboxError):
 
 
 class ExecStatusError(SandboxError):
-    """The error channel reported no exit code (empty, InternalError, a Failure without details, garbage)."""
+    """The error channel reported no exit code (InternalError, a Failure without details, garbage); empty: ExecStreamError."""
 
 
 @dataclass
@@ -112,11 +112,12 @@ def _status_message(body: str) -> str:
         return body[:500]
 
 
-def _readable(ws: Any, timeout_s: float) -> bool:
+def _readable(ws: Any, waiting: selectors.BaseSelector, timeout_s: float) -> bool:
+    """Whether a frame can be read within ``timeout_s`` (a selector: ``select()`` fails on descriptors past 1024)."""
     sock = ws.sock
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    return bool(select.select([sock], [], [], max(0.0, timeout_s))[0])
+    return bool(waiting.select(max(0.0, timeout_s)))
 
 
 def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall_s: float, moving_s: float | None = None) -> ExecOutcome:
@@ -131,7 +132,9 @@ def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall
     protocol = ws.subprotocol or V4
     out, err, status = bytearray(), bytearray(), bytearray()
     end = time.monotonic() + deadline_s
+    waiting = selectors.DefaultSelector()
     try:
+        waiting.register(ws.sock, selectors.EVENT_READ)
         if stdin:
             for i in range(0, len(stdin), FRAME_BYTES):
                 ws.send_binary(bytes([STDIN]) + stdin[i : i + FRAME_BYTES])
@@ -147,7 +150,7 @@ def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall
             if now - max(heard, pinged) >= ping_s:
                 ws.ping()
                 pinged = now
-            if not _readable(ws, min(end - now, ping_s, 1.0)):
+            if not _readable(ws, waiting, min(end - now, ping_s, 1.0)):
                 continue
             opcode, frame = ws.recv_data_frame(True)
             heard = time.monotonic()
@@ -171,6 +174,7 @@ def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall
     except (websocket.WebSocketException, OSError) as exc:
         raise ExecStreamError(f"exec connection dropped: {type(exc).__name__}: {exc}") from exc
     finally:
+        waiting.close()
         try:
             ws.close(timeout=1)
         except Exception:  # noqa: BLE001 - closing a dead socket
@@ -180,8 +184,8 @@ def run(ws: Any, stdin: bytes | None, deadline_s: float, *, ping_s: float, stall
 def exit_code(status: bytes) -> int:
     """The command's exit code from the error channel's ``metav1.Status``; ExecStatusError when it has none."""
     text = status.decode(errors="replace").strip()
-    if not text:
-        raise ExecStatusError("exec ended without an exit status (the pod was deleted, evicted or hit its deadline)")
+    if not text:  # the stream was cut (a load balancer, an API server restart) or the pod went: the caller asks which
+        raise ExecStreamError("exec ended without an exit status (its stream was cut, or the pod was deleted, evicted or hit its deadline)")
     try:
         obj = json.loads(text)
     except ValueError as exc:

@@ -64,11 +64,11 @@ def mounted_image(base: str, layers: list[ImageLayer], ca: bytes | None, mode: M
     return tree_image(tag) if mode == "image" else tag
 
 
-def build(client: Any, base: str, layers: list[ImageLayer], ca_bundle: Path | None, mode: Mode) -> list[str]:
-    """Build what pods of ``mode`` pull on the local Docker engine; returns those tags (to push)."""
+def build(client: Any, base: str, layers: list[ImageLayer], ca_bundle: Path | None, mode: Mode, platform: str | None = None) -> list[str]:
+    """Build what pods of ``mode`` pull on the local Docker engine (for ``platform``, if given); returns those tags (to push)."""
     # recipes install on the host and only copy in: the build needs no network
-    tag = ensure_image(client, base, layers, ca_bundle, network_mode="none")
-    return [ensure_image(client, tag, [_tree_layer(tag)], network_mode="none")] if mode == "image" else [tag]
+    tag = ensure_image(client, base, layers, ca_bundle, network_mode="none", platform=platform)
+    return [ensure_image(client, tag, [_tree_layer(tag)], network_mode="none", platform=platform)] if mode == "image" else [tag]
 
 
 def pod_parts(

@@ -22,6 +22,9 @@ LIFETIME_GRACE_S = 600  # activeDeadlineSeconds = the rollout's timeout + this
 RESTRICTED_UID = 1000  # "restricted" forbids root: the uid used when run_as_user is not set
 MANAGED_BY = "app.kubernetes.io/managed-by"  # the well-known label: `kubectl delete pods,networkpolicies -l app.kubernetes.io/managed-by=forgetui`
 HOST = "forgetui.host"  # the host whose forgetui made it: `gc --all` removes its own host's pods only
+# The pod's own process: it only keeps the pod up (commands come over exec), and ends at once on SIGTERM, so a
+# delete is done when the kubelet confirms it, not at the end of the grace period (`sleep` as pid 1 ignores TERM).
+KEEP_ALIVE = "trap 'exit 0' TERM; sleep infinity & wait"
 # An emptyDir at the workdir (non-root pods): an init container of the task image copies what the image has
 # there into it first, entry by entry as in harness.INIT_SCRIPT (a non-root `cp -a dir/. vol/` would set the
 # times of the volume's root, which it does not own: EPERM).
@@ -155,7 +158,7 @@ def pod_manifest(
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": cfg.image_pull_policy,
-        "command": ["sleep", "infinity"],
+        "command": ["sh", "-c", KEEP_ALIVE],
         "workingDir": spec.workdir,
         "env": [{"name": k, "value": str(v)} for k, v in env.items()],
         "resources": resources,

@@ -4,28 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec
+from core.runtime.k8s import checks
 from core.runtime.k8s.api import Api, status_of
 from core.runtime.k8s.config import KubernetesConfig
-from core.runtime.k8s.manifest import network_policy_manifest, pod_manifest
+from core.runtime.k8s.manifest import HOST, host_id, network_policy_manifest, pod_manifest
 from core.runtime.k8s.sandbox import KubernetesSandbox
 
 log = logging.getLogger(__name__)
 
-# Asks the proxy's /health from inside a pod with whatever client the image has (exit 3: none).
-PROXY_CHECK = (
-    'u="$1/health"; '
-    'if command -v curl >/dev/null 2>&1; then curl -fsS -m 10 -o /dev/null "$u"; '
-    'elif command -v wget >/dev/null 2>&1; then wget -q -T 10 -O /dev/null "$u"; '
-    "elif command -v python3 >/dev/null 2>&1; then python3 -c 'import sys, urllib.request; "
-    "urllib.request.urlopen(sys.argv[1], timeout=10)' \"$u\"; "
-    "else exit 3; fi"
+GONE_WAIT_S = 30.0  # after the grace period: how long a run's end waits for its pods to go before it deletes their policy
+UNENFORCED_HINT = (
+    "the cluster's network plugin does not enforce NetworkPolicies (EKS: the VPC CNI's network policy agent is off; "
+    "GKE Standard: network policy enforcement is off; k3s: --disable-network-policy; kind: an old kindnet), so pods "
+    "reach everything, cloud metadata endpoints included"
 )
+
+
+class IsolationRefused(SandboxError):
+    """The run's NetworkPolicy is not enforced and ``require_network_policy`` is on: no pod of the run may start."""
 
 
 class KubernetesRuntime:
@@ -54,9 +57,9 @@ class KubernetesRuntime:
         self.registry = registry
         self.poll_interval_s = poll_interval_s
         self.api = Api(self.cfg, api_client)
-        self._policies: dict[str, asyncio.Future[None]] = {}
-        self._proxy_ok = False
-        self._proxy_lock = asyncio.Lock()
+        self._policies: dict[str, asyncio.Future[dict[str, str]]] = {}  # run id -> its policy's name and uid
+        self._checked: dict[str, IsolationRefused | None] = {}  # run id -> what its first pod found
+        self._check_lock = asyncio.Lock()
 
     @property
     def namespace(self) -> str:
@@ -75,8 +78,12 @@ class KubernetesRuntime:
             return False
 
     def build_pod_manifest(self, spec: SandboxSpec, name: str | None = None) -> dict[str, Any]:
-        """The Pod object for ``spec`` (what `create` would send)."""
-        return pod_manifest(spec, name or C.sandbox_name(spec.run_id, spec.rollout_id), self.cfg, self.proxy_public_url, self.registry)
+        """The Pod object for ``spec`` (what `create` would send), owned by its run's NetworkPolicy once that exists."""
+        pending = self._policies.get(spec.run_id)
+        owner = pending.result() if pending is not None and pending.done() and pending.exception() is None else None
+        return pod_manifest(
+            spec, name or C.sandbox_name(spec.run_id, spec.rollout_id), self.cfg, self.proxy_public_url, self.registry, owner
+        )
 
     def create(self, spec: SandboxSpec) -> KubernetesSandbox:
         return KubernetesSandbox(self, spec)
@@ -84,7 +91,10 @@ class KubernetesRuntime:
     # -- once per run -----------------------------------------------------------------------
 
     async def prepare_run(self, spec: SandboxSpec) -> None:
-        """Create the run's NetworkPolicy before its first pod (once; later pods wait for it)."""
+        """Create the run's NetworkPolicy before its first pod (once; later pods wait for it). A refused run stays refused."""
+        refused = self._checked.get(spec.run_id)
+        if refused is not None:
+            raise refused
         if not self.cfg.network_policy:
             return
         pending = self._policies.get(spec.run_id)
@@ -93,44 +103,100 @@ class KubernetesRuntime:
             self._policies[spec.run_id] = pending
         await asyncio.shield(pending)
 
-    def _create_policy(self, run_id: str, owner: str) -> None:
+    def _create_policy(self, run_id: str, owner: str) -> dict[str, str]:
+        """Create the run's policy, or replace the one a crashed or resumed run left (its rules may be stale)."""
         body = network_policy_manifest(run_id, owner, self.cfg, self.proxy_public_url)
+        name, api = body["metadata"]["name"], self.api
         try:
-            self.api.call(
-                f"creating NetworkPolicy {self.namespace}/{body['metadata']['name']}",
-                self.api.net.create_namespaced_network_policy, self.namespace, body, ok=(409,),
-            )
+            made = api.call(f"creating NetworkPolicy {self.namespace}/{name}", api.net.create_namespaced_network_policy, self.namespace, body, ok=(409,))
+            if made is None:  # it exists (`--resume`, or our own create whose answer was lost): this config's rules win
+                current = api.call(f"reading NetworkPolicy {self.namespace}/{name}", api.net.read_namespaced_network_policy, name, self.namespace)
+                body["metadata"]["resourceVersion"] = current.metadata.resource_version
+                made = api.call(f"replacing NetworkPolicy {self.namespace}/{name}", api.net.replace_namespaced_network_policy, name, self.namespace, body)
+                log.info("replaced the existing NetworkPolicy %s/%s with this run's rules", self.namespace, name)
         except SandboxError as exc:
             if status_of(exc.__cause__ or exc) == 403:
                 raise SandboxError(
-                    f"{exc}: grant networkpolicies create/list/delete in {self.namespace} "
+                    f"{exc}: grant networkpolicies create/get/update/list/delete in {self.namespace} "
                     "(examples/kubernetes-rbac.yaml) or set runtime.kubernetes.network_policy = false"
                 ) from exc
             raise
+        return {"name": name, "uid": made.metadata.uid}
 
-    async def check_proxy(self, sandbox: KubernetesSandbox) -> None:
-        """From the first Running pod: does ``proxy_public_url`` answer? If not, a SandboxError (infra), not an agent failure."""
-        if self._proxy_ok or not self.proxy_public_url or not self.cfg.check_proxy:
-            return
-        async with self._proxy_lock:
-            if self._proxy_ok:
+    async def check_pod(self, sandbox: KubernetesSandbox) -> None:
+        """From the first Running pod of a run: the proxy answers, and the policy keeps everything else out.
+
+        A proxy the pod cannot reach is a SandboxError (an infra error), not an agent failure; an unenforced
+        policy refuses the run (IsolationRefused, for every later pod too) unless ``require_network_policy`` is off.
+        """
+        run = sandbox.spec.run_id
+        async with self._check_lock:
+            if run in self._checked:
+                if self._checked[run] is not None:
+                    raise self._checked[run]  # type: ignore[misc]
                 return
-            code, out, err = await sandbox._run(["sh", "-c", PROXY_CHECK, "sh", self.proxy_public_url], None, 30.0)
-            if code == 3:
-                log.warning("pod %s has no curl, wget or python3: cannot check that it reaches the proxy", sandbox.name)
-            elif code != 0:
-                detail = (err or out).decode(errors="replace").strip()[-300:] or f"exit {code}"
-                raise SandboxError(
-                    f"pods cannot reach the recording proxy at {self.proxy_public_url} ({detail}): set proxy.public_url "
-                    "to an address pods reach (a Service, a node IP; README 'Kubernetes') and proxy.host = 0.0.0.0"
-                )
-            self._proxy_ok = True
+            await self._check_proxy(sandbox)
+            try:
+                await self._check_isolation(sandbox)
+            except IsolationRefused as exc:
+                self._checked[run] = exc
+                raise
+            self._checked[run] = None
+
+    async def _check_proxy(self, sandbox: KubernetesSandbox) -> None:
+        if not self.proxy_public_url or not self.cfg.check_proxy:
+            return
+        code, out, err = await sandbox._run(["sh", "-c", checks.PROXY_CHECK, "sh", self.proxy_public_url], None, 30.0)
+        if code == 3:
+            log.warning("pod %s has no curl, wget or python3: cannot check that it reaches the proxy", sandbox.name)
+        elif code != 0:
+            detail = (err or out).decode(errors="replace").strip()[-300:] or f"exit {code}"
+            raise SandboxError(
+                f"pods cannot reach the recording proxy at {self.proxy_public_url} ({detail}): set proxy.public_url "
+                "to an address pods reach (a Service, a node IP; README 'Kubernetes') and proxy.host = 0.0.0.0"
+            )
+
+    async def _check_isolation(self, sandbox: KubernetesSandbox) -> None:
+        if not self.cfg.network_policy:
+            return
+        policy = network_policy_manifest(sandbox.spec.run_id, sandbox.spec.owner, self.cfg, self.proxy_public_url)
+        deadline = 10.0 + 2 * checks.PROBE_TIMEOUT_S * max(1, len(self.cfg.network_policy_probe))
+        code, out, err = await sandbox._run(["sh", "-c", checks.PROBE, "sh", *checks.probe_args(self.cfg)], None, deadline)
+        probes = checks.parse_probes(out.decode(errors="replace")) if code == 0 else []
+        verdict, where = checks.isolation_verdict(policy, probes)
+        name = f"{self.namespace}/{policy['metadata']['name']}"
+        if verdict == "enforced":
+            log.info("NetworkPolicy %s is enforced: pod %s could not reach %s", name, sandbox.name, where)
+        elif verdict == "unknown":
+            detail = (err.decode(errors="replace").strip()[-200:] or f"exit {code}") if code != 0 else f"tried {where}"
+            log.warning(
+                "could not check that NetworkPolicy %s is enforced (%s): pod %s has no python3, bash or nc, or no "
+                "destination the policy forbids was known; set runtime.kubernetes.network_policy_probe", name, detail, sandbox.name,
+            )
+        elif self.cfg.require_network_policy:
+            raise IsolationRefused(
+                f"refusing to run: NetworkPolicy {name} is not enforced: pod {sandbox.name} reached {where}, which the "
+                f"policy forbids; {UNENFORCED_HINT}. Enable enforcement on the cluster, or set "
+                "runtime.kubernetes.require_network_policy = false to run with pods that are not isolated"
+            )
+        else:
+            log.warning(
+                "\n%s\nNETWORK POLICY NOT ENFORCED: pod %s reached %s, which NetworkPolicy %s forbids; %s. Running anyway "
+                "because runtime.kubernetes.require_network_policy = false: the harness and the task's code can reach "
+                "every address the node reaches.\n%s", "!" * 100, sandbox.name, where, name, UNENFORCED_HINT, "!" * 100,
+            )
 
     # -- cleanup ----------------------------------------------------------------------------
 
-    async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
+    def _selector(self, run_id: str | None, owner: str | None) -> dict[str, str]:
+        """Labels selecting our pods: of a run, or of an owner on this host (a login is shared by CI hosts)."""
         sel = {k: L.k8s_value(v) for k, v in L.selector(run_id, owner).items()}
-        return await asyncio.to_thread(self._reap_blocking, sel, stopped)
+        if owner is not None and run_id is None:
+            sel[HOST] = host_id()
+        return sel
+
+    async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
+        return await asyncio.to_thread(self._reap_blocking, self._selector(run_id, owner), stopped)
 
     def _reap_blocking(self, sel: dict[str, str], stopped: bool) -> int:
         api, selector = self.api, L.k8s_selector(sel)
@@ -152,10 +218,29 @@ class KubernetesRuntime:
             except SandboxError as exc:
                 log.warning("%s", exc)
         if not stopped and self.cfg.network_policy:
-            self._reap_policies(sel, selector)
+            # a pod's commands keep running through its grace period: its policy goes only after it is gone
+            if self._wait_gone(sel, selector, self.cfg.termination_grace_s + GONE_WAIT_S):
+                self._reap_policies(sel, selector)
+            else:
+                log.warning("pods of %s are still terminating: their NetworkPolicy stays until they are gone (`forgetui gc` removes it)", selector)
         if removed:
             log.info("reaped %d forgetui pod(s) in %s (%s)", removed, self.namespace, sel)
         return removed
+
+    def _wait_gone(self, sel: dict[str, str], selector: str, timeout_s: float) -> bool:
+        """Whether every pod ``sel`` selects is gone from the API within ``timeout_s`` (the kubelet confirmed its end)."""
+        api, deadline = self.api, time.monotonic() + timeout_s
+        while True:
+            try:
+                pods = api.call(f"listing pods in namespace {self.namespace}", api.core.list_namespaced_pod, self.namespace, label_selector=selector)
+            except SandboxError as exc:
+                log.warning("%s", exc)
+                return False
+            if not [p for p in (pods.items if pods else []) if L.matches(p.metadata.labels, sel)]:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.poll_interval_s)
 
     def _reap_policies(self, sel: dict[str, str], selector: str) -> None:
         api = self.api
@@ -175,4 +260,4 @@ class KubernetesRuntime:
             del self._policies[key]  # a later pod of that run creates it again
 
 
-__all__ = ["KubernetesRuntime"]
+__all__ = ["IsolationRefused", "KubernetesRuntime"]

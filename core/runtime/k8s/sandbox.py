@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import math
 import secrets
 import shlex
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime.base import Entry, EntryByExec, ExecResult, SandboxFile, SandboxSpec, shell_command
-from core.runtime.k8s import exec_ws, harness
+from core.runtime.k8s import detached, diagnose, exec_ws, harness
 from core.runtime.k8s.api import RETRY_STATUSES, backoff_s, status_of
 from core.runtime.k8s.manifest import CONTAINER, in_registry
 from core.runtime.k8s.startup import StartWatch, read_state
@@ -24,16 +25,26 @@ from core.runtime.k8s.startup import StartWatch, read_state
 if TYPE_CHECKING:
     from core.runtime.k8s.runtime import KubernetesRuntime
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 DEADLINE_GRACE_S = 10.0  # client-side deadline = the command's timeout + this
 COPY_BASE_S = 60.0  # a copy's deadline: this + COPY_S_PER_MIB per MiB
 COPY_S_PER_MIB = 2.0
 GONE_EXIT = 137  # what a command killed with its pod reports
 # Unpack N bytes of tar from stdin into a folder: `head -c` ends the input, so nothing waits for a stdin
-# EOF (only the v5 protocol can send one, and GNU tar reads its input to the end).
+# EOF (only the v5 protocol can send one, and GNU tar reads its input to the end). A command's own script
+# travels the same way (core.runtime.k8s.detached): its argv, env and stdin go in the stream, not in the
+# exec URL (API server audit logs record URLs).
 UNPACK = 'mkdir -p "$2" && head -c "$1" | tar xf - -C "$2"'
-# The same, then run the unpacked script: a command's argv, env and stdin travel in the stream, not in
-# the exec URL (API server audit logs record URLs).
-UNPACK_AND_RUN = 'head -c "$1" | tar xf - -C / || exit 126; exec sh "$2" </dev/null'
+
+
+class PodGone(SandboxError):
+    """The pod was deleted, evicted, killed or is past its deadline: nothing more will run in it."""
+
+
+class StreamLost(SandboxError):
+    """An exec's stream failed or ended without a status while the pod lives: what ran may still be running."""
 
 
 def command_script(
@@ -72,15 +83,23 @@ class KubernetesSandbox:
         self._stopped = False
         self._transcript: list[str] = []
         self._entry = EntryByExec()
+        self._finished_dirs: list[str] = []  # detached commands' folders, removed by the next launch
 
     @property
     def id(self) -> str:
         return self.name
 
-    def _gone(self, detail: str) -> SandboxError:
-        return SandboxError(
+    def _gone(self, detail: str, pod: Any = None) -> PodGone:
+        """The "gone" error (blocking); with the pod's last state (``pod``), what ended it: an eviction, an OOM kill,
+        the deadline, or its own process failing (then with its last log lines: an ``exec format error``, say)."""
+        why = read_state(pod).ended if pod is not None else None
+        text = f"{detail}{'; ' + why if why else ''}"
+        if why and "container " + CONTAINER in why and not pod.metadata.deletion_timestamp:
+            text += f"; its logs: {self._log_tail_blocking(CONTAINER)}"
+        hint = diagnose.hint_for(text)
+        return PodGone(
             f"sandbox {self.name} is gone: pod {self.namespace}/{self.name} was deleted, evicted, killed or "
-            f"past its deadline outside forgetui ({detail})"
+            f"past its deadline outside forgetui, or its own process ended ({text}){'; ' + hint if hint else ''}"
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -91,13 +110,16 @@ class KubernetesSandbox:
         await self.runtime.prepare_run(self.spec)
         manifest = self.runtime.build_pod_manifest(self.spec, self.name)
         api = self.runtime.api
-        await asyncio.to_thread(
-            api.call, f"creating pod {self.namespace}/{self.name}", api.core.create_namespaced_pod, self.namespace, manifest, ok=(409,)
-        )  # 409: an earlier try that timed out did create it (the name is ours alone)
+        try:
+            await asyncio.to_thread(
+                api.call, f"creating pod {self.namespace}/{self.name}", api.core.create_namespaced_pod, self.namespace, manifest, ok=(409,)
+            )  # 409: an earlier try that timed out did create it (the name is ours alone)
+        except SandboxError as exc:
+            raise _admission_hint(exc, self.runtime.cfg.pod_security) from exc
         self._started = True
         try:
             await self._wait_running()
-            await self.runtime.check_proxy(self)
+            await self.runtime.check_pod(self)
         except BaseException:
             await self.stop()
             raise
@@ -118,17 +140,27 @@ class KubernetesSandbox:
                 if watch.check(state):
                     return
             except SandboxError as exc:
-                if state.ended and state.container:  # an init container failed: what it said is the useful part
-                    raise SandboxError(f"{exc}: {await self._container_log_tail(state.container)}") from exc
-                raise
+                raise SandboxError(await self._diagnosis(str(exc), state)) from exc
             await asyncio.sleep(self.runtime.poll_interval_s)
 
-    async def _container_log_tail(self, container: str, chars: int = 1500) -> str:
+    async def _diagnosis(self, error: str, state: Any) -> str:
+        """``error`` with what explains it: the failed container's last log lines, the pod's Events, a known cause."""
+        parts = [error]
+        if state.ended:  # a failed init container or main container: what it said is the useful part
+            parts.append(f"its logs: {await self._container_log_tail(state.container or CONTAINER)}")
+        events = await asyncio.to_thread(diagnose.events_text, self.runtime.api, self.namespace, self.name)
+        if events:
+            parts.append(f"events: {events}")
+        hint = diagnose.hint_for(" ".join(parts))
+        return "; ".join(parts) + (f"; {hint}" if hint else "")
+
+    async def _container_log_tail(self, container: str) -> str:
+        return await asyncio.to_thread(self._log_tail_blocking, container)
+
+    def _log_tail_blocking(self, container: str, chars: int = 1500) -> str:
         api = self.runtime.api
         try:
-            text = await asyncio.to_thread(
-                api.call, f"reading logs of {self.name}/{container}", api.core.read_namespaced_pod_log, self.name, self.namespace, container=container
-            )
+            text = api.call(f"reading logs of {self.name}/{container}", api.core.read_namespaced_pod_log, self.name, self.namespace, container=container)
         except SandboxError as exc:
             return f"[its logs are unavailable: {exc}]"
         return (text or "").strip()[-chars:] or "[it logged nothing]"
@@ -163,18 +195,26 @@ class KubernetesSandbox:
 
     # -- exec -------------------------------------------------------------------------------
 
-    def _alive_blocking(self) -> bool:
+    def _pod_blocking(self) -> tuple[bool, Any]:
+        """(alive, the pod as last read or None): a pod the API cannot answer about counts as alive."""
         try:
             pod = self.runtime.api.call(f"reading pod {self.name}", self.runtime.api.core.read_namespaced_pod, self.name, self.namespace)
         except SandboxError as exc:
-            return status_of(exc.__cause__ or exc) != 404
+            return status_of(exc.__cause__ or exc) != 404, None
         state = read_state(pod)
-        return state.running and not state.deleting
+        return state.running and not state.deleting, pod
+
+    def _alive_blocking(self) -> bool:
+        return self._pod_blocking()[0]
 
     def _exec_blocking(
         self, command: list[str], stdin: bytes | None, deadline_s: float, moving_s: float | None = None
     ) -> tuple[int | None, bytes, bytes]:
-        """(exit code, or None when ``deadline_s`` passed; stdout; stderr). A lost pod raises the "gone" SandboxError."""
+        """(exit code, or None when ``deadline_s`` passed; stdout; stderr).
+
+        A lost pod raises PodGone; a stream that failed or ended without a status while the pod lives raises
+        StreamLost (what it ran may still run); an error status from the server, a SandboxError.
+        """
         cfg = self.runtime.cfg
         url = exec_ws.exec_url(self.runtime.api.configuration, self.namespace, self.name, CONTAINER, command, stdin is not None)
         try:
@@ -184,11 +224,15 @@ class KubernetesSandbox:
                 return None, outcome.stdout, outcome.stderr
             code = exec_ws.exit_code(outcome.status)
         except SandboxError as exc:
-            if not self._alive_blocking():
-                raise self._gone(str(exc)) from exc
-            raise SandboxError(f"exec in pod {self.name} failed: {exc}") from exc
-        if code == GONE_EXIT and not self._alive_blocking():
-            raise self._gone("the command was killed with its pod")
+            alive, pod = self._pod_blocking()
+            if not alive:
+                raise self._gone(str(exc), pod) from exc
+            lost = StreamLost if isinstance(exc, exec_ws.ExecStreamError) else SandboxError
+            raise lost(f"exec in pod {self.name} failed: {exc}") from exc
+        if code == GONE_EXIT:
+            alive, pod = self._pod_blocking()
+            if not alive:
+                raise self._gone("the command was killed with its pod", pod)
         return code, outcome.stdout, outcome.stderr
 
     def _connect_blocking(self, url: str) -> Any:
@@ -203,11 +247,105 @@ class KubernetesSandbox:
                 time.sleep(backoff_s(attempt))
         raise AssertionError("unreachable")
 
+    def _reattaching(self, what: str, step: Callable[[], T]) -> T:
+        """``step()``, tried again while its stream is lost and the pod lives, for up to ``reattach_s`` (then a SandboxError)."""
+        give_up = time.monotonic() + self.runtime.cfg.reattach_s
+        attempt = 0
+        while True:
+            try:
+                return step()
+            except StreamLost as exc:
+                if time.monotonic() >= give_up:
+                    raise SandboxError(f"{what}: its stream stayed lost for {self.runtime.cfg.reattach_s:g}s: {exc}") from exc
+                delay = min(backoff_s(attempt), max(0.0, give_up - time.monotonic()))
+                log.info("%s: %s; reattaching in %.1fs", what, exc, delay)
+                time.sleep(delay)
+                attempt += 1
+
     async def _run(
         self, command: list[str], stdin: bytes | None, deadline_s: float, moving_s: float | None = None
     ) -> tuple[int | None, bytes, bytes]:
         self._require()
         return await asyncio.to_thread(self._exec_blocking, command, stdin, deadline_s, moving_s)
+
+    async def _run_again_if_lost(
+        self, what: str, command: list[str], stdin: bytes | None, deadline_s: float, moving_s: float | None = None
+    ) -> tuple[int | None, bytes, bytes]:
+        """``_run`` for commands that may run twice (a copy in or out): a lost stream runs them again."""
+        self._require()
+        return await asyncio.to_thread(self._reattaching, what, lambda: self._exec_blocking(command, stdin, deadline_s, moving_s))
+
+    def _detached_blocking(self, run_dir: str, script: str, stdin: bytes | None, timeout_s: float) -> tuple[int | None, bytes, bytes]:
+        """Run ``script`` detached in the pod from ``run_dir`` (core.runtime.k8s.detached).
+
+        (exit code, or None when the deadline passed; stdout; stderr). A lost stream is reattached: the next
+        poll reads on from the bytes already received, for up to ``reattach_s`` without an answer.
+        """
+        files = [(f"{run_dir}/{detached.SCRIPT}", script.encode(), 0o600)]
+        if stdin is not None:
+            files.append((f"{run_dir}/{detached.STDIN}", stdin, 0o600))
+        archive = C.tar_files(files)
+        finished, self._finished_dirs = self._finished_dirs, []
+        upload_s = copy_deadline_s(len(archive)) - COPY_BASE_S
+        deadline = time.monotonic() + timeout_s + DEADLINE_GRACE_S + upload_s
+        what = f"a command in pod {self.name}"
+        out, err = bytearray(), bytearray()
+
+        def launch() -> detached.Report:
+            command = ["sh", "-c", detached.LAUNCH, "sh", str(len(archive)), run_dir, str(detached.WINDOW_S), *finished]
+            code, o, e = self._exec_blocking(command, archive, detached.WINDOW_S + DEADLINE_GRACE_S + upload_s)
+            if code is None:
+                raise StreamLost(f"its launch sent nothing for {detached.WINDOW_S + DEADLINE_GRACE_S + upload_s:g}s")
+            if code != 0:
+                raise SandboxError(
+                    f"starting {what} failed (exit {code}): {e.decode(errors='replace').strip()[-500:]} "
+                    "(does the image have sh, head, tail, wc and tar?)"
+                )
+            return detached.parse(o, e, (0, 0))
+
+        def poll() -> detached.Report | None:
+            command = ["sh", "-c", detached.POLL, "sh", run_dir, str(len(out)), str(len(err)), str(detached.WINDOW_S)]
+            code, o, e = self._exec_blocking(command, None, detached.WINDOW_S + DEADLINE_GRACE_S)
+            if code is None:
+                raise StreamLost(f"a poll sent nothing for {detached.WINDOW_S + DEADLINE_GRACE_S:g}s")
+            if code == detached.NO_FOLDER:
+                return None
+            if code == detached.NOT_STARTED:  # unpacked a moment ago by a launch whose stream was cut: it starts now
+                raise StreamLost(f"{run_dir} has no pid yet")
+            if code == detached.VANISHED:
+                raise SandboxError(f"{what} was killed without an exit code ({run_dir})")
+            if code != 0:
+                raise SandboxError(f"polling {what} failed (exit {code}): {e.decode(errors='replace').strip()[-500:]}")
+            return detached.parse(o, e, (len(out), len(err)))
+
+        launched = False  # True once the launch answered or a poll found its folder
+        step, heard, attempt = launch, time.monotonic(), 0
+        while True:
+            try:
+                report = step()
+            except StreamLost as exc:  # the command (or its launch) may still be running: the next poll says
+                if time.monotonic() - heard >= self.runtime.cfg.reattach_s:
+                    raise SandboxError(f"{what}: its stream stayed lost for {self.runtime.cfg.reattach_s:g}s: {exc}") from exc
+                delay = backoff_s(attempt)
+                log.info("%s: %s; reattaching in %.1fs", what, exc, delay)
+                time.sleep(delay)
+                step, attempt = poll, attempt + 1
+                continue
+            heard, attempt = time.monotonic(), 0
+            if report is None:  # no folder: the launch never got as far as unpacking it
+                if launched:
+                    raise SandboxError(f"{what} lost its folder {run_dir} (was /tmp cleaned?)")
+                step = launch
+                continue
+            launched = True
+            out += report.stdout
+            err += report.stderr
+            if report.code is not None:
+                self._finished_dirs.append(run_dir)  # removed by the next launch
+                return report.code, bytes(out), bytes(err)
+            if time.monotonic() >= deadline:
+                return None, bytes(out), bytes(err)
+            step = poll
 
     async def exec(
         self,
@@ -218,19 +356,15 @@ class KubernetesSandbox:
         workdir: str | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        """Run ``cmd`` detached in the pod: a dropped exec stream reattaches (core.runtime.k8s.detached)."""
+        self._require()
         argv = shell_command(cmd)
-        tag = secrets.token_hex(6)
-        script = f"/tmp/.forgetui-exec-{tag}.sh"
-        stdin_path = f"/tmp/.forgetui-stdin-{tag}" if stdin is not None else None
+        run_dir = detached.folder(secrets.token_hex(6))
+        stdin_path = f"{run_dir}/{detached.STDIN}" if stdin is not None else None
         path_first = harness.BIN if self.spec.volumes else None
-        text = command_script(argv, workdir or self.spec.workdir, dict(env or {}), timeout_s, script, stdin_path, path_first)
-        files = [(script.lstrip("/"), text.encode(), 0o600)]
-        if stdin is not None and stdin_path:
-            files.append((stdin_path.lstrip("/"), stdin, 0o600))
-        archive = C.tar_files(files)
-        command = ["sh", "-c", UNPACK_AND_RUN, "sh", str(len(archive)), script]
+        script = command_script(argv, workdir or self.spec.workdir, dict(env or {}), timeout_s, f"{run_dir}/{detached.SCRIPT}", stdin_path, path_first)
         started = time.monotonic()
-        code, out, err = await self._run(command, archive, timeout_s + DEADLINE_GRACE_S + copy_deadline_s(len(archive)) - COPY_BASE_S)
+        code, out, err = await asyncio.to_thread(self._detached_blocking, run_dir, script, stdin, timeout_s)
         elapsed = time.monotonic() - started
         if code is None:
             result = ExecResult(-1, out.decode(errors="replace"), err.decode(errors="replace"), True)
@@ -244,7 +378,7 @@ class KubernetesSandbox:
 
     async def _untar(self, archive: bytes, target_dir: str) -> None:
         command = ["sh", "-c", UNPACK, "sh", str(len(archive)), target_dir]
-        code, _out, err = await self._run(command, archive, copy_deadline_s(len(archive)))
+        code, _out, err = await self._run_again_if_lost(f"copying into pod {self.name}", command, archive, copy_deadline_s(len(archive)))
         if code != 0:
             what = "timed out" if code is None else f"exit {code}"
             raise SandboxError(
@@ -267,7 +401,7 @@ class KubernetesSandbox:
         target = PurePosixPath(C.absolute(path, self.spec.workdir))
         command = ["sh", "-c", 'test -f "$1/$2" || exit 44; tar cf - -C "$1" "$2"', "sh", str(target.parent), target.name]
         # its size is unknown until it arrives: the deadline moves with the bytes (no byte for COPY_BASE_S ends it)
-        code, out, err = await self._run(command, None, COPY_BASE_S, moving_s=COPY_BASE_S)
+        code, out, err = await self._run_again_if_lost(f"reading {target} from pod {self.name}", command, None, COPY_BASE_S, moving_s=COPY_BASE_S)
         if code is None:
             raise SandboxError(f"reading {target} from pod {self.name} timed out: no byte came for {COPY_BASE_S:.0f}s ({len(out)} bytes read)")
         if code == 44:
@@ -293,4 +427,18 @@ class KubernetesSandbox:
         return engine + "\n\n".join(self._transcript)
 
 
-__all__ = ["KubernetesSandbox", "command_script"]
+def _admission_hint(exc: SandboxError, pod_security: str) -> SandboxError:
+    """A pod creation refused by Pod Security admission, with what to change; other errors as they are."""
+    text = str(exc)
+    if status_of(exc.__cause__ or exc) != 403 or "violates PodSecurity" not in text:
+        return exc
+    if "restricted volume types" in text:
+        hint = "an image volume is not on your cluster's restricted list of volume types: set runtime.kubernetes.harness_mount = \"init\""
+    elif pod_security != "restricted" and '"restricted' in text:
+        hint = "the namespace enforces the restricted level: set runtime.kubernetes.pod_security = \"restricted\" (uid 1000, no capabilities)"
+    else:
+        hint = "the namespace's pod-security.kubernetes.io/enforce level refuses this pod: see runtime.kubernetes.pod_security"
+    return SandboxError(f"{text}: {hint}")
+
+
+__all__ = ["KubernetesSandbox", "PodGone", "StreamLost", "command_script"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from core.errors import SandboxError
 from core.runtime.k8s.config import KubernetesConfig
+from core.runtime.k8s.diagnose import terminated_detail
 
 PULL_TRANSIENT = {"ErrImagePull", "ImagePullBackOff"}  # the first is often a registry hiccup: retried a while
 PULL_FATAL = {"InvalidImageName", "ErrImageNeverPull"}
@@ -25,6 +26,7 @@ class PodState:
 
     ``container``/``image``: the container the waiting reason or failure is about, when it is an init
     container (the shared harness's copy step), so errors name it and the image it could not pull.
+    ``stage``: where a pod that is neither failing nor Running is (ContainerCreating, PodInitializing, Pending).
     """
 
     running: bool
@@ -35,6 +37,7 @@ class PodState:
     message: str = ""
     container: str | None = None
     image: str | None = None
+    stage: str = ""
 
 
 NOT_A_PROBLEM = ("ContainerCreating", "PodInitializing")
@@ -62,9 +65,11 @@ def read_state(pod: Any) -> PodState:
     init = _init_state(status, deleting) if status else None
     if init is not None and (init.ended or phase != "Running"):
         return init
-    if phase in ("Failed", "Succeeded"):
-        return PodState(False, True, deleting, ended=f"{phase}: {status.reason or ''} {status.message or ''}".strip())
-    scheduled, message = bool(status and status.host_ip), ""
+    containers = terminated_detail(status.container_statuses) if status else ""
+    if phase in ("Failed", "Succeeded") or containers:
+        pod_reason = f"{status.reason or ''} {status.message or ''}".strip()
+        return PodState(False, True, deleting, ended="; ".join(x for x in (f"{phase}: {pod_reason}".strip().rstrip(":"), containers) if x))
+    scheduled, message, stage = bool(status and status.host_ip), "", phase
     for cond in (status.conditions or []) if status else []:
         if cond.type == "PodScheduled":
             scheduled = cond.status == "True"
@@ -74,7 +79,9 @@ def read_state(pod: Any) -> PodState:
         waiting = cs.state.waiting if cs.state else None
         if waiting is not None and waiting.reason and waiting.reason not in NOT_A_PROBLEM:
             return PodState(False, True, deleting, waiting=waiting.reason, message=waiting.message or "")
-    return PodState(phase == "Running", scheduled, deleting, message=message)
+        if waiting is not None and waiting.reason:
+            stage = waiting.reason
+    return PodState(phase == "Running", scheduled, deleting, message=message, stage=stage)
 
 
 class StartWatch:
@@ -127,7 +134,7 @@ class StartWatch:
         if now - self.scheduled_at > self.cfg.start_timeout_s:
             raise SandboxError(
                 f"pod {self.name} was scheduled but not Running after {self.cfg.start_timeout_s:g}s "
-                f"({state.waiting or 'no reason given'}); see `kubectl describe pod {self.name}`"
+                f"(still {state.waiting or state.stage or 'Pending'}{': ' + state.message if state.message else ''})"
             )
         return False
 
