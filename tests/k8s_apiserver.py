@@ -168,7 +168,7 @@ class ApiServerStandIn:
         self.events: list[dict[str, Any]] = []
         self.policy_deletions: list[tuple[str, list[str]]] = []  # (policy, the pods it selected that still existed)
         self.dropped: list[str] = []  # pods whose exec stream drop_exec cut
-        self._drops: list[float] = []
+        self._drops: list[tuple[float, str | None]] = []
         self.seen: list[Seen] = []
         self.created: list[dict[str, Any]] = []  # every pod body as created
         self.stdin_frames: list[int] = []  # sizes of the stdin messages received
@@ -202,9 +202,15 @@ class ApiServerStandIn:
         self._scripts.append(statuses)
         self._script_events.append(list(events))
 
-    def drop_exec(self, after_s: float, times: int = 1) -> None:
-        """Cut the next ``times`` exec websockets ``after_s`` seconds in: the TCP connection is aborted, no status sent."""
-        self._drops.extend([after_s] * times)
+    def drop_exec(self, after_s: float, times: int = 1, only: str | None = None) -> None:
+        """Cut the next ``times`` exec websockets ``after_s`` seconds in: the TCP connection is aborted, no status sent.
+
+        ``only``: cut only execs one of whose command arguments is this string (a script, say).
+        """
+        self._drops.extend([(after_s, only)] * times)
+
+    def stop_dropping(self) -> None:
+        self._drops.clear()
 
     def kill_pod(self, namespace: str, name: str, reason: str = "Evicted") -> None:
         """Kill the pod's container (as an eviction or OOM would): phase Failed, execs end without a status.
@@ -731,7 +737,11 @@ class ApiServerStandIn:
         raw = (await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True))._sock
         await ws.send_bytes(b"\x01")  # "stream ready": an empty message on the lowest output channel
         loop = asyncio.get_running_loop()
-        drop = loop.call_later(self._drops.pop(0), self._drop, request, name) if self._drops else None
+        cut = next((d for d in self._drops if d[1] is None or d[1] in command), None)
+        drop = None
+        if cut is not None:
+            self._drops.remove(cut)
+            drop = loop.call_later(cut[0], self._drop, request, name)
         output = asyncio.ensure_future(asyncio.to_thread(self._pump_output, raw, ws, loop))
         inbound = asyncio.ensure_future(self._pump_input(ws, raw, protocol))
         await output

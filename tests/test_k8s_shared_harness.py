@@ -81,13 +81,17 @@ def test_init_copy_pod_validates_and_carries_no_harness_in_the_task_image(securi
     manifest = runtime.build_pod_manifest(_spec(image=image.tag, env=dict(image.env), volumes=dict(image.volumes)))  # type: ignore[attr-defined]
     kubernetes_validate.validate(manifest, "1.30.0", strict=True)
     pod = manifest["spec"]
-    (init,), (task,) = pod["initContainers"], pod["containers"]
+    # restricted (uid 1000): the workdir's emptyDir and its seeding init container first (tests/test_k8s_isolation.py)
+    workdir = [{"name": "forgetui-workdir", "emptyDir": {}}] if security == "restricted" else []
+    *seed, init = pod["initContainers"]
+    (task,) = pod["containers"]
+    assert [c["name"] for c in seed] == ["forgetui-workdir"] * len(workdir)
     assert init["name"] == KH.INIT_CONTAINER and init["image"] == f"registry.example/me/{harness_tag}"
     assert init["command"] == ["sh", "-c", KH.INIT_SCRIPT] and init["securityContext"] == task["securityContext"]
     assert init["resources"] == task["resources"]  # a namespace quota asks every container for them
-    assert pod["volumes"] == [{"name": "forgetui-harness", "emptyDir": {}}]
+    assert pod["volumes"] == [*workdir, {"name": "forgetui-harness", "emptyDir": {}}]
     assert init["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.FILL_AT}]
-    assert task["volumeMounts"] == [{"name": "forgetui-harness", "mountPath": HV.MOUNT, "readOnly": True}]
+    assert task["volumeMounts"][len(workdir):] == [{"name": "forgetui-harness", "mountPath": HV.MOUNT, "readOnly": True}]
     assert "PATH" not in {e["name"] for e in task["env"]}  # a pod's PATH would replace the image's: the exec script prepends
     assert task["image"] == f"registry.example/me/{config.runtime.base_image}"
 
@@ -203,7 +207,8 @@ def _run_config(standin: ApiServerStandIn, base_image: str, tmp_path: Any, harne
         "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}",
         f"runtime.kubernetes.namespace={NS}", f"runtime.base_image={json.dumps(base_image)}", f'policy.backend="scripted:{script}"',
         "env.name=toy", 'env.tasks=["hello"]', f'harness.name="tests.test_k8s_shared_harness:{harness}"', "run.max_retries=0",
-        f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}", *sets,
+        f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
+        "runtime.kubernetes.require_network_policy=false", *sets,  # the stand-in ignores policies (tests/test_k8s_isolation.py)
     ])
 
 
@@ -267,6 +272,7 @@ def test_harbor_tasks_with_their_own_images_share_one_harness_on_kubernetes(stan
         f'policy.backend="scripted:{script}"', "runtime.kind=kubernetes", f"runtime.base_image={json.dumps(base_image)}",
         f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}", f"runtime.kubernetes.namespace={NS}",
         "run.max_retries=0", "run.concurrency=2", f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
+        "runtime.kubernetes.require_network_policy=false",
     ])
     env, react = HarborEnv(path=str(suite)), MountedReact()
     built = RunImages(make_runtime("docker"), cfg, env, react).k8s_build_blocking(env.tasks())  # what `images build` pushes

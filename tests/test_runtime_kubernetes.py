@@ -30,12 +30,20 @@ from core.errors import ConfigError, SandboxError
 from core.runtime import labels as L
 from core.runtime import make_runtime
 from core.runtime.base import Entry, SandboxFile, SandboxSpec
+from core.runtime.cloud_metadata import METADATA_ADDRESSES
 from core.runtime.docker_runtime import KEEP_CAPS
 from core.runtime.k8s import checks, detached, exec_ws
 from core.runtime.k8s.api import backoff_s
 from core.runtime.k8s.config import KubernetesConfig
-from core.runtime.cloud_metadata import METADATA_ADDRESSES
-from core.runtime.k8s.manifest import HOST, KEEP_ALIVE, MANAGED_BY, allowed_block, dns_rules, host_id, network_policy_manifest
+from core.runtime.k8s.manifest import (
+    HOST,
+    KEEP_ALIVE,
+    MANAGED_BY,
+    allowed_block,
+    dns_rules,
+    host_id,
+    network_policy_manifest,
+)
 from core.runtime.k8s.runtime import KubernetesRuntime
 from core.runtime.k8s.sandbox import UNPACK
 from core.runtime.k8s.startup import PodState, StartWatch

@@ -146,7 +146,8 @@ class KubernetesRuntime:
     async def _check_proxy(self, sandbox: KubernetesSandbox) -> None:
         if not self.proxy_public_url or not self.cfg.check_proxy:
             return
-        code, out, err = await sandbox._run(["sh", "-c", checks.PROXY_CHECK, "sh", self.proxy_public_url], None, 30.0)
+        command = ["sh", "-c", checks.PROXY_CHECK, "sh", self.proxy_public_url]
+        code, out, err = await sandbox._run_again_if_lost(f"checking the proxy from pod {sandbox.name}", command, None, 30.0)
         if code == 3:
             log.warning("pod %s has no curl, wget or python3: cannot check that it reaches the proxy", sandbox.name)
         elif code != 0:
@@ -161,7 +162,8 @@ class KubernetesRuntime:
             return
         policy = network_policy_manifest(sandbox.spec.run_id, sandbox.spec.owner, self.cfg, self.proxy_public_url)
         deadline = 10.0 + 2 * checks.PROBE_TIMEOUT_S * max(1, len(self.cfg.network_policy_probe))
-        code, out, err = await sandbox._run(["sh", "-c", checks.PROBE, "sh", *checks.probe_args(self.cfg)], None, deadline)
+        command = ["sh", "-c", checks.PROBE, "sh", *checks.probe_args(self.cfg)]
+        code, out, err = await sandbox._run_again_if_lost(f"checking the NetworkPolicy from pod {sandbox.name}", command, None, deadline)
         probes = checks.parse_probes(out.decode(errors="replace")) if code == 0 else []
         verdict, where = checks.isolation_verdict(policy, probes)
         name = f"{self.namespace}/{policy['metadata']['name']}"

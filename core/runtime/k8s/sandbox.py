@@ -233,6 +233,11 @@ class KubernetesSandbox:
             alive, pod = self._pod_blocking()
             if not alive:
                 raise self._gone("the command was killed with its pod", pod)
+        if code in (126, 127) and diagnose.EXEC_FORMAT in outcome.stderr.decode(errors="replace").lower():
+            # the image cannot run its own `sh`: nothing forgetui runs there will (its main process failed the same way)
+            alive, pod = self._pod_blocking()
+            detail = f"{command[0]} in pod {self.name} cannot run: {outcome.stderr.decode(errors='replace').strip()[-300:]}"
+            raise self._gone(detail, pod) if not alive else SandboxError(f"{detail}; {diagnose.EXEC_FORMAT_HINT}")
         return code, outcome.stdout, outcome.stderr
 
     def _connect_blocking(self, url: str) -> Any:
