@@ -132,7 +132,7 @@ def test_a_toy_task_passes_under_restricted_pod_security_with_the_default_workdi
         ((stdout,),) = rows(summary.store, "SELECT meta->>'stdout_tail' FROM rollouts")
         assert server.created[0]["spec"]["containers"][0]["workingDir"] == "/workspace"
         assert server.created[0]["spec"]["containers"][0]["securityContext"]["runAsUser"] == 1000
-        assert stdout == "1000\n/workspace\n"  # without the workdir's emptyDir: tar: workspace/...: Cannot open: Permission denied
+        assert stdout == "1000\n/workspace\n"  # without the workdir's emptyDir: bash: hello.txt: Permission denied
 
 
 # --- item 2: is the NetworkPolicy enforced? ------------------------------------------------------------

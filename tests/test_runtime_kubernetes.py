@@ -316,8 +316,10 @@ async def test_exec_and_files_over_the_exec_websocket(docker_client, base_image,
 @pytest.mark.parametrize("protocol", [V5, V4])
 def test_the_official_client_speaks_to_the_standin(docker_client, base_image, protocol):
     """The stand-in's exec protocol is the one the official client's ws_client expects (its returncode parses our Status)."""
-    from kubernetes.stream import stream
+    from kubernetes.stream import stream, ws_client
 
+    if protocol == V5 and not hasattr(ws_client, "V5_CHANNEL_PROTOCOL"):
+        pytest.skip("the official client before 31.0 asks for v4 only")  # ours speaks both (test_exec_and_files_over_the_exec_websocket)
     with ApiServerStandIn(docker_client, protocols=(protocol,)) as server:
         rt = _runtime(server)
         sb = rt.create(_live(base_image))
@@ -327,7 +329,7 @@ def test_the_official_client_speaks_to_the_standin(docker_client, base_image, pr
             stdin=False, stdout=True, stderr=True, tty=False, binary=True, _preload_content=False,
         )
         resp.run_forever(timeout=20)
-        assert resp.subprotocol == protocol
+        assert getattr(resp, "subprotocol", protocol) == protocol  # (30.x sends the header itself and keeps no subprotocol)
         assert (resp.read_stdout(), resp.read_stderr(), resp.returncode) == (b"out\n", b"err\n", 3)
         asyncio.run(sb.stop())
 

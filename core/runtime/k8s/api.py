@@ -40,9 +40,9 @@ def _configuration_class() -> type:
         from kubernetes import client
 
         class LockedConfiguration(client.Configuration):  # type: ignore[misc]
-            def get_api_key_with_prefix(self, identifier: str, alias: str | None = None) -> str | None:
+            def get_api_key_with_prefix(self, *args: Any, **kwargs: Any) -> str | None:  # (identifier[, alias]): 30.x has no alias
                 with _TOKEN_LOCK:
-                    return super().get_api_key_with_prefix(identifier, alias)
+                    return super().get_api_key_with_prefix(*args, **kwargs)
 
         _locked_class = LockedConfiguration
     return _locked_class
