@@ -734,7 +734,10 @@ class ApiServerStandIn:
         protocol = ws.ws_protocol or ""
         api = self.docker.api
         exec_id = await asyncio.to_thread(api.exec_create, pod.container.id, command, stdin=stdin, stdout=True, stderr=True, tty=False)
-        raw = (await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True))._sock
+        # keep the SDK's wrapper alive as long as the socket: it holds the HTTP response, whose collection by the garbage
+        # collector would close the connection under the running exec (its output lost, its status still Success)
+        hijacked = await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True)
+        raw = hijacked._sock
         await ws.send_bytes(b"\x01")  # "stream ready": an empty message on the lowest output channel
         loop = asyncio.get_running_loop()
         cut = next((d for d in self._drops if d[1] is None or d[1] in command), None)
@@ -761,6 +764,7 @@ class ApiServerStandIn:
                 pass
         inbound.cancel()
         raw.close()
+        del hijacked
         if drop is not None:
             drop.cancel()
         await ws.close()

@@ -26,7 +26,7 @@ from core.runtime.k8s.config import KubernetesConfig
 from core.runtime.k8s.runtime import KubernetesRuntime
 from tests.k8s_apiserver import ApiServerStandIn
 from tests.test_run_docker import rows
-from tests.test_runtime_kubernetes import NS, _free_port, _kubeconfig, _live, _runtime
+from tests.test_runtime_kubernetes import NS, _live, _runtime, shell_run_config
 
 pytestmark = pytest.mark.docker
 
@@ -150,18 +150,11 @@ async def test_a_command_whose_stream_is_cut_reattaches_and_runs_once(standin, b
 
 def test_a_rollout_whose_harness_stream_is_cut_passes_on_its_first_attempt(standin, base_image, tmp_path, monkeypatch):
     """A whole run: the harness's exec stream is cut mid-rollout; the rollout reattaches instead of becoming an infra error."""
-    from core.config import load_config
     from core.run import execute_run
 
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
-    port = _free_port()
-    cfg = load_config(None, [
-        "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}",
-        f"runtime.kubernetes.namespace={NS}", "runtime.kubernetes.require_network_policy=false", f"runtime.base_image={json.dumps(base_image)}",
-        "policy.backend=builtin:tiny", "env.name=toy", 'env.tasks=["hello"]', "harness.name=tests.harness_fixtures:ShellHarness",
-        "run.max_retries=2", f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
-    ])
-    cfg.harness.options = {"command": "echo working; sleep 3; echo hi >> hello.txt; echo done"}  # twice would fail the verifier
+    command = "echo working; sleep 3; echo hi >> hello.txt; echo done"  # twice would fail the verifier
+    cfg = shell_run_config(standin, base_image, tmp_path, command, "runtime.kubernetes.require_network_policy=false", "run.max_retries=2")
     standin.drop_exec(1.0, only=detached.LAUNCH)  # the first command launched in a pod: the harness (the toy task has no setup)
     summary = asyncio.run(execute_run(cfg))
     ((status, attempt, passed, stdout),) = rows(summary.store, "SELECT status, attempt, passed, meta->>'stdout_tail' FROM rollouts")

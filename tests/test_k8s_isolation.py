@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from core.runtime.k8s.manifest import HOST, network_policy_manifest, policy_name
 from core.runtime.k8s.runtime import IsolationRefused
 from tests.k8s_apiserver import ApiServerStandIn
 from tests.test_run_docker import rows
-from tests.test_runtime_kubernetes import K8S_VERSION, NS, _free_port, _kubeconfig, _live, _runtime
+from tests.test_runtime_kubernetes import K8S_VERSION, NS, _kubeconfig, _live, _runtime, shell_run_config
 
 pytestmark = pytest.mark.docker
 
@@ -113,20 +112,13 @@ async def test_a_restricted_namespace_refuses_root_pods_and_runs_restricted_ones
 
 def test_a_toy_task_passes_under_restricted_pod_security_with_the_default_workdir(docker_client, base_image, tmp_path, monkeypatch):
     """A whole run in a restricted namespace whose policy is enforced: uid 1000, /workspace, the real toy task and verifier."""
-    from core.config import load_config
     from core.run import execute_run
 
     _root()
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
     with ApiServerStandIn(docker_client, namespace_security={NS: "restricted"}, enforce_network_policy=True) as server:
-        port = _free_port()
-        cfg = load_config(None, [
-            "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, server)))}",
-            f"runtime.kubernetes.namespace={NS}", "runtime.kubernetes.pod_security=restricted", f"runtime.base_image={json.dumps(base_image)}",
-            "policy.backend=builtin:tiny", "env.name=toy", 'env.tasks=["hello"]', "harness.name=tests.harness_fixtures:ShellHarness",
-            "run.max_retries=0", f"proxy.port={port}", f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
-        ])
-        cfg.harness.options = {"command": "id -u; pwd; echo hi > hello.txt"}
+        command = "id -u; pwd; echo hi > hello.txt"
+        cfg = shell_run_config(server, base_image, tmp_path, command, "runtime.kubernetes.pod_security=restricted", "run.max_retries=0")
         summary = asyncio.run(execute_run(cfg))
         assert (summary.passed, summary.infra_errors) == (1, 0), rows(summary.store, "SELECT status, error FROM rollouts")
         ((stdout,),) = rows(summary.store, "SELECT meta->>'stdout_tail' FROM rollouts")

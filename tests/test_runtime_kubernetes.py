@@ -562,22 +562,28 @@ def _kubeconfig(tmp_path: Path, standin: ApiServerStandIn) -> Path:
     return path
 
 
+def shell_run_config(standin: ApiServerStandIn, base_image: str, tmp_path: Path, command: str, *sets: str) -> Any:
+    """A whole run's config on the stand-in: the toy task `hello`, ShellHarness running ``command``, the proxy on loopback."""
+    from core.config import load_config
+
+    port = _free_port()
+    cfg = load_config(None, [
+        "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(_kubeconfig(tmp_path, standin)))}",
+        f"runtime.kubernetes.namespace={NS}", f"runtime.base_image={json.dumps(base_image)}", "policy.backend=builtin:tiny",
+        "env.name=toy", 'env.tasks=["hello"]', "harness.name=tests.harness_fixtures:ShellHarness", f"proxy.port={port}",
+        f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}", *sets,
+    ])
+    cfg.harness.options = {"command": command}
+    return cfg
+
+
 def test_a_run_on_kubernetes_survives_a_killed_pod(enforcing_standin, base_image, tmp_path, monkeypatch):
     """kubeconfig → official client → stand-in pods, isolated by the run's policy; the killed pod is an infra error, retried, and nothing is left."""
-    from core.config import load_config
     from core.run import execute_run
 
     standin = enforcing_standin
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
-    kubeconfig = _kubeconfig(tmp_path, standin)
-    port = _free_port()
-    cfg = load_config(None, [
-        "runtime.kind=kubernetes", f"runtime.kubernetes.kubeconfig={json.dumps(str(kubeconfig))}", f"runtime.kubernetes.namespace={NS}",
-        f"runtime.base_image={json.dumps(base_image)}", "policy.backend=builtin:tiny", "env.name=toy", 'env.tasks=["hello"]',
-        "harness.name=tests.harness_fixtures:ShellHarness", "run.max_retries=2", f"proxy.port={port}",
-        f"proxy.public_url={json.dumps(f'http://127.0.0.1:{port}')}",
-    ])
-    cfg.harness.options = {"command": "sleep 4; echo hi > hello.txt"}
+    cfg = shell_run_config(standin, base_image, tmp_path, "sleep 4; echo hi > hello.txt", "run.max_retries=2")
     killed: list[str] = []
 
     def killer() -> None:

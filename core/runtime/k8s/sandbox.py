@@ -304,9 +304,9 @@ class KubernetesSandbox:
             if code != 0:
                 raise SandboxError(
                     f"starting {what} failed (exit {code}): {e.decode(errors='replace').strip()[-500:]} "
-                    "(does the image have sh, head, tail, wc and tar?)"
+                    "(does the image have sh, head, tail, sleep and tar?)"
                 )
-            return detached.parse(o, e, (0, 0))
+            return detached.parse(o, e)
 
         def poll() -> detached.Report | None:
             command = ["sh", "-c", detached.POLL, "sh", run_dir, str(len(out)), str(len(err)), str(detached.WINDOW_S)]
@@ -321,7 +321,7 @@ class KubernetesSandbox:
                 raise SandboxError(f"{what} was killed without an exit code ({run_dir})")
             if code != 0:
                 raise SandboxError(f"polling {what} failed (exit {code}): {e.decode(errors='replace').strip()[-500:]}")
-            return detached.parse(o, e, (len(out), len(err)))
+            return detached.parse(o, e)
 
         launched = False  # True once the launch answered or a poll found its folder
         step, heard, attempt = launch, time.monotonic(), 0
