@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Kubernetes runtime's stand-in tests under the oldest `kubernetes` and `websocket-client` that
 # pyproject.toml allows, then under the newest on the index (not in CI: it downloads from the package index;
-# about 10 minutes here). Each pair is installed without its dependencies into a throwaway folder put first
+# 15 minutes for both here, on 2 busy cores). Each pair is installed without its dependencies into a throwaway folder put first
 # on PYTHONPATH, in front of .venv's own copies; the tests then run as usual.
 #   bash .ci/k8s-client-versions.sh                 # both
 #   bash .ci/k8s-client-versions.sh oldest          # one
