@@ -265,9 +265,14 @@ class ApiServerStandIn:
                 c.remove(force=True)
             except docker.errors.APIError:  # removed (or being removed) by a delete's grace period meanwhile
                 pass
-        for v in self.docker.volumes.list(filters={"label": f"{LABEL}={self._id}"}):
-            with contextlib.suppress(docker.errors.APIError):
-                v.remove(force=True)
+        for _ in range(20):  # a volume a delete's container still holds is freed a moment later
+            left = self.docker.volumes.list(filters={"label": f"{LABEL}={self._id}"})
+            for v in left:
+                with contextlib.suppress(docker.errors.APIError):
+                    v.remove(force=True)
+            if not left:
+                break
+            time.sleep(0.25)
 
     async def _start(self) -> None:
         app = web.Application(middlewares=[self._middleware], client_max_size=MAX_MESSAGE)
