@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from core.backends.spec import PolicySpec
 from core.errors import ConfigError
+from core.options import validated
 from core.runtime.egress import EgressPolicy
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
 from core.secrets import redact
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class _Section(BaseModel):
@@ -49,7 +47,7 @@ class HarnessConfig(_Section):
     name: str = "react"
     binary: str | None = Field(None, description="a harness binary the user provides (zeroclaw)")
     version: str | None = Field(None, description="install this published release of an npm/PyPI harness instead of the pinned one (harnesses/versions.py)")
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict, description="passed to the harness adapter, checked against its Options (an option it does not take is an error)")
 
     @field_validator("version", mode="before")
     @classmethod
@@ -233,15 +231,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"--set expects key=value, got {item!r}")
         _set_path(data, key.strip(), _parse_value(raw.strip()))
     return _resolve_paths(validated(RunConfig, data), base_dir)
-
-
-def validated(model: type[M], data: dict[str, Any], where: str = "") -> M:
-    """`data` validated as `model`; ConfigError naming each problem's key (`where` prefixes them: "policy.")."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{where}{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
-        raise ConfigError(f"invalid config: {problems}") from None
 
 
 def _resolve_paths(config: RunConfig, base_dir: Path | None) -> RunConfig:

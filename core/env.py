@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
+from core.options import DeclaresOptions
 from core.runtime.base import as_bytes
 from core.runtime.images import TaskImage  # noqa: F401 - part of the env contract (harbor tasks bring one)
 
@@ -70,19 +71,21 @@ class Score:
     checks: dict[str, float] = field(default_factory=dict)  # per-check scores in [0, 1] (rollouts.meta.checks)
 
 
-class Environment(ABC):
+class Environment(DeclaresOptions, ABC):
     """An environment adapter: a task source and its verifier."""
 
     name: ClassVar[str]
     version: ClassVar[str] = "0"
     threshold: ClassVar[float] = 1.0
-    # the keyword options it takes (None: not declared, anything is passed through); `load_env` rejects others
-    accepted_options: ClassVar[frozenset[str] | None] = None
+    # its typed `Options` ([env.options], and `path`/`strict` from [env] when it declares them) are read as `self.opts`;
+    # an env without them may list the names it takes in `accepted_options` (`load_env` rejects others)
+    config_section = "env"
     # its graders read the agent's transcript: the recorded conversation is written to the sandbox before verify
     graders_read_trajectory: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options = options
+        self.opts = self.typed_options(options)
 
     @abstractmethod
     def tasks(self) -> list[Task]:

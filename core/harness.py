@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from core.env import Task
 from core.errors import ConfigError, NoSuchVersionError
+from core.options import DeclaresOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 
@@ -65,29 +67,48 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return events
 
 
-class Harness(ABC):
-    """A harness adapter. Subclasses set the class attributes and implement `launch`."""
+class Harness(DeclaresOptions, ABC):
+    """A harness adapter. Subclasses set the class attributes, declare their `Options` and implement `launch`."""
 
     name: ClassVar[str]
     version: str = "0"  # what `rollouts.harness_version` records; the pinned one unless `harness.version` says another
     installable: ClassVar[bool] = False  # True: `image_layer` installs an npm/PyPI package at `self.version`
     protocols: ClassVar[tuple[str, ...]] = ("chat",)
+    # its typed `Options` ([harness.options], and `binary` when it runs one the user provides) are read as `self.opts`
+    config_section = "harness"
 
     def __init__(self, **options: Any) -> None:
         wanted = options.pop("version", None)
         self.options = options
+        self.opts = self.typed_options(options)
         self.version_set = wanted is not None  # harness.version given (else the pinned version)
         if wanted is not None:
             self.version = self._checked_version(str(wanted))
 
-    def _checked_version(self, wanted: str) -> str:
-        if not self.installable:
+    @classmethod
+    def typed_options(cls, given: Mapping[str, Any]) -> Any:
+        if cls.Options is not None and "binary" in given and "binary" not in cls.Options.model_fields:
+            raise ConfigError(f"harness.binary: the {cls.name} harness runs no binary you provide (zeroclaw does); remove harness.binary")
+        return super().typed_options(given)
+
+    @classmethod
+    def check_options(cls, given: Mapping[str, Any]) -> None:
+        """Check `given` (`version` too) as building the adapter would, building nothing: ConfigError naming a bad one."""
+        rest = dict(given)
+        wanted = rest.pop("version", None)
+        if wanted is not None:
+            cls._checked_version(str(wanted))
+        super().check_options(rest)
+
+    @classmethod
+    def _checked_version(cls, wanted: str) -> str:
+        if not cls.installable:
             raise ConfigError(
-                f"{VERSION_KEY} = {wanted!r}: the {self.name} harness has no installable version (it is version {self.version}, "
+                f"{VERSION_KEY} = {wanted!r}: the {cls.name} harness has no installable version (it is version {cls.version}, "
                 f"not a package forgetui installs from npm or PyPI); remove {VERSION_KEY}"
             )
         if not _EXACT_VERSION.fullmatch(wanted):
-            raise ConfigError(f"{VERSION_KEY} = {wanted!r} is not an exact release of {self.name} (e.g. {self.version}): a tag or a range would change under a cached image")
+            raise ConfigError(f"{VERSION_KEY} = {wanted!r} is not an exact release of {cls.name} (e.g. {cls.version}): a tag or a range would change under a cached image")
         return wanted
 
     def image_layer(self) -> ImageLayer | None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from core.env import Environment
 from core.errors import ConfigError
@@ -27,21 +28,37 @@ def harness_class(name: str) -> type[Harness]:
     return HARNESSES.load(name)
 
 
+def env_class(name: str) -> type[Environment]:
+    """The registered environment class `name` (its class attributes, without loading tasks)."""
+    return ENVS.load(name)
+
+
 def load_harness(name: str, **options: Any) -> Harness:
+    """The harness `name` built with `options` (checked against its `Options`: a bad one is a ConfigError naming it)."""
     return harness_class(name)(**options)
 
 
 def load_env(name: str, **options: Any) -> Environment:
-    """The environment `name` with `options`; an option it does not declare is an error naming those it takes."""
-    cls = ENVS.load(name)
-    accepted = getattr(cls, "accepted_options", None)
-    unknown = sorted(set(options) - set(accepted)) if accepted is not None else []
-    if unknown:
-        raise ConfigError(
-            f"env {name!r} has no option {', '.join(map(repr, unknown))}; it accepts: {', '.join(sorted(accepted)) or 'none'} "
-            "(remove the option from [env.options], or set it for the env it was meant for)"
-        )
+    """The environment `name` with `options`; an option it does not take is an error naming those it does."""
+    cls = env_class(name)
+    if cls.Options is None:  # typed options are checked when the env is built; a list of names only here
+        cls.check_options(options)
     return cls(**options)
+
+
+def check_options(kind: Literal["harness", "env"], name: str, options: Mapping[str, Any]) -> None:
+    """Check the options a config gives harness/env `name` without building it (nothing installed, no task read).
+
+    The same ConfigError building it would raise, naming the option (`harness.options.max_steps: ...`, an
+    unknown one with those it takes); a form (the TUI's New run) validates its fields with it. For a harness,
+    `options` is what `HarnessConfig.adapter_options()` gives: `[harness.options]` plus `binary` and `version`.
+    """
+    if kind == "harness":
+        harness_class(name).check_options(options)
+    elif kind == "env":
+        env_class(name).check_options(options)
+    else:
+        raise ConfigError(f"check_options: kind must be 'harness' or 'env', not {kind!r}")
 
 
 def calls_model(harness: Harness | type[Harness] | None) -> bool:
