@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from harnesses import versions
@@ -59,16 +62,17 @@ class ClaudeCodeHarness(Harness):
     installable = True
     protocols = ("messages",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.model = str(options.get("model", DEFAULT_MODEL))
-        self.max_output_tokens = int(options.get("max_output_tokens", DEFAULT_MAX_OUTPUT_TOKENS))
-        self.max_turns = options.get("max_turns")
-        self.tools = options.get("tools")
-        self.api_timeout_ms = int(options.get("api_timeout_ms", 600_000))
-        self.max_retries = int(options.get("max_retries", 1))
-        self.mcp = bool(options.get("mcp", True))
-        self.extra_args = [str(a) for a in options.get("extra_args", [])]
+    class Options(AdapterOptions):
+        model: str = Field(DEFAULT_MODEL, description="the model id Claude Code is told (a known id gives the plain request shape)")
+        max_output_tokens: int = Field(DEFAULT_MAX_OUTPUT_TOKENS, description="CLAUDE_CODE_MAX_OUTPUT_TOKENS")
+        max_turns: int | None = Field(None, description="--max-turns (unset: no limit)")
+        tools: list[str] | str | None = Field(None, description="the built-in tools it may use, a list or one comma-separated string (unset: all)")
+        api_timeout_ms: int = Field(600_000, description="API_TIMEOUT_MS: one model call")
+        max_retries: int = Field(1, description="CLAUDE_CODE_MAX_RETRIES")
+        mcp: bool = Field(True, description="start the task's MCP servers")
+        extra_args: list[str] = Field(default_factory=list, description="more `claude` arguments")
+
+    opts: Options
 
     def image_layer(self) -> ImageLayer:
         # the native binary needs no Node at run time
@@ -89,15 +93,15 @@ class ClaudeCodeHarness(Harness):
         return {
             "ANTHROPIC_BASE_URL": endpoint.base_url,
             "ANTHROPIC_API_KEY": endpoint.token,
-            "ANTHROPIC_MODEL": self.model,
-            "ANTHROPIC_SMALL_FAST_MODEL": self.model,
-            "ANTHROPIC_DEFAULT_HAIKU_MODEL": self.model,
-            "ANTHROPIC_DEFAULT_SONNET_MODEL": self.model,
-            "ANTHROPIC_DEFAULT_OPUS_MODEL": self.model,
-            "CLAUDE_CODE_SUBAGENT_MODEL": self.model,
-            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(self.max_output_tokens),
-            "API_TIMEOUT_MS": str(self.api_timeout_ms),
-            "CLAUDE_CODE_MAX_RETRIES": str(self.max_retries),
+            "ANTHROPIC_MODEL": self.opts.model,
+            "ANTHROPIC_SMALL_FAST_MODEL": self.opts.model,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": self.opts.model,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": self.opts.model,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": self.opts.model,
+            "CLAUDE_CODE_SUBAGENT_MODEL": self.opts.model,
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(self.opts.max_output_tokens),
+            "API_TIMEOUT_MS": str(self.opts.api_timeout_ms),
+            "CLAUDE_CODE_MAX_RETRIES": str(self.opts.max_retries),
             "CLAUDE_CONFIG_DIR": CONFIG_DIR,
             "IS_SANDBOX": "1",  # --dangerously-skip-permissions refuses to run as root without it
             **QUIET_ENV,
@@ -106,7 +110,7 @@ class ClaudeCodeHarness(Harness):
 
     def mcp_servers(self, task: Task) -> dict[str, McpServer]:
         """The task's MCP servers this run starts (none when the `mcp` option is off)."""
-        return dict(task.mcp_servers) if self.mcp else {}
+        return dict(task.mcp_servers) if self.opts.mcp else {}
 
     def cli_args(self, mcp: bool = False) -> list[str]:
         """`claude` arguments; the prompt is read from stdin, which is the instruction file."""
@@ -115,17 +119,18 @@ class ClaudeCodeHarness(Harness):
             "--output-format", "json",
             "--dangerously-skip-permissions",
             "--no-session-persistence",
-            "--model", self.model,
+            "--model", self.opts.model,
             "--settings", SETTINGS_PATH,
         ]  # fmt: skip
         if mcp:
             # only the task's servers (no user or project .mcp.json); the option after it ends the variadic list
             args += ["--mcp-config", MCP_CONFIG_PATH, "--strict-mcp-config"]
-        if self.max_turns is not None:
-            args += ["--max-turns", str(int(self.max_turns))]
-        if self.tools is not None:
-            args += ["--tools", ",".join(self.tools) if not isinstance(self.tools, str) else self.tools]
-        return args + self.extra_args
+        if self.opts.max_turns is not None:
+            args += ["--max-turns", str(self.opts.max_turns)]
+        tools = self.opts.tools
+        if tools is not None:
+            args += ["--tools", tools if isinstance(tools, str) else ",".join(tools)]
+        return args + self.opts.extra_args
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         # Claude Code works in its process cwd; stdin is the instruction file, never a terminal

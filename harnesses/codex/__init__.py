@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from harnesses import versions
@@ -71,15 +74,16 @@ class CodexHarness(Harness):
     installable = True
     protocols = ("responses",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.context_window = int(options.get("context_window", DEFAULT_CONTEXT_WINDOW))
-        self.reasoning_effort = options.get("reasoning_effort")
-        self.stream_idle_timeout_ms = int(options.get("stream_idle_timeout_ms", 600_000))
-        self.request_max_retries = int(options.get("request_max_retries", 1))
-        self.stream_max_retries = int(options.get("stream_max_retries", 1))
-        self.mcp = bool(options.get("mcp", True))
-        self.extra_args = [str(a) for a in options.get("extra_args", [])]
+    class Options(AdapterOptions):
+        context_window: int = Field(DEFAULT_CONTEXT_WINDOW, description="model_context_window: the context Codex plans for")
+        reasoning_effort: str | None = Field(None, description="model_reasoning_effort (unset: Codex's default)")
+        stream_idle_timeout_ms: int = Field(600_000, description="how long Codex waits on a silent stream")
+        request_max_retries: int = Field(1, description="Codex's retries of a failed request")
+        stream_max_retries: int = Field(1, description="Codex's retries of a dropped stream")
+        mcp: bool = Field(True, description="start the task's MCP servers")
+        extra_args: list[str] = Field(default_factory=list, description="more `codex exec` arguments")
+
+    opts: Options
 
     def image_layer(self) -> ImageLayer:
         # the native binary runs without Node; rg is what Codex's own tools search with
@@ -92,23 +96,23 @@ class CodexHarness(Harness):
         top: dict[str, Any] = {
             "model": endpoint.model,
             "model_provider": PROVIDER,
-            "model_context_window": self.context_window,
+            "model_context_window": self.opts.context_window,
             "approval_policy": "never",
             "sandbox_mode": "danger-full-access",
             "check_for_update_on_startup": False,
             "web_search": "disabled",
         }
-        if self.reasoning_effort:
-            top["model_reasoning_effort"] = str(self.reasoning_effort)
+        if self.opts.reasoning_effort:
+            top["model_reasoning_effort"] = self.opts.reasoning_effort
         tables = {
             f"model_providers.{PROVIDER}": {
                 "name": "forgetui recording proxy",
                 "base_url": endpoint.openai_base,
                 "env_key": API_KEY_ENV,
                 "wire_api": "responses",
-                "request_max_retries": self.request_max_retries,
-                "stream_max_retries": self.stream_max_retries,
-                "stream_idle_timeout_ms": self.stream_idle_timeout_ms,
+                "request_max_retries": self.opts.request_max_retries,
+                "stream_max_retries": self.opts.stream_max_retries,
+                "stream_idle_timeout_ms": self.opts.stream_idle_timeout_ms,
             },
             "analytics": {"enabled": False},
             "feedback": {"enabled": False},
@@ -136,9 +140,9 @@ class CodexHarness(Harness):
             "-C", workdir,
             "-o", LAST_MESSAGE_PATH,
             *QUIET_FLAGS,
-            "-c", f"model_context_window={self.context_window}",
+            "-c", f"model_context_window={self.opts.context_window}",
             "-m", endpoint.model,
-            *self.extra_args,
+            *self.opts.extra_args,
             "-",
         ]  # fmt: skip
 
@@ -153,7 +157,7 @@ class CodexHarness(Harness):
                 "NO_COLOR": "1",
                 "RUST_LOG": "error",
             },
-            files={CONFIG_PATH: self.config_toml(endpoint, task.mcp_servers if self.mcp else None), INSTRUCTION_PATH: task.instruction},
+            files={CONFIG_PATH: self.config_toml(endpoint, task.mcp_servers if self.opts.mcp else None), INSTRUCTION_PATH: task.instruction},
             workdir=workdir,
         )
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import node_npm_layer
@@ -69,22 +72,22 @@ class GeminiCliHarness(Harness):
     installable = True
     protocols = ("gemini",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        turns = options.get("max_session_turns")
-        self.max_session_turns = int(turns) if turns is not None else None
-        self.mcp = bool(options.get("mcp", True))
-        self.extra_args = [str(a) for a in options.get("extra_args", [])]
+    class Options(AdapterOptions):
+        max_session_turns: int | None = Field(None, description="settings.json model.maxSessionTurns (unset: unlimited)")
+        mcp: bool = Field(True, description="start the task's MCP servers")
+        extra_args: list[str] = Field(default_factory=list, description="more `gemini` flags")
+
+    opts: Options
 
     def mcp_servers(self, task: Task) -> dict[str, McpServer]:
         """The task's MCP servers this run starts (none when the `mcp` option is off)."""
-        return dict(task.mcp_servers) if self.mcp else {}
+        return dict(task.mcp_servers) if self.opts.mcp else {}
 
     def image_layer(self) -> ImageLayer:
         return node_npm_layer("gemini-cli", versions.NODE, [versions.spec_at(versions.GEMINI_CLI, self.version)], links={"gemini": BIN_PATH})
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
-        command = ["gemini", "-p", task.instruction, "-m", endpoint.model, "--yolo", "--skip-trust", "-o", "json", *self.extra_args]
+        command = ["gemini", "-p", task.instruction, "-m", endpoint.model, "--yolo", "--skip-trust", "-o", "json", *self.opts.extra_args]
         env = {
             "GEMINI_API_KEY": endpoint.token,
             "GOOGLE_GEMINI_BASE_URL": endpoint.base_url,  # no /v1: the CLI adds /v1beta/models/...
@@ -96,7 +99,7 @@ class GeminiCliHarness(Harness):
             "TERM": "dumb",
             "NO_COLOR": "1",
         }
-        files = {SETTINGS_PATH: json.dumps(settings(self.max_session_turns, self.mcp_servers(task)), indent=2) + "\n"}
+        files = {SETTINGS_PATH: json.dumps(settings(self.opts.max_session_turns, self.mcp_servers(task)), indent=2) + "\n"}
         return LaunchSpec(command=command, env=env, files=files, workdir=workdir)
 
     def outcome(self, result: ExecResult) -> HarnessOutcome:

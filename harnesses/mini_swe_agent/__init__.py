@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from pydantic import Field
 
 from core.env import Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import pip_layer
@@ -37,12 +39,13 @@ class MiniSweAgentHarness(Harness):
     installable = True
     protocols = ("chat",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.step_limit = int(options.get("step_limit", 0))
-        self.command_timeout = int(options.get("command_timeout", 60))
-        self.retries = int(options.get("retries", 3))
-        self.extra_config = [str(c) for c in options.get("extra_config", [])]
+    class Options(AdapterOptions):
+        step_limit: int = Field(0, description="agent.step_limit (0: none)")
+        command_timeout: int = Field(60, description="environment.timeout: seconds one command may run")
+        retries: int = Field(3, description="model-call attempts (at least 1)")
+        extra_config: list[str] = Field(default_factory=list, description="more `-c key=value` specs")
+
+    opts: Options
 
     def image_layer(self) -> ImageLayer:
         return pip_layer("mini-swe-agent", [versions.spec_at(versions.MINI_SWE_AGENT, self.version)], scripts={"mini": CLI_MODULE})
@@ -53,12 +56,12 @@ class MiniSweAgentHarness(Harness):
             "mini.yaml",
             f"model.model_kwargs.api_base={endpoint.openai_base}",
             f"environment.cwd={workdir}",
-            f"environment.timeout={self.command_timeout}",
-            f"agent.step_limit={self.step_limit}",
+            f"environment.timeout={self.opts.command_timeout}",
+            f"agent.step_limit={self.opts.step_limit}",
         ]
         if task.timeout_s:
             specs.append(f"agent.wall_time_limit_seconds={int(task.timeout_s)}")
-        return specs + self.extra_config
+        return specs + self.opts.extra_config
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         args = ["-m", f"openai/{endpoint.model}", "-t", task.instruction, "--yolo", "--exit-immediately", "--cost-limit", "0"]
@@ -70,7 +73,7 @@ class MiniSweAgentHarness(Harness):
             "MSWEA_CONFIGURED": "true",
             "MSWEA_COST_TRACKING": "ignore_errors",
             "MSWEA_GLOBAL_CONFIG_DIR": CONFIG_DIR,
-            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": str(max(1, self.retries)),
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": str(max(1, self.opts.retries)),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the model cost map from GitHub
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",

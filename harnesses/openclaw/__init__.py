@@ -12,11 +12,13 @@ text only, so OpenClaw omits an image a tool returns (observe's screenshot); the
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from core.env import McpServer, Task
-from core.errors import ConfigError
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import node_npm_layer
@@ -27,7 +29,8 @@ CONFIG_PATH = f"{RUN_DIR}/openclaw.json"
 PROMPT_PATH = f"{RUN_DIR}/prompt.md"
 PROVIDER = "forge"
 CLI_PATH = "node_modules/openclaw/openclaw.mjs"
-APIS = {"openai-completions": "chat", "openai-responses": "responses", "anthropic-messages": "messages"}
+Api = Literal["openai-completions", "openai-responses", "anthropic-messages"]
+APIS: dict[Api, str] = {"openai-completions": "chat", "openai-responses": "responses", "anthropic-messages": "messages"}  # → proxy protocol
 EXIT_MEANING = {0: "ok", 1: "error", 2: "agent deadline reached"}
 DEFAULT_TIMEOUT_S = 600
 MCP_REQUEST_TIMEOUT_MS = 150_000  # one MCP request, above gui-mcp's own 120 s per command
@@ -66,21 +69,20 @@ class OpenClawHarness(Harness):
     installable = True
     protocols = ("chat", "responses", "messages")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.api = str(options.get("api", "openai-completions"))
-        if self.api not in APIS:
-            raise ConfigError(f"openclaw option api={self.api!r} is not one of {', '.join(APIS)}")
-        self.context_window = int(options.get("context_window", 32768))
-        self.max_tokens = int(options.get("max_tokens", 4096))
-        self.timeout_s = options.get("timeout_s")
-        self.mcp = bool(options.get("mcp", True))
-        self.tool_search = options.get("tool_search")
+    class Options(AdapterOptions):
+        api: Api = Field("openai-completions", description="how OpenClaw talks to the proxy: chat, responses or messages")
+        context_window: int = Field(32768, description="the model's contextWindow")
+        max_tokens: int = Field(4096, description="the model's maxTokens")
+        timeout_s: float | None = Field(None, description="the agent's deadline in s when the task sets none (unset: 600)")
+        mcp: bool = Field(True, description="start the task's MCP servers")
+        tool_search: bool | dict[str, Any] | None = Field(None, description="OpenClaw's tools.toolSearch (unset: its default, or false when MCP servers are started)")
+
+    opts: Options
 
     @property
     def protocol(self) -> str:
         """The proxy protocol this instance's calls arrive in (chat, responses or messages)."""
-        return APIS[self.api]
+        return APIS[self.opts.api]
 
     def image_layer(self) -> ImageLayer:
         # OpenClaw's install scripts refuse the host's Node 20: it is installed with the Node 24 it runs on
@@ -88,7 +90,7 @@ class OpenClawHarness(Harness):
 
     def mcp_servers(self, task: Task) -> dict[str, McpServer]:
         """The task's MCP servers this run starts (none when the `mcp` option is off)."""
-        return dict(task.mcp_servers) if self.mcp else {}
+        return dict(task.mcp_servers) if self.opts.mcp else {}
 
     def config(self, endpoint: Endpoint, mcp_servers: dict[str, McpServer] | None = None) -> dict[str, Any]:
         """The pinned OpenClaw config (JSON is valid JSON5): one `forge` provider, models replaced, the task's MCP servers."""
@@ -98,25 +100,25 @@ class OpenClawHarness(Harness):
             "reasoning": False,
             "input": ["text"],
             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-            "contextWindow": self.context_window,
-            "maxTokens": self.max_tokens,
+            "contextWindow": self.opts.context_window,
+            "maxTokens": self.opts.max_tokens,
         }
-        base = endpoint.base_url if self.api == "anthropic-messages" else endpoint.openai_base
-        provider = {"baseUrl": base, "apiKey": endpoint.token, "api": self.api, "models": [model]}
+        base = endpoint.base_url if self.opts.api == "anthropic-messages" else endpoint.openai_base
+        provider = {"baseUrl": base, "apiKey": endpoint.token, "api": self.opts.api, "models": [model]}
         out: dict[str, Any] = {
             "models": {"mode": "replace", "providers": {PROVIDER: provider}},
             "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{endpoint.model}"}}},
         }
         if mcp_servers:
             out["mcp"] = {"servers": mcp_config(mcp_servers)}
-        tool_search = self.tool_search if self.tool_search is not None else (False if mcp_servers else None)
+        tool_search = self.opts.tool_search if self.opts.tool_search is not None else (False if mcp_servers else None)
         if tool_search is not None:
             out["tools"] = {"toolSearch": tool_search}
         return out
 
     def deadline(self, task: Task) -> int:
         """OpenClaw's own agent deadline in seconds (the task's, else the option, else 600)."""
-        return max(1, int(task.timeout_s or self.timeout_s or DEFAULT_TIMEOUT_S))
+        return max(1, int(task.timeout_s or self.opts.timeout_s or DEFAULT_TIMEOUT_S))
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         command = [

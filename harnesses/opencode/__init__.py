@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from core.env import McpServer, Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import npm_layer
@@ -62,23 +65,24 @@ class OpenCodeHarness(Harness):
     installable = True
     protocols = ("chat",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.context_window = int(options.get("context_window", 32768))
-        self.max_tokens = int(options.get("max_tokens", 4096))
-        self.title_call = bool(options.get("title_call", False))
-        self.mcp = bool(options.get("mcp", True))
+    class Options(AdapterOptions):
+        context_window: int = Field(32768, description="the model's limit.context")
+        max_tokens: int = Field(4096, description="the model's limit.output")
+        title_call: bool = Field(False, description="let opencode make its title-generation call (false: --title is passed)")
+        mcp: bool = Field(True, description="start the task's MCP servers")
+
+    opts: Options
 
     def image_layer(self) -> ImageLayer:
         return npm_layer("opencode", [versions.spec_at(versions.OPENCODE, self.version)], links={"opencode": BINARY_PATH})
 
     def mcp_servers(self, task: Task) -> dict[str, McpServer]:
         """The task's MCP servers this run starts (none when the `mcp` option is off)."""
-        return dict(task.mcp_servers) if self.mcp else {}
+        return dict(task.mcp_servers) if self.opts.mcp else {}
 
     def config(self, endpoint: Endpoint, mcp_servers: dict[str, McpServer] | None = None) -> dict[str, Any]:
         """opencode.json: one `forge` provider (@ai-sdk/openai-compatible, bundled in the binary), the task's MCP servers."""
-        model = {"name": endpoint.model, "limit": {"context": self.context_window, "output": self.max_tokens}}
+        model = {"name": endpoint.model, "limit": {"context": self.opts.context_window, "output": self.opts.max_tokens}}
         provider = {
             "npm": "@ai-sdk/openai-compatible",
             "name": PROVIDER,
@@ -108,7 +112,7 @@ class OpenCodeHarness(Harness):
             "--dir",
             workdir,
         ]
-        if not self.title_call:
+        if not self.opts.title_call:
             command += ["--title", DEFAULT_TITLE]  # a given title skips the extra title-generation call
         env = {
             "XDG_CONFIG_HOME": CONFIG_HOME,

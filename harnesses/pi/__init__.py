@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from core.env import Task
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 from core.runtime.recipes import node_npm_layer
@@ -53,18 +56,19 @@ class PiHarness(Harness):
     installable = True
     protocols = ("chat",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.context_window = int(options.get("context_window", 32768))
-        self.max_tokens = int(options.get("max_tokens", 4096))
-        self.thinking = options.get("thinking")
+    class Options(AdapterOptions):
+        context_window: int = Field(32768, description="the model's contextWindow in models.json")
+        max_tokens: int = Field(4096, description="the model's maxTokens in models.json")
+        thinking: str | None = Field(None, description="pi's --thinking level (unset: pi's default)")
+
+    opts: Options
 
     def image_layer(self) -> ImageLayer:
         return node_npm_layer("pi", versions.NODE, [versions.spec_at(versions.PI, self.version)], links={"pi": CLI_PATH})
 
     def models_json(self, endpoint: Endpoint) -> dict[str, Any]:
         """$PI_CODING_AGENT_DIR/models.json: one `forge` provider serving the policy."""
-        model = {"id": endpoint.model, "contextWindow": self.context_window, "maxTokens": self.max_tokens}
+        model = {"id": endpoint.model, "contextWindow": self.opts.context_window, "maxTokens": self.opts.max_tokens}
         provider = {
             "baseUrl": endpoint.openai_base,
             "api": "openai-completions",
@@ -83,8 +87,8 @@ class PiHarness(Harness):
             "--model",
             f"{PROVIDER}/{endpoint.model}",
         ]
-        if self.thinking is not None:
-            args += ["--thinking", str(self.thinking)]
+        if self.opts.thinking is not None:
+            args += ["--thinking", self.opts.thinking]
         return args + ["--no-extensions", "--no-themes", task.instruction]
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:

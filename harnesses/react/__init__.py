@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+from pydantic import Field
 
 from core.env import Task
-from core.errors import ConfigError
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 
@@ -16,7 +18,7 @@ IMAGE_AGENT_PATH = "/opt/forgetui/react_agent.py"  # baked into the image by ima
 RUN_DIR = "/tmp/forgetui-react"  # written by LaunchSpec.files on every launch (works without an image)
 AGENT_PATH = f"{RUN_DIR}/react_agent.py"
 INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
-GUI_MODES = ("auto", "off", "text", "image", "both")
+GuiMode = Literal["auto", "off", "text", "image", "both"]
 EXIT_MEANING = {
     0: "final answer",
     2: "bad arguments or unreadable instruction/workdir",
@@ -47,16 +49,15 @@ class ReactHarness(Harness):
     version = "1"
     protocols = ("chat",)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.max_steps = int(options.get("max_steps", 20))
-        self.temperature = options.get("temperature")
-        self.max_tokens = options.get("max_tokens")
-        self.stream = bool(options.get("stream", False))
-        self.command_timeout = float(options.get("command_timeout", 60.0))
-        self.gui = str(options.get("gui", "auto"))
-        if self.gui not in GUI_MODES:
-            raise ConfigError(f"react harness: gui must be one of {', '.join(GUI_MODES)}, got {self.gui!r}")
+    class Options(AdapterOptions):
+        max_steps: int = Field(20, description="model turns before the agent gives up (exit 3)")
+        temperature: float | None = Field(None, description="sampling temperature sent with each call (unset: the server's)")
+        max_tokens: int | None = Field(None, description="completion cap sent with each call (unset: the server's)")
+        stream: bool = Field(False, description="ask for streamed completions")
+        command_timeout: float = Field(60.0, description="seconds one shell command may run")
+        gui: GuiMode = Field("auto", description="auto: GUI mode with the text observation on tasks whose meta says gui; off; or the observation a GUI turn shows: text, image, both")
+
+    opts: Options
 
     def image_layer(self) -> ImageLayer:
         return ImageLayer(
@@ -71,24 +72,25 @@ class ReactHarness(Harness):
             "--base-url", endpoint.openai_base,
             "--api-key", endpoint.token,
             "--model", endpoint.model,
-            "--max-steps", str(self.max_steps),
+            "--max-steps", str(self.opts.max_steps),
             "--workdir", workdir,
             "--instruction-file", INSTRUCTION_PATH,
-            "--command-timeout", f"{self.command_timeout:g}",
+            "--command-timeout", f"{self.opts.command_timeout:g}",
         ]  # fmt: skip
-        if self.temperature is not None:
-            args += ["--temperature", str(float(self.temperature))]
-        if self.max_tokens is not None:
-            args += ["--max-tokens", str(int(self.max_tokens))]
-        if self.stream:
+        if self.opts.temperature is not None:
+            args += ["--temperature", str(self.opts.temperature)]
+        if self.opts.max_tokens is not None:
+            args += ["--max-tokens", str(self.opts.max_tokens)]
+        if self.opts.stream:
             args.append("--stream")
         return args
 
     def gui_mode(self, task: Task) -> str | None:
         """The observation GUI mode shows for `task` (None: the shell agent)."""
-        if self.gui == "auto":
+        gui = self.opts.gui
+        if gui == "auto":
             return "text" if task.meta.get("gui") else None
-        return None if self.gui == "off" else self.gui
+        return None if gui == "off" else gui
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         mode = self.gui_mode(task)

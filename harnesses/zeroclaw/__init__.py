@@ -9,11 +9,14 @@ import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from core.env import Task
 from core.errors import ConfigError
 from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
+from core.options import AdapterOptions
 from core.runtime.base import ExecResult
 from core.runtime.images import ImageLayer
 
@@ -22,7 +25,6 @@ CONFIG_PATH = f"{CONFIG_DIR}/config.toml"
 IMAGE_BINARY = "/usr/local/bin/zeroclaw"
 PROVIDER = "forge"  # [providers.models.custom.forge]
 AGENT = "main"
-WIRE_APIS = ("chat_completions", "responses")
 
 
 def _toml_value(value: Any) -> str:
@@ -67,16 +69,17 @@ class ZeroClawHarness(Harness):
     version = "user-binary"  # replaced by the binary's content hash when one is given
     protocols = ("chat", "responses")
 
+    class Options(AdapterOptions):
+        binary: str | None = Field(None, description="a linux-x86_64 `zeroclaw` on this machine (harness.binary); required to build the image")
+        wire_api: Literal["chat_completions", "responses"] = Field("chat_completions", description="the protocol ZeroClaw speaks to the proxy")
+        timeout_secs: int | None = Field(None, description="per model call (unset or 0: ZeroClaw's default)")
+
+    opts: Options
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        binary = options.get("binary")
-        self.binary = Path(binary).expanduser() if binary else None
-        self.wire_api = str(options.get("wire_api", "chat_completions"))
-        if self.wire_api not in WIRE_APIS:
-            raise ConfigError(f"zeroclaw: wire_api must be one of {', '.join(WIRE_APIS)}, got {self.wire_api!r}")
-        self.protocols = ("chat",) if self.wire_api == "chat_completions" else ("responses",)
-        timeout = options.get("timeout_secs")
-        self.timeout_secs = int(timeout) if timeout else None
+        self.binary = Path(self.opts.binary).expanduser() if self.opts.binary else None
+        self.protocols = ("chat",) if self.opts.wire_api == "chat_completions" else ("responses",)
         if self.binary is not None and self.binary.is_file():
             self.version = f"binary-{self.binary_sha256[:12]}"
 
@@ -112,7 +115,7 @@ class ZeroClawHarness(Harness):
             "NO_COLOR": "1",
             "TERM": "dumb",
         }
-        files = {CONFIG_PATH: config_toml(endpoint, wire_api=self.wire_api, timeout_secs=self.timeout_secs)}
+        files = {CONFIG_PATH: config_toml(endpoint, wire_api=self.opts.wire_api, timeout_secs=self.opts.timeout_secs or None)}
         return LaunchSpec(command=["zeroclaw", "agent", "-a", AGENT, "-m", task.instruction], env=env, files=files, workdir=workdir)
 
     def outcome(self, result: ExecResult) -> HarnessOutcome:
