@@ -15,6 +15,7 @@ from pathlib import Path
 from core.env import Task
 from core.errors import ConfigError
 from core.harness import Endpoint, Harness, LaunchSpec
+from core.options import NoOptions
 
 SOLUTION_DIR = "/solution"
 MAX_SOLUTION_BYTES = 20 * 1024 * 1024
@@ -48,6 +49,7 @@ class OracleHarness(Harness):
     name = "oracle"
     version = "1"
     protocols = ()
+    Options = NoOptions
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         files = solution_files(task)
@@ -64,6 +66,7 @@ class NoopHarness(Harness):
     name = "noop"
     version = "1"
     protocols = ()
+    Options = NoOptions
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         return LaunchSpec(command=["true"])

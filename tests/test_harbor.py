@@ -216,7 +216,7 @@ def test_unknown_env_options_are_an_error_naming_the_accepted_ones() -> None:
         load_env("harbor", split="train", seed=3)
     cfg = load_config(None, ["env.name=harbor", "env.strict=true", "env.options.threshold=0.5"])
     env = load_env("harbor", **env_kwargs(cfg))
-    assert env.strict and env.default_threshold == 0.5
+    assert env.opts.strict and env.opts.threshold == 0.5
 
 
 def test_task_hash_covers_the_verifier(tmp_path: Path) -> None:

@@ -19,8 +19,11 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from core.env import Environment, Score, Task
 from core.errors import ConfigError
+from core.options import AdapterOptions, Names
 from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.claw_bench.loader import ClawTask, find_tasks_dir, load_tasks, tree_files
@@ -36,14 +39,6 @@ PYTEST = "pytest"  # the wrapper the image layer installs
 REQUIREMENTS = ["pytest==9.2.0", "PyYAML==6.0.4", "requests==2.34.2"]  # what the tasks, solutions and verifiers import
 VERIFY_TIMEOUT_S = 300.0
 _WORKSPACE_REF = re.compile(r"(?<![\w/.-])workspace/")
-
-
-def _as_list(value: Any) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 def setup_script(task: ClawTask) -> str:
@@ -88,41 +83,49 @@ class ClawBenchEnv(Environment):
 
     name = "claw-bench"
     version = "0.1.0"
-    accepted_options = frozenset({"domains", "levels", "ids", "tasks_dir", "workdir"})
+
+    class Options(AdapterOptions):
+        domains: Names | None = Field(None, description="the domains to run (unset: all 14)")
+        levels: Names | None = Field(None, description="the levels to run, L1..L4 (unset: all)")
+        ids: Names | None = Field(None, description="task ids (cal-001) or folder names (cal-001-create-meeting)")
+        tasks_dir: str | None = Field(None, description="a claw-bench tasks folder (unset: the installed package's)")
+        workdir: str = Field("/workspace", description="the agent's workspace, as the instruction names it")
+
+        @field_validator("levels")
+        @classmethod
+        def _upper(cls, levels: list[str] | None) -> list[str] | None:
+            return [level.upper() for level in levels or []] or None
+
+    opts: Options
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.root = find_tasks_dir(options.get("tasks_dir"))
-        self.domains = _as_list(options.get("domains"))
-        self.levels = [lv.upper() for lv in _as_list(options.get("levels")) or []] or None
-        self.ids = _as_list(options.get("ids"))
-        self.workdir = str(options.get("workdir", "/workspace"))
+        self.root = find_tasks_dir(self.opts.tasks_dir)
         self._all = load_tasks(self.root)
         self._by_id = {t.id: t for t in self._all}
         self._check_filters()
 
     def _check_filters(self) -> None:
         known = {t.domain for t in self._all}
-        bad = sorted(set(self.domains or []) - known)
+        bad = sorted(set(self.opts.domains or []) - known)
         if bad:
             raise ConfigError(f"claw-bench: unknown domains {bad}; known: {', '.join(sorted(known))}")
         levels = {t.level for t in self._all}
-        bad = sorted(set(self.levels or []) - levels)
+        bad = sorted(set(self.opts.levels or []) - levels)
         if bad:
             raise ConfigError(f"claw-bench: unknown levels {bad}; known: {', '.join(sorted(levels))}")
         names = set(self._by_id) | {t.name for t in self._all}
-        bad = sorted(set(self.ids or []) - names)
+        bad = sorted(set(self.opts.ids or []) - names)
         if bad:
             raise ConfigError(f"claw-bench: unknown task ids {bad[:10]} (ids look like cal-001 or cal-001-create-meeting)")
 
     def selected(self) -> list[ClawTask]:
         """The task folders the options select, in suite order."""
+        domains, levels, ids = self.opts.domains, self.opts.levels, self.opts.ids
         return [
             t
             for t in self._all
-            if (self.domains is None or t.domain in self.domains)
-            and (self.levels is None or t.level in self.levels)
-            and (self.ids is None or t.id in self.ids or t.name in self.ids)
+            if (domains is None or t.domain in domains) and (levels is None or t.level in levels) and (ids is None or t.id in ids or t.name in ids)
         ]
 
     def tasks(self) -> list[Task]:
@@ -143,7 +146,7 @@ class ClawBenchEnv(Environment):
         timeout = ct.config.get("timeout")
         return Task(
             id=ct.id,
-            instruction=instruction_text(instruction, self.workdir),
+            instruction=instruction_text(instruction, self.opts.workdir),
             files=files,  # type: ignore[arg-type]
             setup=setup_script(ct),
             timeout_s=float(timeout) if timeout else None,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+
+from pydantic import Field
 
 from core.env import Environment, Score, Task
 from core.errors import SandboxError
@@ -22,7 +23,7 @@ from core.runtime.images import ImageLayer
 from envs.desktop.image import desktop_layer
 from envs.desktop.tasks import HOME, KINDS, setup_script
 from envs.miniwob import MCP_SERVERS
-from envs.miniwob.names import Selection, select
+from envs.miniwob.names import GuiOptions, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
 START_WAIT_S = 90.0
@@ -53,29 +54,28 @@ class DesktopEnv(Environment):
     name = "desktop"
     version = "1"
     threshold = 1.0
-    accepted_options = ("names", "instances", "seed", "timeout")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        chosen = Selection.of(options, "desktop", DEFAULT_TIMEOUT_S)
-        self.patterns, self.instances, self.seed, self.timeout = chosen.patterns, chosen.instances, chosen.seed, chosen.timeout
+    class Options(GuiOptions):
+        timeout: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="the episode's clock in s")
+
+    opts: Options
 
     def names(self) -> list[str]:
-        return select(list(KINDS), self.patterns, "desktop")
+        return select(list(KINDS), self.opts.names, "desktop")
 
     def tasks(self) -> list[Task]:
-        return [self.make_task(name, i) for name in self.names() for i in range(self.instances)]
+        return [self.make_task(name, i) for name in self.names() for i in range(self.opts.instances)]
 
     def make_task(self, name: str, index: int) -> Task:
         kind = KINDS[name]
-        params = kind.params(random.Random(f"desktop:{self.seed}:{name}:{index}"))
+        params = kind.params(random.Random(f"desktop:{self.opts.seed}:{name}:{index}"))
         return Task(
             id=f"{name}.{index}",
             instruction=f"{kind.instruction(params)}\n\n{GUIDE}",
             files={**INSTRUCTION_FILES, **kind.files(params)},
             mcp_servers=dict(MCP_SERVERS),  # the same gui-mcp, over the desktop `gui`
             setup=setup_script(kind, params, START_WAIT_S),
-            timeout_s=self.timeout,
+            timeout_s=self.opts.timeout,
             meta={"task": name, "instance": index, "params": params, "family": name, "gui": "desktop"},
             workdir=HOME,
             solution=str(ORACLE),

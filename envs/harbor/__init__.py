@@ -37,8 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import Field
+
 from core.env import Environment, Score, Task, TaskImage
 from core.errors import ConfigError
+from core.options import AdapterOptions
 from core.runtime.base import Sandbox
 
 log = logging.getLogger(__name__)
@@ -153,14 +156,18 @@ class HarborEnv(Environment):
 
     name = "harbor"
     version = "1"
-    accepted_options = frozenset({"path", "strict", "threshold"})
     graders_read_trajectory = True  # harbor graders may read the transcript (/logs/agent/trajectory.json[l])
+
+    class Options(AdapterOptions):
+        path: str | None = Field(None, description="a folder of harbor tasks, or one task (env.path; unset: the shipped examples)")
+        strict: bool = Field(False, description="fail on the first task that does not load (env.strict)")
+        threshold: float | None = Field(None, description="the score that passes a task without its own [verifier].pass_threshold")
+
+    opts: Options
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.path = Path(str(options.get("path") or EXAMPLES)).expanduser()
-        self.strict = bool(options.get("strict", False))
-        self.default_threshold = float(options["threshold"]) if options.get("threshold") is not None else None
+        self.path = Path(self.opts.path or EXAMPLES).expanduser()
         self._tasks: dict[str, HarborTask] = {}
         self._made: dict[str, Task] = {}
         self.skipped: dict[str, str] = {}  # task folder name → why it did not load
@@ -170,7 +177,7 @@ class HarborEnv(Environment):
                 self._made[ht.id] = self.make_task(ht)
                 self._tasks[ht.id] = ht
             except (ConfigError, ValueError, TypeError, OSError) as exc:
-                if self.strict:
+                if self.opts.strict:
                     raise ConfigError(f"harbor (env.strict): task {folder.name} does not load: {exc}") from exc
                 self.skipped[folder.name] = str(exc)
         if self.skipped:
@@ -197,7 +204,7 @@ class HarborEnv(Environment):
             meta["workdir"] = workdir
         solution = ht.path / "solution" / "solve.sh"
         timeout = agent.get("timeout_sec")
-        threshold = verifier.get("pass_threshold", self.default_threshold)
+        threshold = verifier.get("pass_threshold", self.opts.threshold)
         return Task(
             id=ht.id,
             instruction=(ht.path / "instruction.md").read_text(encoding="utf-8"),

@@ -16,14 +16,15 @@ import hashlib
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+
+from pydantic import Field
 
 from core.env import Environment, McpServer, Score, Task
 from core.errors import SandboxError
 from core.runtime.base import Sandbox
 from core.runtime.images import ImageLayer
 from envs.miniwob.image import HTML_ROOT, MCP_PATH, miniwob_html, miniwob_layer
-from envs.miniwob.names import Selection, select
+from envs.miniwob.names import GuiOptions, select
 
 ORACLE = Path(__file__).with_name("oracle") / "solve.sh"
 ORACLE_TASKS = ("click-button", "click-link", "click-test", "focus-text", "enter-text", "choose-list", "click-checkboxes", "navigate-tree")
@@ -81,32 +82,32 @@ class MiniWoBEnv(Environment):
     name = "miniwob"
     version = "1.1.0"
     threshold = 1.0
-    accepted_options = ("names", "instances", "seed", "timeout", "mode", "time_penalty")
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        chosen = Selection.of(options, "miniwob", DEFAULT_TIMEOUT_S)
-        self.patterns, self.instances, self.seed, self.timeout = chosen.patterns, chosen.instances, chosen.seed, chosen.timeout
-        self.mode = str(options.get("mode", "train"))
-        self.time_penalty = bool(options.get("time_penalty", False))
+    class Options(GuiOptions):
+        timeout: float = Field(DEFAULT_TIMEOUT_S, gt=0, description="the episode's clock in s")
+        mode: str = Field("train", description="the page's data mode")
+        time_penalty: bool = Field(False, description="score with MiniWoB's time-scaled reward instead of the un-timed one")
+
+    opts: Options
 
     def names(self) -> list[str]:
         """The task names the `names` option selects (all when unset); ConfigError for a pattern that matches none."""
-        return select(task_names(miniwob_html()), self.patterns, "miniwob")
+        return select(task_names(miniwob_html()), self.opts.names, "miniwob")
 
     def tasks(self) -> list[Task]:
-        return [self.make_task(name, i) for name in self.names() for i in range(self.instances)]
+        return [self.make_task(name, i) for name in self.names() for i in range(self.opts.instances)]
 
     def make_task(self, name: str, index: int) -> Task:
-        seed = instance_seed(self.seed, name, index)
+        seed = instance_seed(self.opts.seed, name, index)
+        timeout, mode = self.opts.timeout, self.opts.mode
         return Task(
             id=f"{name}.{index}",
             instruction=INSTRUCTION,
-            setup=start_command(name, seed, self.timeout, self.mode),
+            setup=start_command(name, seed, timeout, mode),
             files=dict(INSTRUCTION_FILES),
             mcp_servers=dict(MCP_SERVERS),
-            timeout_s=self.timeout + 30.0,
-            meta={"task": name, "instance": index, "seed": seed, "mode": self.mode, "family": name, "gui": "browser"},
+            timeout_s=timeout + 30.0,
+            meta={"task": name, "instance": index, "seed": seed, "mode": mode, "family": name, "gui": "browser"},
             solution=str(ORACLE) if name in ORACLE_TASKS else None,
         )
 
@@ -125,7 +126,7 @@ class MiniWoBEnv(Environment):
             return self.score(0.0, f"not done after {status.get('elapsed_s')} s: the page gave no reward")
         raw = float(status.get("raw_reward") or 0.0)
         timed = float(status.get("reward") or 0.0)
-        value = timed if self.time_penalty else raw
+        value = timed if self.opts.time_penalty else raw
         detail = f"done: raw reward {raw:g}, time-scaled {timed:g} after {status.get('elapsed_s')} s" + (f" ({status['reason']})" if status.get("reason") else "")
         return self.score(max(0.0, value), detail)
 

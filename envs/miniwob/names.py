@@ -1,21 +1,13 @@
-"""Selecting tasks by name or glob (shared by the GUI envs: miniwob, desktop)."""
+"""Selecting tasks by name or glob, and the options that do it (shared by the GUI envs: miniwob, desktop)."""
 
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
-from typing import Any
+
+from pydantic import Field
 
 from core.errors import ConfigError
-
-
-def as_list(value: Any) -> list[str] | None:
-    """An option given as a list or a comma-separated string; None when unset."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
+from core.options import AdapterOptions, Names
 
 
 def select(known: list[str], patterns: list[str] | None, env: str) -> list[str]:
@@ -31,21 +23,12 @@ def select(known: list[str], patterns: list[str] | None, env: str) -> list[str]:
     return [n for n in known if any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns)]
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The options every GUI env takes: which tasks, how many seeded instances of each, the episode clock."""
+class GuiOptions(AdapterOptions):
+    """The options every GUI env takes: which tasks, how many seeded instances of each, the episode clock.
 
-    patterns: list[str] | None
-    instances: int
-    seed: int
-    timeout: float
+    Each env subclasses it to set its own `timeout` default (and add options of its own)."""
 
-    @classmethod
-    def of(cls, options: dict[str, Any], env: str, default_timeout: float) -> Selection:
-        """Read and check `names`, `instances` (≥ 1), `seed`, `timeout` (> 0 s)."""
-        chosen = cls(as_list(options.get("names")), int(options.get("instances", 1)), int(options.get("seed", 0)), float(options.get("timeout", default_timeout)))
-        if chosen.instances < 1:
-            raise ConfigError(f"{env}: instances must be >= 1, got {chosen.instances}")
-        if chosen.timeout <= 0:
-            raise ConfigError(f"{env}: timeout must be > 0 seconds, got {chosen.timeout:g}")
-        return chosen
+    names: Names | None = Field(None, description="task names or globs, a list or one comma-separated string (unset: all)")
+    instances: int = Field(1, ge=1, description="seeded instances of each task")
+    seed: int = Field(0, description="fixes every instance's parameters")
+    timeout: float = Field(gt=0, description="the episode's clock in s")
