@@ -225,15 +225,15 @@ def cmd_images(args: argparse.Namespace) -> int:
         from core.config import load_config
         from core.errors import ConfigError
         from core.registry import load_env, load_harness
-        from core.session.setup import build_image, pick_runtime
+        from core.session.setup import build_image, env_kwargs, pick_runtime
 
         config = load_config(args.config, args.set)
-        env = load_env(config.env.name, **config.env.options)
+        env = load_env(config.env.name, **env_kwargs(config))  # env.path and env.strict too, as a run loads it
         harness = load_harness(config.harness.name, **config.harness.adapter_options())
         if args.push and not config.runtime.registry:
             raise ConfigError("--push needs runtime.registry: the registry your cluster pulls from (e.g. --set runtime.registry=ghcr.io/me)")
         runtime = pick_runtime(config)
-        if runtime.name == "kubernetes":  # pods run what this engine builds, once pushed (or `kind load`ed)
+        if runtime.images == "cluster":  # pods run what this engine builds, once pushed (or `kind load`ed)
             from core.runtime import make_runtime
             from core.session.setup import RunImages, select_tasks
 

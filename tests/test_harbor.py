@@ -273,3 +273,13 @@ def test_run_timeout_caps_and_scale_scales(task_s, run_s, scale, expected) -> No
     from core.rollout.attempt import rollout_timeout
 
     assert rollout_timeout(task_s, run_s, scale) == expected
+
+
+def test_images_build_loads_the_env_as_a_run_does_with_its_path(tmp_path: Path, capsys) -> None:
+    """`forgetui images build` passes env.path (and env.strict) to the env, as `forgetui run` does."""
+    from forgetui.cli import main
+
+    config = tmp_path / "harbor.toml"
+    config.write_text(f'[env]\nname = "harbor"\npath = "{EXAMPLES}"\nstrict = true\n[runtime]\nkind = "local"\n')
+    assert main(["images", "build", str(config)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "local"  # the local runtime runs no image
