@@ -275,11 +275,15 @@ def test_run_timeout_caps_and_scale_scales(task_s, run_s, scale, expected) -> No
     assert rollout_timeout(task_s, run_s, scale) == expected
 
 
-def test_images_build_loads_the_env_as_a_run_does_with_its_path(tmp_path: Path, capsys) -> None:
-    """`forgetui images build` passes env.path (and env.strict) to the env, as `forgetui run` does."""
+def test_images_build_loads_the_env_as_a_run_does_with_its_path(tmp_path: Path, caplog) -> None:
+    """`forgetui images build` passes env.path and env.strict to the env, as `forgetui run` does: a strict suite
+    with a broken task is refused (without them it would build the bundled examples and say nothing)."""
     from forgetui.cli import main
 
+    suite = tmp_path / "suite"
+    _task(suite, "good")
+    _task(suite, "bad-toml", toml="this is = = not toml")
     config = tmp_path / "harbor.toml"
-    config.write_text(f'[env]\nname = "harbor"\npath = "{EXAMPLES}"\nstrict = true\n[runtime]\nkind = "local"\n')
-    assert main(["images", "build", str(config)]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == "local"  # the local runtime runs no image
+    config.write_text(f'[env]\nname = "harbor"\npath = "{suite}"\nstrict = true\n[runtime]\nkind = "local"\n')
+    assert main(["images", "build", str(config)]) == 2
+    assert "env.strict" in caplog.text and "bad-toml" in caplog.text
