@@ -7,6 +7,7 @@ Every wire protocol (chat, responses, messages, gemini) is parsed into a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +22,47 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+
+
+# ----------------------------------------------------------------------------- how deep JSON may nest
+# The one nesting limit for what the proxy parses, compares and writes back as JSON: tool-call arguments
+# (in a history or sampled), tool schemas, tool choices. orjson writes at most 254 levels and an answer
+# wraps arguments in up to 6 more (Gemini's candidates[0].content.parts[i].functionCall.args), so 200
+# leaves room; Python's own json recursion fails near 1,000. Request bodies themselves are stored as
+# sent, however deep they nest: only the fields the proxy acts on are held to this.
+MAX_JSON_DEPTH = 200
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def nests_too_deep(text: str) -> bool:
+    """Whether the JSON in `text` nests past `MAX_JSON_DEPTH` (without a scan when it has too few brackets to)."""
+    return text.count("[") + text.count("{") > MAX_JSON_DEPTH and text_depth(text) > MAX_JSON_DEPTH
+
+
+def json_depth(value: Any) -> int:
+    """How many objects and lists deep `value` nests (a scalar: 0); iterative, so any depth is measured."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            node = node.values()
+        elif not isinstance(node, list):
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in node if isinstance(child, dict | list))
+    return deepest
+
+
+def text_depth(text: str) -> int:
+    """How deep the JSON in `text` nests, read from its brackets outside strings (no parse, so no recursion)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 IMAGE_PLACEHOLDER = "[image]"  # an image in `content`, the text-only form of a message

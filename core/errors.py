@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
+import re
+
+# The HTTP status of each error kind: the one table every answer reads (the proxy's, each wire
+# protocol's error shape, the live query endpoint's). An error class names its kind; its status follows.
+KIND_STATUS: dict[str, int] = {
+    "invalid_request": 400,
+    "context_length": 400,
+    "authentication": 401,
+    "permission": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "too_large": 413,
+    "rate_limit": 429,
+    "server": 500,
+    "backend": 502,
+    "overloaded": 503,
+    "timeout": 504,
+}
+
+
+def status_of(kind: str) -> int:
+    """The HTTP status of an error kind (500 for a kind the table does not know)."""
+    return KIND_STATUS.get(kind, 500)
+
 
 class ForgetuiError(Exception):
-    """Base of every error forgetui raises on purpose."""
+    """Base of every error forgetui raises on purpose; `kind` names it for an HTTP answer (its status: `status_of`)."""
+
+    kind = "server"
+
+
+class _Answered:
+    """An error a server answers with: its `status` is its kind's, from `KIND_STATUS`."""
+
+    kind: str
+
+    @property
+    def status(self) -> int:
+        return status_of(self.kind)
 
 
 class ConfigError(ForgetuiError):
@@ -23,38 +59,33 @@ class ModelError(ForgetuiError):
     """A model or tokenizer cannot be found, built or loaded."""
 
 
-class ProtocolError(ForgetuiError):
-    """A request does not follow its wire protocol (maps to HTTP 400)."""
+class ProtocolError(_Answered, ForgetuiError):
+    """A request does not follow its wire protocol (HTTP 400)."""
 
-    status = 400
     kind = "invalid_request"
 
 
 class AuthError(ProtocolError):
     """The rollout token in the URL or API key is unknown (HTTP 401)."""
 
-    status = 401
     kind = "authentication"
 
 
 class NotFoundError(ProtocolError):
     """The route or model does not exist (HTTP 404)."""
 
-    status = 404
     kind = "not_found"
 
 
 class BodyTooLargeError(ProtocolError):
     """The request body is over the proxy's limit (HTTP 413)."""
 
-    status = 413
     kind = "too_large"
 
 
 class ContextLengthError(ProtocolError):
     """The rendered prompt does not fit the model's context (HTTP 400)."""
 
-    status = 400
     kind = "context_length"
 
     def __init__(self, prompt_tokens: int | None = None, limit: int | None = None, *, upstream: str | None = None) -> None:
@@ -65,22 +96,32 @@ class ContextLengthError(ProtocolError):
         super().__init__(f"prompt is too long: {what}; shorten the conversation or use a model with a longer context")
 
 
-class BackendError(ForgetuiError):
+class BackendError(_Answered, ForgetuiError):
     """The policy backend failed or could not be reached (HTTP 502)."""
 
-    status = 502
     kind = "backend"
 
 
 class RateLimitedError(BackendError):
     """The upstream provider refused the call for its rate limit (HTTP 429; its Retry-After is passed on)."""
 
-    status = 429
     kind = "rate_limit"
 
     def __init__(self, message: str, retry_after: str | None = None) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after = retry_after_value(retry_after)
+
+
+# Retry-After as RFC 9110 allows it: delay-seconds or an IMF-fixdate (the obsolete date forms are dropped)
+_RETRY_AFTER = re.compile(r"[0-9]{1,10}|(Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT")
+
+
+def retry_after_value(value: object) -> str | None:
+    """An upstream's Retry-After when it is one a client can be sent as it is; None for anything else (non-ASCII, bytes, junk)."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value if _RETRY_AFTER.fullmatch(value) else None
 
 
 class SandboxError(ForgetuiError):

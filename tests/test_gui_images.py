@@ -87,7 +87,7 @@ def test_a_20_mb_image_is_refused_as_too_large_before_decoding() -> None:
     body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(big)}"}}]}]}
     with pytest.raises(ProtocolError, match="over 10 MiB") as info:
         extract_images("chat", body)
-    assert info.value.status == 400 and info.value.kind == "too_large" and len(big) > MAX_IMAGE_BYTES
+    assert info.value.status == 413 and info.value.kind == "too_large" and len(big) > MAX_IMAGE_BYTES  # one kind → status table
 
 
 # --- through the live proxy ---------------------------------------------------------------------
@@ -123,7 +123,7 @@ def test_a_text_only_backend_refuses_an_image_with_a_400_in_the_protocols_shape(
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
 
 
-def test_bad_and_oversized_images_are_400s_through_the_proxy(live_proxy, script_file) -> None:
+def test_bad_images_are_400s_and_oversized_ones_413s_through_the_proxy(live_proxy, script_file) -> None:
     proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
     bad = {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}]}]}
     status, payload = _post(proxy, "chat", bad)
@@ -131,7 +131,7 @@ def test_bad_and_oversized_images_are_400s_through_the_proxy(live_proxy, script_
     big = b"\x89PNG\r\n\x1a\n" + b"\0" * (20 * 1000 * 1000)
     huge = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(big)}}]}]}
     status, payload = _post(proxy, "messages", huge)
-    assert status == 400 and "over 10 MiB" in _error_message("messages", payload)
+    assert status == 413 and "over 10 MiB" in _error_message("messages", payload) and payload["error"]["type"] == "request_too_large"
 
 
 def test_an_image_resent_in_later_calls_is_stored_once(live_proxy, script_file) -> None:

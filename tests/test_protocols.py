@@ -540,7 +540,7 @@ def test_render_gemini() -> None:
 
 
 def test_error_bodies() -> None:
-    assert chat.error_body(400, "context_length", "too long") == {
+    assert chat.error_body("context_length", "too long") == {
         "error": {
             "message": "too long",
             "type": "invalid_request_error",
@@ -548,17 +548,17 @@ def test_error_bodies() -> None:
             "code": "context_length_exceeded",
         }
     }
-    assert responses.error_body(401, "authentication", "bad")["error"]["type"] == "authentication_error"
-    assert messages.error_body(413, "too_large", "big") == {
+    assert responses.error_body("authentication", "bad")["error"]["type"] == "authentication_error"
+    assert messages.error_body("too_large", "big") == {
         "type": "error",
         "error": {"type": "request_too_large", "message": "big"},
     }
-    assert messages.error_body(502, "backend", "down")["error"]["type"] == "api_error"
-    assert messages.error_body(401, "authentication", "x")["error"]["type"] == "authentication_error"
-    assert gemini.error_body(404, "not_found", "nope") == {
+    assert messages.error_body("backend", "down")["error"]["type"] == "api_error"
+    assert messages.error_body("authentication", "x")["error"]["type"] == "authentication_error"
+    assert gemini.error_body("not_found", "nope") == {
         "error": {"code": 404, "message": "nope", "status": "NOT_FOUND"}
     }
-    assert gemini.error_body(400, "invalid_request", "x")["error"]["status"] == "INVALID_ARGUMENT"
+    assert gemini.error_body("invalid_request", "x")["error"]["status"] == "INVALID_ARGUMENT"
 
 
 # ---------------------------------------------------------------- streams, read back by the official SDKs

@@ -86,3 +86,15 @@ def test_a_key_never_moves_an_adhoc_call_into_another_session(live_proxy, script
         assert httpx.post(f"{proxy.url}/r/b{CHAT}", json=BODY, headers=headers).status_code == 200
     assert httpx.post(f"{proxy.url}/r/b{CHAT}", json=BODY, params={"key": "a"}).status_code == 200
     assert proxy.rows("SELECT rollout_id, count(*), max(seq) FROM calls GROUP BY 1 ORDER BY 1") == [("run-test-a", 1, 0), ("run-test-b", 3, 2)]
+
+
+def test_a_token_that_is_not_utf8_is_refused_not_merged(live_proxy, script_file):
+    """Issue 23 item 9: `/r/%FF/` and `/r/%FE/` both became the session `\\ufffd` (two identities, one rollout)."""
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}", adhoc=True)
+    for token in ("%FF", "%FE", "a%C3"):
+        resp = httpx.post(f"{proxy.url}/r/{token}{CHAT}", json=BODY)
+        assert resp.status_code == 400, resp.text
+        assert "not UTF-8" in resp.json()["error"]["message"]
+    assert httpx.post(f"{proxy.url}/r/%C3%A9t%C3%A9{CHAT}", json=BODY).status_code == 200  # UTF-8 percent-encoded: "été"
+    assert {s.token for s in proxy.sessions.all()} == {proxy.token, "été"}
+    assert proxy.rows("SELECT count(*) FROM calls") == [(1,)]

@@ -49,6 +49,12 @@ REFUSED = {
     "gemini-temperature<0": (gemini({"temperature": -0.1}), "temperature"),
     "gemini-topP=0": (gemini({"topP": 0}), "topP"),
     "gemini-candidateCount=2": (gemini({"candidateCount": 2}), "candidateCount"),
+    # issue 23 item 9: the README says unsupported values are refused; these were 200s with `logprobs: null` / `[]`
+    "chat-logprobs": (chat(logprobs=True, top_logprobs=5), "'logprobs'"),
+    "chat-top_logprobs": (chat(top_logprobs=2), "'top_logprobs'"),
+    "responses-include-logprobs": (responses(include=["message.output_text.logprobs"], top_logprobs=3), "top_logprobs"),
+    "responses-include-logprobs-alone": (responses(include=["reasoning.encrypted_content", "message.output_text.logprobs"]), "message.output_text.logprobs"),
+    "gemini-responseLogprobs": (gemini({"responseLogprobs": True, "logprobs": 3}), "responseLogprobs"),
     "gemini-allowed-unoffered": (
         gemini(
             tools=[{"functionDeclarations": [{"name": "bash", "parameters": {"type": "OBJECT"}}]}],
@@ -77,6 +83,8 @@ ACCEPTED = {
     "chat-tool_choice-required": chat(tools=[TOOL], tool_choice="required"),
     "responses-big-but-int32": responses(max_output_tokens=2**31 - 1),
     "gemini-candidateCount=1": gemini({"candidateCount": 1, "topP": 1, "temperature": 0}),
+    "chat-logprobs-false": chat(logprobs=False, top_logprobs=0),
+    "responses-include-other": responses(include=["reasoning.encrypted_content"]),
 }
 
 
@@ -87,3 +95,42 @@ def test_values_in_range_are_served(live_proxy, script_file, case):
     resp = httpx.post(proxy.base + ROUTES[api], json=body)
     assert resp.status_code == 200, resp.text
     assert proxy.rows("SELECT status FROM calls") == [("ok",)]
+
+
+# ---------------------------------------------------------------- issue 23 item 6: a key said twice
+DUPLICATES = {
+    "chat-messages": ("chat", b'{"model":"m","messages":[{"role":"user","content":"A"}],"messages":[{"role":"user","content":"B"}]}', "'messages'"),
+    "chat-stream": ("chat", b'{"model":"m","stream":true,"stream":false,"messages":[{"role":"user","content":"A"}]}', "'stream'"),
+    "chat-nested-role": ("chat", b'{"model":"m","messages":[{"role":"system","role":"user","content":"A"}]}', "'role'"),
+    "chat-escaped-key": ("chat", b'{"model":"m","messages":[{"role":"user","content":"A"}],"\\u006dodel":"n"}', "'model'"),
+    "responses-input": ("responses", b'{"model":"m","input":"A","input":"B"}', "'input'"),
+    "messages-max_tokens": ("messages", b'{"model":"m","max_tokens":5,"max_tokens":9,"messages":[{"role":"user","content":"A"}]}', "'max_tokens'"),
+    "gemini-contents": ("gemini", b'{"contents":[{"parts":[{"text":"A"}]}],"contents":[{"parts":[{"text":"B"}]}]}', "'contents'"),
+}
+
+
+@pytest.mark.parametrize(("api", "body", "key"), list(DUPLICATES.values()), ids=list(DUPLICATES))
+def test_a_key_said_twice_is_a_400_naming_it_and_nothing_is_answered(live_proxy, script_file, api, body, key):
+    """The model answered the last `messages` while the stored request showed the first (DuckDB reads the first key):
+    the proxy refuses the body rather than guess, so the record is always what the model saw."""
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    resp = httpx.post(proxy.base + ROUTES[api], content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    assert "repeats the key" in error_message(api, resp.json()) and key in error_message(api, resp.json())
+    assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"m","messages":[{"role":"user","content":"a: b"}],"metadata":{"model":"x","messages":1}}',
+        b'{"model":"m","messages":[{"role":"user","content":"\\u003a\\u003A::"}]}',
+        b'{"model":"m","messages":[{"role":"user","content":"\\\\u003a"}],"stream":false}',
+    ],
+    ids=["same-key-in-another-object", "escaped-colons", "an-escaped-backslash"],
+)
+def test_keys_said_once_are_served_and_stored_as_sent(live_proxy, script_file, body):
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    resp = httpx.post(proxy.base + ROUTES["chat"], content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 200, resp.text
+    assert proxy.rows("SELECT status, strlen(request::VARCHAR) FROM calls") == [("ok", len(body))]

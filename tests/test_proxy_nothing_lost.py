@@ -51,7 +51,7 @@ def test_tool_schemas_too_deep_to_serialise_are_a_400_not_a_plain_500(live_proxy
         body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": [{"name": "f", "parametersJsonSchema": schema(130)}]}]}
     resp = httpx.post(proxy.base + ROUTES[api], json=body)
     assert resp.status_code == 400
-    assert "nest too deep" in error_message(api, resp.json())
+    assert "nested too deep" in error_message(api, resp.json())
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
 
 
@@ -62,21 +62,26 @@ def test_a_gemini_parameters_schema_deeper_than_the_stack_is_a_400(live_proxy, s
     body = b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"tools":[{"functionDeclarations":[{"name":"f","parameters":' + params + b"}]}]}"
     resp = httpx.post(proxy.base + ROUTES["gemini"], content=body, headers={"content-type": "application/json"})
     assert resp.status_code == 400
-    assert "nest too deep" in error_message("gemini", resp.json())
+    assert "nested too deep" in error_message("gemini", resp.json())
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
 
 
-def test_an_answer_that_cannot_be_rendered_is_a_protocol_error_and_recorded(live_proxy, script_file):
-    """Tool-call arguments 300 deep break Gemini's rendering (orjson's depth limit): a JSON 500 and an `error` row, not a plain-text 500 and nothing."""
-    args = orjson.loads(nested(300))
-    proxy = live_proxy(f"scripted:{script_file([{'tool_calls': [{'name': 'f', 'arguments': args}]}])}")
-    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": [{"name": "f"}]}]}
-    resp = httpx.post(proxy.base + ROUTES["gemini"], json=body)
-    assert resp.status_code == 500
-    assert resp.headers["content-type"].startswith("application/json")
-    assert "Recursion" in error_message("gemini", resp.json())
-    ((status, error, n),) = proxy.rows("SELECT status, error, len(completion_token_ids) FROM calls")
-    assert status == "error" and "Recursion" in error and n > 300
+@pytest.mark.parametrize("depth", [300, 1100])
+@pytest.mark.parametrize("api", list(ROUTES))
+def test_a_sampled_tool_call_too_deep_to_re_serialise_is_text_and_a_parse_error(live_proxy, script_file, api, depth):
+    """Item 3 of issue 23: arguments 300 deep broke rendering (orjson: "Recursion limit reached"), 1,100 deep broke
+    parsing (RecursionError) — a 500 in every protocol. The model's output is plain text with a `tool_parse_error`."""
+    sampled = '<tool_call>{"name": "f", "arguments": ' + nested(depth).decode() + "}</tool_call>"
+    proxy = live_proxy(f"scripted:{script_file([{'text': sampled}])}")
+    body = {"model": "m", "max_tokens": 8192, "messages": USER} if api != "gemini" else {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    if api == "responses":
+        body = {"model": "m", "input": "hi"}
+    resp = httpx.post(proxy.base + ROUTES[api], json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    assert f"{depth + 1} levels deep" in proxy.rows("SELECT tool_parse_error FROM calls")[0][0]
+    ((status, n),) = proxy.rows("SELECT status, len(completion_token_ids) FROM calls")
+    assert status == "ok" and n > depth
+    assert "<tool_call>" in resp.text  # the text, as sampled
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -105,7 +110,7 @@ def test_an_unexpected_failure_anywhere_is_json_in_the_routes_protocol(live_prox
         raise RuntimeError("boom")
 
     proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
-    monkeypatch.setattr(app_module, "_tools_hash", broken)
+    monkeypatch.setattr(app_module, "check_nesting", broken)
     resp = httpx.post(proxy.base + ROUTES["messages"], json={"model": "m", "max_tokens": 8, "messages": USER})
     assert resp.status_code == 500 and resp.headers["content-type"].startswith("application/json")
     assert "boom" in error_message("messages", resp.json())
@@ -122,7 +127,7 @@ def test_history_tool_arguments_too_deep_are_a_400_before_generation(live_proxy,
         body = {"model": "m", "input": [{"role": "user", "content": "hi"}, {"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}, {"type": "function_call_output", "call_id": "c1", "output": "done"}]}
     resp = httpx.post(proxy.base + ROUTES[api], json=body)
     assert resp.status_code == 400
-    assert "nest too deep" in error_message(api, resp.json())
+    assert "nested too deep" in error_message(api, resp.json())
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
 
 
@@ -146,6 +151,44 @@ def test_an_image_in_a_request_too_deep_to_record_is_a_400_before_generation(liv
     body = head[:-1] + b',"metadata":' + nested(300) + b"}"
     resp = httpx.post(proxy.base + ROUTES["chat"], content=body, headers={"content-type": "application/json"})
     assert resp.status_code == 400, resp.text
-    assert "nests too deep" in error_message("chat", resp.json())
+    assert "nested too deep" in error_message("chat", resp.json())
     assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
     assert proxy.rows("SELECT count(*) FROM blobs") == [(0,)]
+
+
+def deep_history(api: str, depth: int) -> bytes:
+    """A request whose history holds one tool call with arguments `depth` objects deep, in `api`'s own fields."""
+    args = nested(depth)
+    if api == "chat":  # arguments as JSON text
+        call = b'{"id":"c1","type":"function","function":{"name":"f","arguments":' + orjson.dumps(args.decode()) + b"}}"
+        return b'{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[' + call + b']},{"role":"tool","tool_call_id":"c1","content":"ok"}]}'
+    if api == "responses":
+        call = b'{"type":"function_call","call_id":"c1","name":"f","arguments":' + orjson.dumps(args.decode()) + b"}"
+        return b'{"model":"m","input":[{"role":"user","content":"hi"},' + call + b',{"type":"function_call_output","call_id":"c1","output":"ok"}]}'
+    if api == "messages":  # arguments as an object: `tool_use.input`
+        use = b'{"type":"tool_use","id":"t1","name":"f","input":' + args + b"}"
+        return b'{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[' + use + b']},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}]}'
+    call = b'{"functionCall":{"name":"f","args":' + args + b"}}"
+    return b'{"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[' + call + b']},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{"ok":1}}}]}]}'
+
+
+@pytest.mark.parametrize(
+    ("api", "depth"),
+    [("chat", 1100), ("chat", 201), ("responses", 3000), ("messages", 1015), ("messages", 300), ("gemini", 1015), ("gemini", 201)],
+)
+def test_history_nested_past_the_one_limit_is_a_400_in_every_protocol(live_proxy, script_file, api, depth):
+    """Issue 23 item 4: these were 500s (RecursionError, orjson's "Recursion limit reached"). One limit (200 levels), one 400."""
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    resp = httpx.post(proxy.base + ROUTES[api], content=deep_history(api, depth), headers={"content-type": "application/json"})
+    assert resp.status_code == 400, resp.text
+    message = error_message(api, resp.json())
+    assert "nested too deep" in message and f"({depth} levels" in message and "at most 200" in message
+    assert proxy.rows("SELECT count(*) FROM calls") == [(0,)]
+
+
+@pytest.mark.parametrize("api", list(ROUTES))
+def test_history_at_the_limit_is_answered(live_proxy, script_file, api):
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    resp = httpx.post(proxy.base + ROUTES[api], content=deep_history(api, 199), headers={"content-type": "application/json"})
+    assert resp.status_code == 200, resp.text
+    assert proxy.rows("SELECT status FROM calls") == [("ok",)]

@@ -73,7 +73,6 @@ class Harness:
         self.cont.remember(call_id, plan, messages, TOOLS, answer, completion)
         self.planned[call_id] = list(plan.prompt_ids)
         trace = CallTrace(
-            prompt_ids=plan.prompt_ids, completion_ids=list(completion), logprobs=[-0.25] * len(completion),
             branch=plan.branch, parent_call_id=plan.parent_call_id, extends_parent=plan.extends_parent,
             prefix_tokens=plan.prefix_tokens, weights_version=0,
         )  # fmt: skip

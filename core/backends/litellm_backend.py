@@ -7,16 +7,15 @@ OpenAI-compatible servers named with an ``api_base`` are streamed natively (`Ope
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 from core.backends.base import GenerationContext
 from core.backends.kinds import Capabilities
-from core.backends.openai_compat import OpenAICompatBackend, wire_messages
+from core.backends.openai_compat import MalformedEvent, OpenAICompatBackend, tool_calls_of, wire_messages
 from core.backends.spec import PolicySpec
-from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
+from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import BackendError, ContextLengthError, RateLimitedError
 from core.secrets import redact_text
 
@@ -155,14 +154,10 @@ class LiteLLMBackend:
                 headers = getattr(getattr(exc, "response", None), "headers", None) or {}
                 raise RateLimitedError(f"{self.name}: rate limited: {redact_text(str(exc))}", headers.get("retry-after")) from exc
             raise BackendError(f"{self.name}: {type(exc).__name__}: {redact_text(str(exc))}") from exc
-        tool_calls = [
-            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}") for i, c in sorted(calls.items())
-        ]
-        for call in tool_calls:
-            try:
-                json.loads(call.arguments)
-            except json.JSONDecodeError:
-                call.arguments = json.dumps({"_raw": call.arguments})
+        try:
+            tool_calls = tool_calls_of(calls)
+        except MalformedEvent as exc:
+            raise BackendError(f"{self.name}: the provider sent an answer the proxy cannot serve ({exc})") from None
         yield Finished(
             Completion(
                 text="".join(text),

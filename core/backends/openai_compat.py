@@ -20,7 +20,17 @@ import orjson
 
 from core.backends.base import GenerationContext
 from core.backends.kinds import Capabilities
-from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta, ToolCall
+from core.chat import (
+    MAX_JSON_DEPTH,
+    ChatRequest,
+    Completion,
+    Finished,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    nests_too_deep,
+    text_depth,
+)
 from core.errors import BackendError, ContextLengthError, RateLimitedError
 from core.secrets import redact_text
 
@@ -211,12 +221,11 @@ class OpenAICompatBackend:
                     raise RateLimitedError(f"{self.name}: {redact_text(self.url)} is rate limited: {error_message(raw)}", response.headers.get("retry-after"))
                 raise BackendError(f"{self.name}: {redact_text(self.url)} answered HTTP {response.status}: {error_message(raw)}")
             if response.content_type == "application/json":  # a server that does not stream
-                event = _as_chunk(self._event(await response.read()))
-                text = acc.feed(event)
+                text = self._feed(acc, await response.read(), whole=True)
                 if text:
                     yield TextDelta(text)
                 ended = got_done = True
-                yield Finished(acc.completion())
+                yield Finished(self._completion(acc))
                 return
             # SSE by hand: aiohttp's line iterator refuses lines over 128 KiB (a first chunk with
             # a long prompt's `prompt_token_ids` is bigger)
@@ -236,13 +245,13 @@ class OpenAICompatBackend:
                     if payload == b"[DONE]":
                         got_done = True
                         continue  # read on to the end so the connection can be reused
-                    text = acc.feed(self._event(payload))
+                    text = self._feed(acc, payload)
                     if text:
                         yield TextDelta(text)
             if buf.startswith(b"data:"):
                 data.append(buf[5:].strip())
             if data and data != [b"[DONE]"]:  # the last event without its blank line
-                text = acc.feed(self._event(b"\n".join(data)))
+                text = self._feed(acc, b"\n".join(data))
                 if text:
                     yield TextDelta(text)
             got_done = got_done or data == [b"[DONE]"]
@@ -263,7 +272,25 @@ class OpenAICompatBackend:
                     response.close()  # cancelled or failed: drop the connection so the server stops
         if acc.finish is None and not got_done:
             raise BackendError(f"{self.name}: {redact_text(self.api_base)} ended the stream without a finish reason")
-        yield Finished(acc.completion())
+        yield Finished(self._completion(acc))
+
+    def _feed(self, acc: _Accumulator, payload: bytes, whole: bool = False) -> str:
+        """One event (or a whole non-streamed answer) into `acc`: its visible text; a BackendError for a malformed one."""
+        event = self._event(payload)
+        try:
+            return acc.feed(_as_chunk(event) if whole else event)
+        except MalformedEvent as exc:
+            raise self._malformed(exc, payload) from None
+
+    def _completion(self, acc: _Accumulator) -> Completion:
+        try:
+            return acc.completion()
+        except MalformedEvent as exc:
+            raise self._malformed(exc, b"") from None
+
+    def _malformed(self, why: MalformedEvent, payload: bytes) -> BackendError:
+        shown = f": {payload[:200]!r}" if payload else ""
+        return BackendError(f"{self.name}: {redact_text(self.api_base)} sent an answer the proxy cannot serve ({why}){shown}")
 
     def _event(self, payload: bytes) -> dict[str, Any]:
         try:
@@ -282,18 +309,60 @@ class OpenAICompatBackend:
         await self._http.aclose()
 
 
+class MalformedEvent(ValueError):
+    """An upstream event (or answer) that is JSON but not the shape OpenAI's chat API sends: says which field."""
+
+
+def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """`obj[key]` when it is absent, null or of `kind` (a bool is never an int here); MalformedEvent otherwise."""
+    value = obj.get(key)
+    if value is None or (isinstance(value, kind) and not (isinstance(value, bool) and kind is int)):
+        return value
+    raise MalformedEvent(f"{where}{key} is {type(value).__name__} {str(value)[:60]!r}, not {getattr(kind, '__name__', kind)}")
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedEvent(f"{where} is {type(value).__name__}, not an object")
+    return value
+
+
+def _token_ids(obj: dict[str, Any], key: str, where: str) -> list[int] | None:
+    """Token ids as a server returns them: a list of non-negative 32-bit integers (what the store holds)."""
+    ids = _get(obj, key, list, where)
+    if ids is not None and not all(type(i) is int and 0 <= i < 2**31 for i in ids):
+        raise MalformedEvent(f"{where}{key} holds something other than token ids (non-negative integers below 2^31)")
+    return ids
+
+
+def tool_calls_of(slots: dict[int, dict[str, str]]) -> list[ToolCall]:
+    """Streamed tool-call pieces as tool calls: arguments that are not JSON kept as ``{"_raw": text}``;
+    arguments nested past the proxy's one limit are a MalformedEvent (nothing could render or store them)."""
+    calls = [ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}") for i, c in sorted(slots.items())]
+    for call in calls:
+        if nests_too_deep(call.arguments):
+            raise MalformedEvent(f"the arguments of tool call {call.name!r} nest {text_depth(call.arguments)} levels deep, past the {MAX_JSON_DEPTH} the proxy can re-serialise")
+        try:
+            json.loads(call.arguments)
+        except json.JSONDecodeError:
+            call.arguments = json.dumps({"_raw": call.arguments})
+    return calls
+
+
 def _as_chunk(answer: dict[str, Any]) -> dict[str, Any]:
     """A whole chat.completion as one chat.completion.chunk."""
     choices = []
-    for choice in answer.get("choices") or ():
-        delta = dict(choice.get("message") or {})
-        delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(delta.get("tool_calls") or ())]
+    for i, choice in enumerate(_get(answer, "choices", list, "") or ()):
+        choice = _object(choice, f"choices[{i}]")
+        delta = dict(_get(choice, "message", dict, f"choices[{i}].") or {})
+        calls = _get(delta, "tool_calls", list, f"choices[{i}].message.") or ()
+        delta["tool_calls"] = [{**_object(tc, f"choices[{i}].message.tool_calls[{j}]"), "index": j} for j, tc in enumerate(calls)]
         choices.append({**choice, "delta": delta})
     return {**answer, "choices": choices}
 
 
 class _Accumulator:
-    """Folds chat.completion.chunk events into text deltas and one Completion."""
+    """Folds chat.completion.chunk events into text deltas and one Completion; MalformedEvent for a wrong shape."""
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -305,41 +374,45 @@ class _Accumulator:
 
     def feed(self, event: dict[str, Any]) -> str:
         """Take one event; return its visible text (possibly empty)."""
-        self.usage = event.get("usage") or self.usage
-        if self.prompt_ids is None and event.get("prompt_token_ids"):
-            self.prompt_ids = list(event["prompt_token_ids"])
+        usage = _get(event, "usage", dict, "")
+        if usage is not None:
+            for key in ("prompt_tokens", "completion_tokens"):
+                if (_get(usage, key, int, "usage.") or 0) < 0:
+                    raise MalformedEvent(f"usage.{key} is negative")
+            self.usage = usage or self.usage
+        prompt_ids = _token_ids(event, "prompt_token_ids", "")
+        if self.prompt_ids is None and prompt_ids:
+            self.prompt_ids = list(prompt_ids)
         out = ""
-        for choice in event.get("choices") or ():
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
+        for i, choice in enumerate(_get(event, "choices", list, "") or ()):
+            where = f"choices[{i}]."
+            choice = _object(choice, f"choices[{i}]")
+            delta = _get(choice, "delta", dict, where) or {}
+            content = _get(delta, "content", str, where + "delta.")
             if content:
                 self.text.append(content)
                 out += content
-            for tc in delta.get("tool_calls") or ():
-                slot = self.calls.setdefault(tc.get("index") or 0, {"id": "", "name": "", "arguments": ""})
-                slot["id"] = tc.get("id") or slot["id"]
-                fn = tc.get("function") or {}
-                slot["name"] += fn.get("name") or ""
-                slot["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-            ids = choice.get("token_ids")
+            for j, tc in enumerate(_get(delta, "tool_calls", list, where + "delta.") or ()):
+                tc_where = f"{where}delta.tool_calls[{j}]."
+                tc = _object(tc, tc_where[:-1])
+                slot = self.calls.setdefault(_get(tc, "index", int, tc_where) or 0, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = _get(tc, "id", str, tc_where) or slot["id"]
+                fn = _get(tc, "function", dict, tc_where) or {}
+                slot["name"] += _get(fn, "name", str, tc_where + "function.") or ""
+                slot["arguments"] += _get(fn, "arguments", str, tc_where + "function.") or ""
+            finish = _get(choice, "finish_reason", str, where)
+            if finish:
+                self.finish = finish
+            ids = _token_ids(choice, "token_ids", where)
             if ids:
                 self.token_ids.extend(ids)
-            if self.prompt_ids is None and choice.get("prompt_token_ids"):
-                self.prompt_ids = list(choice["prompt_token_ids"])
+            prompt_ids = _token_ids(choice, "prompt_token_ids", where)
+            if self.prompt_ids is None and prompt_ids:
+                self.prompt_ids = list(prompt_ids)
         return out
 
     def completion(self) -> Completion:
-        calls = [
-            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
-            for i, c in sorted(self.calls.items())
-        ]
-        for call in calls:
-            try:
-                json.loads(call.arguments)
-            except json.JSONDecodeError:
-                call.arguments = json.dumps({"_raw": call.arguments})
+        calls = tool_calls_of(self.calls)
         prompt_tokens = self.usage.get("prompt_tokens") or (len(self.prompt_ids) if self.prompt_ids else 0)
         return Completion(
             text="".join(self.text),

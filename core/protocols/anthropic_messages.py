@@ -122,7 +122,7 @@ def _message(msg: Any, where: str) -> list[dict[str, Any]]:
             args = block.get("input")
             calls.append(
                 tool_call(
-                    str(block.get("id") or f"toolu_{i}"), name, dump_args(args if args is not None else {})
+                    str(block.get("id") or f"toolu_{i}"), name, dump_args(args if args is not None else {}, f"{bwhere}.input")
                 )
             )
         elif kind == "tool_result":
@@ -315,7 +315,7 @@ class AnthropicMessages:
     def stream_renderer(self, request: ChatRequest, response_id: str) -> _MessagesStream:
         return _MessagesStream(request, response_id)
 
-    def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
         return anthropic_error(kind, message)
 
     def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:

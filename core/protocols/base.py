@@ -38,8 +38,8 @@ class WireProtocol(Protocol):
 
     def stream_renderer(self, request: ChatRequest, response_id: str) -> StreamRenderer: ...
 
-    def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
-        """The protocol's own JSON error shape. `kind` is a `ProtocolError.kind` or 'backend'/'server'."""
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
+        """The protocol's own JSON error shape for an error kind (`core.errors.KIND_STATUS` gives its HTTP status)."""
         ...
 
     def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:

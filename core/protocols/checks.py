@@ -11,9 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from core.chat import ChatRequest
+from core.chat import MAX_JSON_DEPTH, ChatRequest, json_depth, nests_too_deep, text_depth
 from core.errors import ProtocolError
 
 MAX_TOKENS_LIMIT = 2**31 - 1  # past any context length; an int32 every backend and the store take
@@ -85,25 +83,43 @@ def single_choice(body: dict[str, Any], key: str) -> None:
         raise ProtocolError(f"'{key}' must be 1 (the proxy samples one choice per call), got {value!r}")
 
 
-SHORT_ARGUMENTS = 250  # arguments text shorter than this cannot nest past orjson's 254 levels
+def too_deep(where: str, depth: int) -> ProtocolError:
+    """The one refusal for JSON nested past `MAX_JSON_DEPTH`, whichever protocol and field it is in."""
+    return ProtocolError(f"{where}: nested too deep to handle ({depth} levels of objects and lists; at most {MAX_JSON_DEPTH} are supported)")
 
 
-def check_tool_call_arguments(request: ChatRequest) -> None:
-    """Refuse history tool calls whose arguments nest too deep to be compared and re-rendered (orjson's limit).
+def check_depth(value: Any, where: str) -> None:
+    """Refuse `value` (parsed JSON) nested past `MAX_JSON_DEPTH`."""
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise too_deep(where, depth)
 
-    The token path normalises every echoed tool call's arguments to match it with what the model
-    sampled; arguments past that limit would fail there, after the call was accepted.
-    """
+
+def check_nesting(request: ChatRequest) -> None:
+    """Refuse, before any generation, a request whose tool schemas, tool choice or history tool-call arguments
+    nest past `MAX_JSON_DEPTH`: the proxy compares, renders and records them as JSON (the same limit holds for
+    arguments the protocols turn into text while parsing, and for what a model samples)."""
+    for i, tool in enumerate(request.tools):
+        check_depth(tool, f"the schema of tools[{i}] ({tool['function']['name']!r})")
+    check_depth(request.tool_choice, "the tool choice")
+    check_depth(request.extra, "the request's other fields")
     for i, message in enumerate(request.messages):
         for call in message.get("tool_calls") or ():
-            args = call.get("function", {}).get("arguments")
-            if not isinstance(args, str) or len(args) < SHORT_ARGUMENTS:
-                continue
-            try:
-                orjson.dumps(orjson.loads(args))
-            except orjson.JSONDecodeError:
-                continue  # not JSON: kept as text, nothing to nest
-            except (TypeError, orjson.JSONEncodeError) as exc:
-                raise ProtocolError(
-                    f"the arguments of a tool call in message {i} nest too deep to handle ({exc}); at most about 250 levels are supported"
-                ) from None
+            args = call["function"]["arguments"]
+            if nests_too_deep(args):
+                raise too_deep(f"the arguments of a tool call in message {i}", text_depth(args))
+
+
+def logprobs_refused(what: str) -> ProtocolError:
+    """The refusal of a request that asks for logprobs in its answer: the proxy returns none."""
+    return ProtocolError(
+        f"{what} is not supported: this proxy returns no logprobs in its answers (the sampled tokens' logprobs "
+        "are recorded in the store, calls.completion_logprobs); send the request without it"
+    )
+
+
+def refuse_logprobs(body: dict[str, Any], *keys: str, where: str = "") -> None:
+    """Refuse any of `keys` set (true, or a count above 0) in `body`."""
+    for key in keys:
+        if body.get(key) not in (None, False, 0):
+            raise logprobs_refused(f"'{where}{key}'")

@@ -10,12 +10,11 @@ import logging
 from typing import Any
 
 from core.chat import Api, ChatRequest, Completion, Piece, content_fields
-from core.errors import ProtocolError
+from core.errors import ProtocolError, status_of
 from core.protocols.base import answer_from
-from core.protocols.checks import FieldNames, check_offered, check_sampling
+from core.protocols.checks import FieldNames, check_depth, check_offered, check_sampling, refuse_logprobs
 from core.protocols.images import part_image
 from core.protocols.sse import (
-    KIND_STATUS,
     data_frame,
     dump_args,
     function_tool,
@@ -48,8 +47,9 @@ _STATUS_NAMES = {
 }
 
 
-def gemini_error(status: int, message: str) -> dict[str, Any]:
-    """The Google `{"error": {code, message, status}}` object."""
+def gemini_error(kind: str, message: str) -> dict[str, Any]:
+    """The Google `{"error": {code, message, status}}` object for an error kind."""
+    status = status_of(kind)
     return {"error": {"code": status, "message": message, "status": _STATUS_NAMES.get(status, "UNKNOWN")}}
 
 
@@ -149,7 +149,7 @@ def parse_contents(system: Any, contents: Any) -> list[dict[str, Any]]:
                     raise ProtocolError(f"{pwhere}.functionCall must have a string 'name'")
                 args = call.get("args")
                 calls.append(
-                    tool_call(ids.call(call["name"], call.get("id")), call["name"], dump_args(args or {}))
+                    tool_call(ids.call(call["name"], call.get("id")), call["name"], dump_args(args or {}, f"{pwhere}.functionCall.args"))
                 )
             elif response is not None:
                 if not isinstance(response, dict) or not isinstance(response.get("name"), str):
@@ -159,7 +159,7 @@ def parse_contents(system: Any, contents: Any) -> list[dict[str, Any]]:
                     {
                         "role": "tool",
                         "tool_call_id": call_id,
-                        "content": dump_args(response.get("response") or {}),
+                        "content": dump_args(response.get("response") or {}, f"{pwhere}.functionResponse.response"),
                     }
                 )
             elif _get(part, "inlineData", "inline_data") is not None:
@@ -194,10 +194,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 raise ProtocolError(f"{where} must be an object")
             params = _get(decl, "parametersJsonSchema", "parameters_json_schema")
             if params is None:
-                try:
-                    params = _lower_types(decl.get("parameters"))
-                except RecursionError:  # deeper than Python's stack: the same 400 as any schema too deep to handle
-                    raise ProtocolError(f"{where}.parameters nest too deep to handle; at most about 250 levels of objects and lists are supported") from None
+                check_depth(decl.get("parameters"), f"{where}.parameters")  # before lowering it recursively
+                params = _lower_types(decl.get("parameters"))
             out.append(function_tool(decl.get("name"), decl.get("description"), params, where))
     return out
 
@@ -292,7 +290,7 @@ class _GeminiStream:
         return self._frame(parts, _finish_reason(completion), _usage(completion))
 
     def error(self, kind: str, message: str) -> bytes:
-        return data_frame(gemini_error(KIND_STATUS.get(kind, 500), message), EOL)
+        return data_frame(gemini_error(kind, message), EOL)
 
 
 class Gemini:
@@ -310,6 +308,7 @@ class Gemini:
             raise ProtocolError("'generationConfig' must be an object")
         if model is None:
             model = body.get("model") if isinstance(body.get("model"), str) else ""
+        refuse_logprobs(config, "responseLogprobs", "response_logprobs", "logprobs", where="generationConfig.")
         count = _get(config, "candidateCount", "candidate_count")
         if count is not None and count != 1:
             raise ProtocolError(f"generationConfig.candidateCount must be 1 (the proxy samples one candidate per call), got {count!r}")
@@ -351,8 +350,8 @@ class Gemini:
     def stream_renderer(self, request: ChatRequest, response_id: str) -> _GeminiStream:
         return _GeminiStream(request, response_id)
 
-    def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
-        return gemini_error(status, message)
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
+        return gemini_error(kind, message)
 
     def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:
         """The assistant message a recorded response carried, in canonical form (see `answer_from`)."""

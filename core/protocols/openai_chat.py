@@ -11,7 +11,7 @@ from typing import Any
 from core.chat import Api, ChatRequest, Completion, ImagePart, content_fields
 from core.errors import ProtocolError
 from core.protocols.base import answer_from
-from core.protocols.checks import FieldNames, check_sampling, single_choice, stream_flag
+from core.protocols.checks import FieldNames, check_sampling, refuse_logprobs, single_choice, stream_flag
 from core.protocols.images import part_image
 from core.protocols.sse import (
     DONE,
@@ -45,10 +45,10 @@ _ERROR_TYPES = {
     "method_not_allowed": "invalid_request_error",
     "rate_limit": "rate_limit_error",
 }
-_ERROR_CODES = {
+_ERROR_CODES: dict[str, str | None] = {
     "context_length": "context_length_exceeded",
     "authentication": "invalid_api_key",
-    "not_found": "model_not_found",
+    "not_found": None,  # OpenAI's own 404 for an unknown URL has no code (model_not_found is for a model)
     "too_large": "request_too_large",
     "rate_limit": "rate_limit_exceeded",
     "overloaded": "server_overloaded",
@@ -85,7 +85,7 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise ProtocolError(f"{where}.tool_calls[{j}] must have a function with a string 'name'")
         args = fn.get("arguments")
-        args = args if isinstance(args, str) else dump_args(args if args is not None else {})
+        args = args if isinstance(args, str) else dump_args(args if args is not None else {}, f"{where}.tool_calls[{j}].function.arguments")
         out.append(tool_call(str(call.get("id") or f"call_{j}"), fn["name"], args))
     return out
 
@@ -231,6 +231,7 @@ class OpenAIChat:
                 {"type": "function", "function": {"name": fc.get("name")}} if isinstance(fc, dict) else fc
             )
         single_choice(body, "n")
+        refuse_logprobs(body, "logprobs", "top_logprobs")
         request = ChatRequest(
             api="chat",
             model=model_name(body, model),
@@ -276,7 +277,7 @@ class OpenAIChat:
     def stream_renderer(self, request: ChatRequest, response_id: str) -> _ChatStream:
         return _ChatStream(request, response_id)
 
-    def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
         return openai_error(kind, message)
 
     def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:

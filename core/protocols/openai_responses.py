@@ -11,7 +11,7 @@ from typing import Any
 from core.chat import Api, ChatRequest, Completion, ImagePart, content_fields
 from core.errors import ProtocolError
 from core.protocols.base import answer_from
-from core.protocols.checks import FieldNames, check_sampling, stream_flag
+from core.protocols.checks import FieldNames, check_sampling, logprobs_refused, refuse_logprobs, stream_flag
 from core.protocols.images import part_image
 from core.protocols.openai_chat import openai_error
 from core.protocols.sse import (
@@ -36,6 +36,7 @@ _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_t
 _PLACEHOLDERS = {"input_image": "[image]", "input_file": "[file]", "input_audio": "[audio]"}
 _CALL_TYPES = ("function_call", "custom_tool_call")
 _OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def _image_of(part: dict[str, Any], where: str) -> ImagePart | None:
@@ -52,12 +53,12 @@ def _flat_name(namespace: str, name: str) -> str:
     return f"{namespace}{name}" if namespace.endswith("__") else f"{namespace}__{name}"
 
 
-def _call_arguments(item: dict[str, Any]) -> str:
+def _call_arguments(item: dict[str, Any], where: str) -> str:
     if item.get("type") == "custom_tool_call":
         raw = item.get("input")
         return dump_args({"input": raw if isinstance(raw, str) else ""})
     args = item.get("arguments")
-    return args if isinstance(args, str) else dump_args(args if args is not None else {})
+    return args if isinstance(args, str) else dump_args(args if args is not None else {}, f"{where}.arguments")
 
 
 def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
@@ -92,7 +93,7 @@ def parse_input(instructions: Any, items: Any) -> list[dict[str, Any]]:
             if isinstance(item.get("namespace"), str) and item["namespace"]:
                 name = _flat_name(item["namespace"], name)
             call = tool_call(
-                str(item.get("call_id") or item.get("id") or f"call_{i}"), name, _call_arguments(item)
+                str(item.get("call_id") or item.get("id") or f"call_{i}"), name, _call_arguments(item, where)
             )
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
@@ -340,6 +341,9 @@ class OpenAIResponses:
         self, body: Any, *, model: str | None = None, stream: bool | None = None
     ) -> ChatRequest:
         body = require_dict(body)
+        refuse_logprobs(body, "top_logprobs")
+        if isinstance(body.get("include"), list) and LOGPROBS_INCLUDE in body["include"]:
+            raise logprobs_refused(f"'include': [{LOGPROBS_INCLUDE!r}]")
         instructions = body.get("instructions")
         extra: dict[str, Any] = {"instructions": instructions}
         for key in ("parallel_tool_calls", "tool_choice", "previous_response_id"):
@@ -374,7 +378,7 @@ class OpenAIResponses:
     def stream_renderer(self, request: ChatRequest, response_id: str) -> _ResponsesStream:
         return _ResponsesStream(request, response_id)
 
-    def error_body(self, status: int, kind: str, message: str) -> dict[str, Any]:
+    def error_body(self, kind: str, message: str) -> dict[str, Any]:
         return openai_error(kind, message)
 
     def answer_message(self, response: dict[str, Any]) -> dict[str, Any]:

@@ -15,27 +15,11 @@ import orjson
 
 from core.chat import ImagePart, Piece
 from core.errors import ProtocolError
+from core.protocols.checks import check_depth
 
 log = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
-
-# HTTP status for each error kind (`ProtocolError.kind`, plus the proxy's own 'backend'/'server'/...).
-KIND_STATUS: dict[str, int] = {
-    "invalid_request": 400,
-    "context_length": 400,
-    "authentication": 401,
-    "permission": 403,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "too_large": 413,
-    "rate_limit": 429,
-    "server": 500,
-    "backend": 502,
-    "overloaded": 503,
-    "timeout": 504,
-}
-
 
 def dumps(obj: Any) -> bytes:
     """Compact JSON bytes."""
@@ -57,8 +41,9 @@ def now() -> int:
     return int(time.time())
 
 
-def dump_args(obj: Any) -> str:
-    """Tool-call arguments as JSON text (the canonical `ToolCall.arguments`)."""
+def dump_args(obj: Any, where: str = "tool-call arguments") -> str:
+    """Tool-call arguments as JSON text (the canonical `ToolCall.arguments`); a 400 past the one nesting limit."""
+    check_depth(obj, where)
     return json.dumps(obj, ensure_ascii=False)
 
 

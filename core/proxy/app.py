@@ -17,14 +17,15 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote, unquote_to_bytes
 
 import orjson
 
 from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
-from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError
+from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError, status_of
 from core.protocols.base import WireProtocol
-from core.protocols.checks import check_tool_call_arguments
+from core.protocols.body import load_json
+from core.protocols.checks import check_nesting
 from core.protocols.images import Image, extract_images
 from core.protocols.registry import get_protocol
 from core.proxy.asgi import (
@@ -73,13 +74,23 @@ def _query(scope: Scope) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw).items()} if raw else {}
 
 
-def split_token(path: str) -> tuple[str | None, str]:
-    """``/r/{token}/rest`` → (token, ``/rest``). ASGI's `path` is already percent-decoded: decoding it again
-    would make ``/r/%2561/`` the session ``a``."""
+def split_token(scope: Scope) -> tuple[str | None, str]:
+    """``/r/{token}/rest`` → (token, ``/rest``), read from the path as sent and percent-decoded once (so
+    ``/r/%2561/`` is the session ``%61``, not ``a``). A token that is not UTF-8 once decoded is refused:
+    decoding it leniently would make ``/r/%FF/`` and ``/r/%FE/`` one session (``\ufffd``)."""
+    path: str = scope["path"]
+    raw: bytes | None = scope.get("raw_path")
     if not path.startswith("/r/"):
         return None, path
-    token, _, rest = path[3:].partition("/")
-    return token or None, "/" + rest
+    if not raw or not raw.startswith(b"/r/"):  # a server that gives no raw path: ASGI's `path` is decoded already
+        token, _, rest = path[3:].partition("/")
+        return token or None, "/" + rest
+    raw_token, _, raw_rest = raw[3:].partition(b"/")
+    try:
+        token = unquote_to_bytes(raw_token).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("the rollout token in the URL (/r/<token>/) is not UTF-8 text once percent-decoded; use the token as it was given") from None
+    return token or None, "/" + unquote(raw_rest.decode("latin-1"))
 
 
 class ProxyApp:
@@ -110,7 +121,7 @@ class ProxyApp:
             return
         if scope["type"] != "http":
             return
-        token, path = split_token(scope["path"])
+        path = scope["path"]
         started = False
 
         async def tracked(message: dict[str, Any]) -> None:
@@ -119,24 +130,25 @@ class ProxyApp:
             await send(message)
 
         try:
+            token, path = split_token(scope)
             await self._route(scope, receive, tracked, token, path)
         except ClientGone:
             log.debug("client left before its request was read")
         except Exception as exc:  # noqa: BLE001 - the last net: an answer in the route's protocol, never uvicorn's plain-text 500
-            status, kind, message, headers = _classify(exc)
+            kind, message, headers = _classify(exc)
             if started:
                 log.error("failed after the answer started (%s %s): %s", scope["method"], path, message)
                 return
-            await self._error(send, get_protocol(_error_api(path)), status, kind, message, headers)
+            await self._error(send, get_protocol(_error_api(path)), kind, message, headers)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, token: str | None, path: str) -> None:
         method = scope["method"]
         allowed = _allowed_methods(path)
         if allowed is None:
-            await self._error(send, get_protocol(_error_api(path)), 404, "not_found", f"no route for {method} {path}")
+            await self._error(send, get_protocol(_error_api(path)), "not_found", f"no route for {method} {path}")
             return
         if method not in allowed:
-            await self._error(send, get_protocol(_error_api(path)), 405, "method_not_allowed", f"{path} takes {' or '.join(sorted(allowed))}, not {method}", [(b"allow", ", ".join(sorted(allowed)).encode())])
+            await self._error(send, get_protocol(_error_api(path)), "method_not_allowed", f"{path} takes {' or '.join(sorted(allowed))}, not {method}", [(b"allow", ", ".join(sorted(allowed)).encode())])
             return
         if method in ("GET", "HEAD"):
             if path in _MODEL_LISTS:
@@ -158,21 +170,21 @@ class ProxyApp:
         elif action in ("generateContent", "streamGenerateContent"):
             await self._generate(scope, receive, send, "gemini", token, model=model, stream=action == "streamGenerateContent")
         else:
-            await self._error(send, get_protocol("gemini"), 404, "not_found", f"unknown Gemini method {action!r}")
+            await self._error(send, get_protocol("gemini"), "not_found", f"unknown Gemini method {action!r}")
 
     # -- generation -------------------------------------------------------------------------
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send, api: str, token: str | None, *, model: str | None, stream: bool | None) -> None:
         proto = get_protocol(api)
+        deadline = self._deadline()
         try:
             session = self.sessions.resolve(token, _api_key(scope))
             body = await read_body(scope, receive, self.max_body_bytes)
-            request = proto.parse_request(_loads(body), model=model, stream=stream)
-            tools_hash = _tools_hash(request)
-            check_tool_call_arguments(request)
+            request = proto.parse_request(load_json(body), model=model, stream=stream)
+            check_nesting(request)
             images, body = take_images(api, body)
         except ProtocolError as exc:
-            await self._error(send, proto, exc.status, exc.kind, str(exc))
+            await self._error(send, proto, exc.kind, str(exc))
             return
         policy = await ready_policy(self.policy)
         if images and not accepts_images(policy):
@@ -180,10 +192,10 @@ class ProxyApp:
                 f"the policy backend {policy.name} takes text only, and this request carries {len(images)} image(s); "
                 "send the screen as text, or serve a vision-language model (a litellm: spec whose model LiteLLM does not list as taking images needs vision=1)"
             )
-            await self._error(send, proto, 400, "invalid_request", message)
+            await self._error(send, proto, "invalid_request", message)
             return
         if session.tools_hash is None:
-            session.tools_hash = tools_hash
+            session.tools_hash = tools_key(request.tools)
         call = CallInFlight(
             call_id="call-" + uuid.uuid4().hex,
             session=session,
@@ -199,9 +211,9 @@ class ProxyApp:
         events = policy.stream(request, session, call.call_id, call.trace)
         try:
             if request.stream:
-                await self._stream(send, receive, proto, request, call, events, response_id)
+                await self._stream(send, receive, proto, request, call, events, response_id, deadline)
             else:
-                await self._answer(send, receive, proto, request, call, events, response_id)
+                await self._answer(send, receive, proto, request, call, events, response_id, deadline)
         finally:
             await events.aclose()
 
@@ -232,8 +244,8 @@ class ProxyApp:
     def _record_cancelled(self, call: CallInFlight, before: str) -> None:
         self._record(call, "cancelled", None, {"partial_text": call.trace.partial_text}, f"client disconnected before {before}; generation cancelled")
 
-    async def _answer(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
-        collect = await self._watched(self._with_timeout(_collect(events)), receive)
+    async def _answer(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str, deadline: float | None) -> None:
+        collect = await self._watched(self._within(deadline, _collect(events)), receive)
         if collect is None:
             self._record_cancelled(call, "the answer")
             return
@@ -242,17 +254,17 @@ class ProxyApp:
             completion = collect.result()
             payload = orjson.dumps(proto.render_response(request, completion, response_id))
         except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error and a recorded call
-            status, kind, message, headers = _classify(exc)
+            kind, message, headers = _classify(exc)
             self._record(call, "error", completion, {"partial_text": completion.text if completion else call.trace.partial_text}, message)
-            await self._error(send, proto, status, kind, message, headers)
+            await self._error(send, proto, kind, message, headers)
             return
         self._record(call, "ok", completion, payload, None)
         await send_bytes(send, 200, payload)
 
-    async def _stream(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str) -> None:
+    async def _stream(self, send: Send, receive: Receive, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], response_id: str, deadline: float | None) -> None:
         # wait for the first event before sending headers, so a prompt that does not fit or an
         # unreachable backend is an ordinary HTTP error, not an error event in a 200 stream
-        waited = await self._watched(self._with_timeout(anext(events)), receive)
+        waited = await self._watched(self._within(deadline, anext(events)), receive)
         if waited is None:
             self._record_cancelled(call, "the first token")
             return
@@ -261,16 +273,16 @@ class ProxyApp:
         except StopAsyncIteration:
             first = Finished(Completion())
         except Exception as exc:  # noqa: BLE001
-            status, kind, message, headers = _classify(exc)
+            kind, message, headers = _classify(exc)
             self._record(call, "error", None, {"partial_text": call.trace.partial_text}, message)
-            await self._error(send, proto, status, kind, message, headers)
+            await self._error(send, proto, kind, message, headers)
             return
-        if call.trace.prompt_ids is not None:
-            request.extra["prompt_tokens"] = len(call.trace.prompt_ids)  # message_start reports it up front
+        if call.trace.answer.prompt_token_ids is not None:
+            request.extra["prompt_tokens"] = len(call.trace.answer.prompt_token_ids)  # message_start reports it up front
         renderer = proto.stream_renderer(request, response_id)
-        await self._watched(self._pump(send, proto, request, call, events, renderer, first, response_id), receive)  # the pump records a cancel itself
+        await self._watched(self._pump(send, proto, request, call, events, renderer, first, response_id, deadline), receive)  # the pump records a cancel itself
 
-    async def _pump(self, send: Send, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], renderer: Any, first: StreamEvent, response_id: str) -> None:
+    async def _pump(self, send: Send, proto: WireProtocol, request: ChatRequest, call: CallInFlight, events: AsyncIterator[StreamEvent], renderer: Any, first: StreamEvent, response_id: str, deadline: float | None) -> None:
         completion: Completion | None = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
@@ -283,12 +295,12 @@ class ProxyApp:
                 else:
                     completion = event.completion
                     await _send_chunk(send, renderer.finish(completion))
-                event = await self._with_timeout(anext(events, None))
+                event = await self._within(deadline, anext(events, None))
         except asyncio.CancelledError:
             self._record(call, "cancelled", completion, {"partial_text": call.trace.partial_text}, "client disconnected mid-stream; generation cancelled")
             raise
         except Exception as exc:  # noqa: BLE001 - the stream ends with the protocol's error event
-            _, kind, message, _ = _classify(exc)
+            kind, message, _ = _classify(exc)
             self._record(call, "error", completion, {"partial_text": call.trace.partial_text}, message)
             with contextlib.suppress(Exception):
                 await _send_chunk(send, renderer.error(kind, message))
@@ -301,26 +313,43 @@ class ProxyApp:
             self._record(call, "error", completion, {"partial_text": completion.text}, f"the answer was sent but could not be rendered for the store: {exc!r}")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _with_timeout(self, awaitable: Any) -> Any:
-        if self.call_timeout_s is None:
+    def _deadline(self) -> float | None:
+        """When a call that starts now must be over (`call_timeout_s` bounds the whole call, streamed or not)."""
+        return None if self.call_timeout_s is None else asyncio.get_running_loop().time() + self.call_timeout_s
+
+    async def _within(self, deadline: float | None, awaitable: Any) -> Any:
+        """`awaitable`, failed with a BackendError once the call's deadline passes."""
+        if deadline is None:
             return await awaitable
         try:
-            async with asyncio.timeout(self.call_timeout_s):
+            async with asyncio.timeout_at(deadline):
                 return await awaitable
         except TimeoutError:
-            raise BackendError(f"the backend did not answer within the call timeout of {self.call_timeout_s:g} s") from None
+            raise BackendError(f"the call did not finish within the call timeout of {self.call_timeout_s:g} s") from None
 
     async def _count_tokens(self, scope: Scope, receive: Receive, send: Send, api: str, token: str | None, model: str | None) -> None:
         proto = get_protocol(api)
+        deadline = self._deadline()
         try:
             self.sessions.resolve(token, _api_key(scope))
-            data = _loads(await read_body(scope, receive, self.max_body_bytes))
+            data = load_json(await read_body(scope, receive, self.max_body_bytes))
             if api == "messages" and isinstance(data, dict):
                 data = {"max_tokens": 1, **data}
             request = proto.parse_request(data, model=model, stream=False)
-            count = await (await ready_policy(self.policy)).count_tokens(request)
+            check_nesting(request)
         except ProtocolError as exc:
-            await self._error(send, proto, exc.status, exc.kind, str(exc))
+            await self._error(send, proto, exc.kind, str(exc))
+            return
+        policy = await ready_policy(self.policy)
+        # tokenizing a big prompt takes seconds: watched, so a client that leaves stops it
+        counted = await self._watched(self._within(deadline, policy.count_tokens(request)), receive)
+        if counted is None:
+            return
+        try:
+            count = counted.result()
+        except Exception as exc:  # noqa: BLE001 - the protocol's error, as for generation
+            kind, message, headers = _classify(exc)
+            await self._error(send, proto, kind, message, headers)
             return
         await send_json(send, 200, {"input_tokens": count} if api == "messages" else {"totalTokens": count})
 
@@ -343,8 +372,8 @@ class ProxyApp:
         except Exception:  # noqa: BLE001 - recording must never take the server down
             log.exception("could not record call %s", call.call_id)
 
-    async def _error(self, send: Send, proto: WireProtocol, status: int, kind: str, message: str, headers: list | None = None) -> None:
-        await send_json(send, status, proto.error_body(status, kind, message), extra=headers)
+    async def _error(self, send: Send, proto: WireProtocol, kind: str, message: str, headers: list | None = None) -> None:
+        await send_json(send, status_of(kind), proto.error_body(kind, message), extra=headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -362,34 +391,19 @@ def take_images(api: str, body: bytes) -> tuple[list[Image], bytes]:
     """The request's images (checked) and the body to record, with blob references where their bytes were."""
     if b"image" not in body and b"inline" not in body:  # no image part can be in it: skip a second parse
         return [], body
-    parsed = _loads(body)
+    parsed = orjson.loads(body)  # a fresh copy to swap the images' bytes in (the body was checked already)
     images = extract_images(api, parsed)
     if not images:
         return images, body
     try:
         return images, orjson.dumps(parsed)
     except orjson.JSONEncodeError as exc:  # refused before any generation: an answered call could not be recorded
-        raise ProtocolError(f"a request with images nests too deep to record ({exc}); at most about 250 levels of objects and lists are supported") from None
+        raise ProtocolError(f"a request with images is nested too deep to record ({exc}); with images, at most 254 levels of objects and lists are supported") from None
 
 
 def accepts_images(policy: Policy) -> bool:
     """Whether the policy's backend takes image inputs (as its `capabilities` declare)."""
     return policy.backend is not None and policy.backend.capabilities.images
-
-
-def _loads(body: bytes) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(f"request body is not valid JSON: {exc}") from None
-
-
-def _tools_hash(request: ChatRequest) -> str:
-    """The request's tool-schema hash; a 400 for schemas nested too deep to serialise (orjson's limit)."""
-    try:
-        return tools_key(request.tools)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise ProtocolError(f"the tool schemas nest too deep to handle ({exc}); at most about 250 levels of objects and lists are supported") from None
 
 
 def _gemini_route(path: str) -> tuple[str, str] | None:
@@ -419,18 +433,14 @@ def _error_api(path: str) -> str:
     return "chat"
 
 
-def _classify(exc: BaseException) -> tuple[int, str, str, list[tuple[bytes, bytes]] | None]:
-    """(HTTP status, error kind, message, extra headers) for a failure."""
-    if isinstance(exc, RateLimitedError):
-        return 429, "rate_limit", str(exc), [(b"retry-after", exc.retry_after.encode("latin-1"))] if exc.retry_after else None
-    if isinstance(exc, ProtocolError):
-        return exc.status, exc.kind, str(exc), None
-    if isinstance(exc, BackendError):
-        return 502, "backend", str(exc), None
+def _classify(exc: BaseException) -> tuple[str, str, list[tuple[bytes, bytes]] | None]:
+    """(error kind, message, extra headers) for a failure; its HTTP status is its kind's (`KIND_STATUS`)."""
+    if isinstance(exc, RateLimitedError):  # its Retry-After was checked when it was made: plain ASCII, or none
+        return exc.kind, str(exc), [(b"retry-after", exc.retry_after.encode("ascii"))] if exc.retry_after else None
     if isinstance(exc, ForgetuiError):
-        return 500, "server", str(exc), None
+        return exc.kind, str(exc), None
     log.error("unexpected error while answering a call", exc_info=exc)
-    return 500, "server", f"internal error in forgetui proxy: {type(exc).__name__}: {exc}", None
+    return "server", f"internal error in forgetui proxy: {type(exc).__name__}: {exc}", None
 
 
 async def _collect(events: AsyncIterator[StreamEvent]) -> Completion:

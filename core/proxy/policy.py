@@ -16,6 +16,7 @@ from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
 from core.errors import ContextLengthError
 from core.proxy.sessions import Session
 from core.tokens.incremental import IncrementalDecoder
+from core.tokens.offload import run_cancellable
 from core.tokens.template import encode, render_chat
 from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
 
@@ -26,11 +27,13 @@ LOAD_WAIT_ON_CLOSE_S = 120.0
 
 @dataclass
 class CallTrace:
-    """What the recorder needs about one call, filled in while it runs (so failures keep partial data)."""
+    """What the recorder needs about one call, filled in while it runs (so failures keep partial data).
 
-    prompt_ids: list[int] | None = None
-    completion_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    Token ids and logprobs live in one place, `answer`: the policy fills it as tokens are sampled and
+    finishes it as the call's `Completion`, so a failed or cancelled call keeps what was sampled.
+    """
+
+    answer: Completion = field(default_factory=Completion)
     branch: int | None = None
     parent_call_id: str | None = None
     extends_parent: bool | None = None
@@ -108,14 +111,19 @@ class TokenPolicy:
         self.eos_id = self.tokenizer.eos_token_id
 
     async def count_tokens(self, request: ChatRequest) -> int:
-        text = await asyncio.to_thread(render_chat, self.tokenizer, request.messages, request.tools, True)
-        return len(encode(self.tokenizer, text))
+        """The prompt's token count, tokenized off the event loop (and stopped if the caller leaves)."""
+        return await run_cancellable(self._count, request)
+
+    def _count(self, request: ChatRequest) -> int:
+        return len(encode(self.tokenizer, render_chat(self.tokenizer, request.messages, request.tools, True)))
 
     async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
         trace.weights_version = self.backend.weights_version
         cont = session.continuation_for(self.tokenizer)
-        plan = await asyncio.to_thread(cont.plan, request.messages, request.tools)
-        trace.prompt_ids = plan.prompt_ids
+        plan = await run_cancellable(cont.plan, request.messages, request.tools)  # stopped if the caller leaves
+        answer = trace.answer
+        answer.prompt_token_ids, answer.completion_token_ids, answer.completion_logprobs = plan.prompt_ids, [], []
+        sampled, logprobs = answer.completion_token_ids, answer.completion_logprobs
         trace.branch, trace.parent_call_id = plan.branch, plan.parent_call_id
         trace.extends_parent, trace.prefix_tokens = plan.extends_parent, plan.prefix_tokens
         room = self.backend.context_length - len(plan.prompt_ids)
@@ -138,8 +146,8 @@ class TokenPolicy:
             if trace.first_token_at is None and chunk.token_ids:
                 trace.first_token_at = time.perf_counter()
                 yield TextDelta("")  # the backend is sampling: the stream may start (headers go out)
-            trace.completion_ids.extend(chunk.token_ids)
-            trace.logprobs.extend(chunk.logprobs)
+            sampled.extend(chunk.token_ids)
+            logprobs.extend(chunk.logprobs)
             if chunk.finish_reason:
                 trace.backend_finish = chunk.finish_reason
             delta = decoder.feed(chunk.token_ids)
@@ -149,26 +157,18 @@ class TokenPolicy:
             shown = visible.feed(delta)
             if shown:
                 yield TextDelta(shown)
-        text = self._decode(trace.completion_ids)
+        text = self._decode(sampled)
         parsed = self.parse(text)
         rest = visible.rest(parsed.text)
         if rest:
             yield TextDelta(rest)
         finish = "length" if trace.backend_finish == "length" else "stop"
-        completion = Completion(
-            text=parsed.text,
-            tool_calls=parsed.tool_calls,
-            finish_reason="tool_calls" if parsed.tool_calls else finish,
-            prompt_tokens=len(plan.prompt_ids),
-            completion_tokens=len(trace.completion_ids),
-            prompt_token_ids=plan.prompt_ids,
-            completion_token_ids=list(trace.completion_ids),
-            completion_logprobs=list(trace.logprobs),
-            tool_parse_error=parsed.error,
-            truncated_by_proxy=finish == "length" and capped_by_us,
-        )
-        cont.remember(call_id, plan, request.messages, request.tools, assistant_message(completion), completion.completion_token_ids or [])
-        yield Finished(completion)
+        answer.text, answer.tool_calls, answer.tool_parse_error = parsed.text, parsed.tool_calls, parsed.error
+        answer.finish_reason = "tool_calls" if parsed.tool_calls else finish
+        answer.prompt_tokens, answer.completion_tokens = len(plan.prompt_ids), len(sampled)
+        answer.truncated_by_proxy = finish == "length" and capped_by_us
+        cont.remember(call_id, plan, request.messages, request.tools, assistant_message(answer), sampled)
+        yield Finished(answer)
 
     def _temperature(self, request: ChatRequest) -> float:
         if self.temperature is not None:
@@ -205,10 +205,7 @@ class PassthroughPolicy:
                     trace.first_token_at = time.perf_counter()
                 trace.partial_text += event.text
             else:
-                c = event.completion
-                trace.prompt_ids = c.prompt_token_ids
-                trace.completion_ids = list(c.completion_token_ids or [])
-                trace.logprobs = list(c.completion_logprobs or [])
+                trace.answer = event.completion
             yield event
 
     async def aclose(self) -> None:

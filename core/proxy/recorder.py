@@ -58,10 +58,13 @@ class CallInFlight:
     started: float = field(default_factory=time.perf_counter)
 
     def row(self, status: str, completion: Completion | None, response: Any, error: str | None) -> dict[str, Any]:
+        """The `calls` row; without a `completion` (a failed or cancelled call) the tokens sampled so far."""
         now = time.perf_counter()
         t = self.trace
-        c = completion
-        prompt = c.prompt_token_ids if c and c.prompt_token_ids is not None else t.prompt_ids
+        c = completion or t.answer
+        sampled, logprobs = c.completion_token_ids, c.completion_logprobs
+        if completion is None:  # nothing sampled is NULL, not an empty list
+            sampled, logprobs = sampled or None, logprobs or None
         return {
             "call_id": self.call_id,
             "rollout_id": self.session.rollout_id,
@@ -71,10 +74,10 @@ class CallInFlight:
             "model": self.request.model,
             "request": self.body,
             "response": response,
-            **prompt_columns(prompt, t, self.session),
-            "completion_token_ids": c.completion_token_ids if c and c.completion_token_ids is not None else (t.completion_ids or None),
-            "completion_logprobs": c.completion_logprobs if c and c.completion_logprobs is not None else (t.logprobs or None),
-            "finish_reason": (("length" if c.truncated_by_proxy else c.finish_reason) if c else t.backend_finish),
+            **prompt_columns(c.prompt_token_ids, t, self.session),
+            "completion_token_ids": sampled,
+            "completion_logprobs": logprobs,
+            "finish_reason": ("length" if c.truncated_by_proxy else c.finish_reason) if completion else t.backend_finish,
             "status": status,
             "error": error,
             "started_at": self.started_wall,
@@ -84,7 +87,7 @@ class CallInFlight:
             "parent_call_id": t.parent_call_id,
             "extends_parent": t.extends_parent,
             "prefix_tokens": t.prefix_tokens,
-            "tool_parse_error": c.tool_parse_error if c else None,
+            "tool_parse_error": completion.tool_parse_error if completion else None,
             "backend": self.backend,
             "stream": self.request.stream,
             "weights_version": t.weights_version,

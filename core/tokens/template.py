@@ -8,6 +8,7 @@ from typing import Any
 
 from core.chat import request_images
 from core.errors import ModelError
+from core.tokens.offload import encode_in_child
 from core.tokens.vision import template_messages, vision_prompt
 
 
@@ -90,5 +91,9 @@ def render_chat(
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of already-templated text (special tokens in the text are kept as such)."""
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    """Token ids of already-templated text (special tokens in the text are kept as such).
+
+    Under `run_cancellable` a big text is encoded by a child process its caller can stop.
+    """
+    ids = encode_in_child(tokenizer, text)
+    return ids if ids is not None else list(tokenizer.encode(text, add_special_tokens=False))

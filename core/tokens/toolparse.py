@@ -11,8 +11,9 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from core.chat import ToolCall
+from core.chat import MAX_JSON_DEPTH, ToolCall, nests_too_deep, text_depth
 from core.errors import ConfigError
 
 
@@ -41,22 +42,47 @@ def parse_hermes(text: str) -> ParsedOutput:
         raw = match.group(1).strip()
         if not match.group(2):
             return ParsedOutput(text=text, error="unterminated <tool_call> block")
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            return ParsedOutput(text=text, error=f"tool call is not valid JSON: {exc.msg} at char {exc.pos}")
+        obj, error = _loads(raw, "tool call")
+        if error:
+            return ParsedOutput(text=text, error=error)
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return ParsedOutput(text=text, error="tool call JSON has no string 'name'")
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError:
-                return ParsedOutput(text=text, error="tool call 'arguments' is a string that is not JSON")
+            args, error = _loads(args, "tool call 'arguments' (a string)")
+            if error:
+                return ParsedOutput(text=text, error=error)
         if not isinstance(args, dict):
             return ParsedOutput(text=text, error="tool call 'arguments' is not an object")
-        calls.append(ToolCall(id=new_call_id(), name=obj["name"], arguments=json.dumps(args, ensure_ascii=False)))
+        arguments = json.dumps(args, ensure_ascii=False)
+        if not _is_unicode(obj["name"]) or not _is_unicode(arguments):
+            return ParsedOutput(text=text, error="tool call holds a lone surrogate escape (\\ud800-\\udfff): not text any client can take")
+        calls.append(ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments))
     return ParsedOutput(text=text[:start].rstrip(), tool_calls=calls)
+
+
+def _loads(raw: str, what: str) -> tuple[Any, str | None]:
+    """(value, None), or (None, why `raw` is no JSON the proxy can re-serialise): a model's output never raises."""
+    if nests_too_deep(raw):
+        return None, f"{what} nests {text_depth(raw)} levels deep, past the {MAX_JSON_DEPTH} the proxy can re-serialise"
+    try:
+        return json.loads(raw, parse_constant=_no_constant), None
+    except json.JSONDecodeError as exc:
+        return None, f"{what} is not valid JSON: {exc.msg} at char {exc.pos}"
+    except ValueError as exc:
+        return None, f"{what} is not valid JSON: {exc}"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 PARSERS: dict[str, Callable[[str], ParsedOutput]] = {"hermes": parse_hermes, "qwen": parse_hermes}
