@@ -121,3 +121,86 @@ def test_a_client_that_leaves_before_a_silent_upstream_answers_is_cancelled_at_o
         (row,) = wait_rows(proxy, "SELECT status, error FROM calls", timeout=20)
         assert row[0] == "cancelled"
         assert ("first token" if stream else "the answer") in row[1]
+
+
+# ---------------------------------------------------------------- issue 23 item 5: tokenizing a big prompt
+
+
+def tokenizing_children() -> list:
+    """The child processes encoding a big prompt for this (the test's own, in-process) proxy."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "core.tokens.encode_child" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
+def wait_for(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def big_text(chars: int) -> str:
+    return "lorem, ipsum 12 dolor\n" * (chars // 22)
+
+
+COUNT_ROUTES = {
+    "messages": ("/v1/messages/count_tokens", lambda text: {"model": "m", "messages": [{"role": "user", "content": text}]}, "input_tokens"),
+    "gemini": ("/v1beta/models/m:countTokens", lambda text: {"contents": [{"role": "user", "parts": [{"text": text}]}]}, "totalTokens"),
+}
+
+
+@pytest.mark.parametrize("api", list(COUNT_ROUTES))
+def test_a_big_count_tokens_stalls_nobody_and_counts_exactly(live_proxy, script_file, api):
+    """A 5 MB count_tokens held the event loop (and /health) for 8 s: it is tokenized by a child process now."""
+    from core.tokens.template import encode, render_chat
+
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    route, body, field = COUNT_ROUTES[api]
+    text = big_text(600_000)
+    answer: dict = {}
+
+    def count() -> None:
+        answer["resp"] = httpx.post(proxy.base + route, json=body(text), timeout=300)
+        answer["at"] = time.monotonic()
+
+    counting = threading.Thread(target=count)
+    counting.start()
+    wait_for(lambda: bool(tokenizing_children()) or "at" in answer)  # tokenizing has begun
+    assert httpx.get(proxy.url + "/health", timeout=60).status_code == 200
+    small = httpx.post(proxy.base + CHAT, json={"model": "m", "messages": USER}, timeout=60)
+    answered_at = time.monotonic()
+    counting.join()
+    assert small.status_code == 200 and answered_at < answer["at"]  # answered while the big one was still tokenizing
+    tokenizer = proxy.app.policy.tokenizer  # the same tokenizer, in this process
+    expected = len(encode(tokenizer, render_chat(tokenizer, [{"role": "user", "content": text}], [], True)))
+    assert answer["resp"].status_code == 200 and answer["resp"].json()[field] == expected
+
+
+@pytest.mark.parametrize("route", ["count_tokens", "generation"])
+def test_a_client_that_leaves_a_big_prompt_stops_its_tokenizing(live_proxy, script_file, route):
+    """A cancelled 25 MB prompt kept tokenizing for ~26 CPU-seconds after its client left; its child is killed now."""
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    text = big_text(4_000_000)  # ~20 s of tokenizing here
+    if route == "count_tokens":
+        url, body = proxy.base + COUNT_ROUTES["messages"][0], COUNT_ROUTES["messages"][1](text)
+    else:
+        url, body = proxy.base + CHAT, {"model": "m", "messages": [{"role": "user", "content": text}]}
+    leaving = threading.Thread(target=give_up_after, args=(url, body, 2.0))
+    leaving.start()
+    leaving.join()  # the client is gone, 2 s into tokenizing
+    assert wait_for(lambda: not tokenizing_children(), timeout=10), "the child kept tokenizing after the client left"
+    before = time.process_time()
+    time.sleep(3.0)
+    assert time.process_time() - before < 0.15  # nothing left tokenizing in this process either (it went on at ~0.35 CPU-s/s here)
+    if route == "generation":
+        assert wait_rows(proxy, "SELECT status FROM calls") == [("cancelled",)]

@@ -181,3 +181,97 @@ def test_the_call_timeout_of_a_run_bounds_every_call(live_proxy, stream):
         assert "call timeout of 0.5 s" in error_message("chat", resp.json())
         ((status, error),) = proxy.rows("SELECT status, error FROM calls")
         assert status == "error" and "call timeout" in error
+
+
+# ---------------------------------------------------------------- issue 23 items 2, 7 and 8: what an upstream sends
+
+
+class EventUpstream:
+    """An OpenAI-compatible upstream that streams given SSE `data:` payloads, `gap_s` apart, then a finish and [DONE]."""
+
+    def __init__(self, events: list[bytes], gap_s: float = 0.0) -> None:
+        self.events, self.gap_s = events, gap_s
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for event in self.events:
+            await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
+            await asyncio.sleep(self.gap_s)
+        finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+        await send({"type": "http.response.body", "body": finish})
+
+
+def body_for(api: str, stream: bool = False) -> dict:
+    if api == "gemini":
+        return {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    return {"model": "m", "messages": USER, "max_tokens": 8, "stream": stream}
+
+
+@pytest.mark.parametrize("retry_after", ["中文".encode(), b"\xff\xfe", b"in a while", b"1e9"], ids=["cjk", "raw-bytes", "words", "float"])
+@pytest.mark.parametrize("api", ["chat", "messages", "gemini"])
+def test_a_retry_after_no_client_can_take_is_dropped_and_the_call_recorded(live_proxy, api, retry_after):
+    """Item 2: a non-Latin-1 Retry-After gave the client a 500 (UnicodeEncodeError) and left no `calls` row."""
+    with BackgroundServer(Upstream(429, [(b"retry-after", retry_after)])) as up:
+        proxy = live_proxy(spec_for("litellm", up.url))
+        resp = httpx.post(proxy.base + ROUTES[api], json=body_for(api), timeout=30)
+        assert resp.status_code == 429, resp.text
+        assert "retry-after" not in resp.headers
+        assert "rate limited" in error_message(api, resp.json())
+        ((status, error),) = proxy.rows("SELECT status, error FROM calls")
+        assert status == "error" and "rate limited" in error
+
+
+def test_an_http_date_retry_after_is_passed_on(live_proxy):
+    date = b"Wed, 21 Oct 2026 07:28:00 GMT"
+    with BackgroundServer(Upstream(429, [(b"retry-after", date)])) as up:
+        proxy = live_proxy(spec_for("vllm", up.url))
+        resp = httpx.post(proxy.base + ROUTES["chat"], json=body_for("chat"), timeout=30)
+        assert resp.status_code == 429 and resp.headers["retry-after"] == date.decode()
+
+
+MALFORMED = {
+    "tool-call-index-string": b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":"x","function":{"name":"f","arguments":"{}"}}]}}]}',
+    "tool-call-indices-mixed": b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}},{"index":"1","function":{"name":"g"}}]}}]}',
+    "content-a-number": b'{"choices":[{"index":0,"delta":{"content":5}}]}',
+    "usage-a-string": b'{"choices":[],"usage":"lots"}',
+    "usage-a-list": b'{"choices":[],"usage":[1,2]}',
+    "choices-an-object": b'{"choices":{"a":1}}',
+    "choice-a-string": b'{"choices":["hello"]}',
+    "token-ids-strings": b'{"choices":[{"index":0,"delta":{"content":"a"},"token_ids":["1"]}]}',
+    "prompt-tokens-negative": b'{"choices":[],"usage":{"prompt_tokens":-5}}',
+    "arguments-1100-deep": b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":' + orjson.dumps('{"a":' * 1100 + "1" + "}" * 1100) + b"}}]}}]}",
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["chat", "messages", "gemini"])
+@pytest.mark.parametrize("event", list(MALFORMED.values()), ids=list(MALFORMED))
+def test_a_malformed_upstream_event_is_a_502_in_the_protocols_shape_and_recorded(live_proxy, api, event, stream):
+    """Item 8: these were 500 "internal error" (TypeError, AttributeError, RecursionError); the status must say upstream."""
+    with BackgroundServer(EventUpstream([b'{"choices":[{"index":0,"delta":{"content":"hel"}}]}', event])) as up:
+        proxy = live_proxy(spec_for("litellm", up.url))
+        route = ROUTES[api] if not (stream and api == "gemini") else "/v1beta/models/m:streamGenerateContent"
+        resp = httpx.post(proxy.base + route, json=body_for(api, stream), timeout=30)
+        if stream:  # the text before the bad event was streamed: the stream ends with the protocol's error event
+            assert resp.status_code == 200 and "cannot serve" in resp.text
+        else:
+            assert resp.status_code == 502, resp.text
+            assert "sent an answer the proxy cannot serve" in error_message(api, resp.json())
+        ((status, error, partial),) = proxy.rows("SELECT status, error, response->>'partial_text' FROM calls")
+        assert status == "error" and "cannot serve" in error and partial == "hel"
+
+
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_stream_is_bounded_by_the_call_timeout_as_a_whole(live_proxy, api):
+    """Item 7: with a 1 s call timeout a stream that trickled for 60 s was stored `ok`; the timeout is the call's."""
+    trickle = [b'{"choices":[{"index":0,"delta":{"content":"x"}}]}'] * 40
+    with BackgroundServer(EventUpstream(trickle, gap_s=0.1)) as up:  # each event well inside the timeout, the whole 4 s past it
+        proxy = live_proxy(spec_for("litellm", up.url), call_timeout_s=1.0)
+        resp = httpx.post(proxy.base + ROUTES[api], json=body_for(api, stream=True), timeout=60)
+        assert resp.status_code == 200 and "call timeout of 1 s" in resp.text
+        ((status, error, partial, stream),) = proxy.rows("SELECT status, error, response->>'partial_text', stream FROM calls")
+        assert status == "error" and "call timeout of 1 s" in error and stream
+        assert 0 < len(partial) < len(trickle)
