@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from core.proxy.asgi import read_body
+from core.protocols.serving import read_body
 from core.proxy.server import BackgroundServer
 
 pytestmark = pytest.mark.docker

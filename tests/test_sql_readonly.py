@@ -160,7 +160,7 @@ def test_live_endpoint_answers_bad_requests_in_json(populated: Store) -> None:
         assert resp.status_code == 400 and needle in resp.json()["error"], (bad, resp.text)
         assert "Traceback" not in resp.text
     resp = httpx.post(url, content=b"{not json", headers={TOKEN_HEADER: token})
-    assert resp.status_code == 400 and "not JSON" in resp.json()["error"]
+    assert resp.status_code == 400 and "not valid JSON" in resp.json()["error"]
     assert live_post(url, token, {"sql": "SELECT 1", "max_rows": 1}).json()["rows"] == [[1]]
 
 
@@ -173,13 +173,11 @@ def test_get_tells_nothing_without_the_token(populated: Store) -> None:
     assert mine.status_code == 200 and mine.json() == {"store": str(populated.path), "pid": os.getpid()}
 
 
-def test_query_app_refuses_the_same(populated: Store, tmp_path: Path) -> None:
-    from starlette.testclient import TestClient
-
-    client = TestClient(populated.query_app())
+def test_the_one_live_server_refuses_the_same_over_http(populated: Store) -> None:
+    """The Starlette `query_app` (used only by tests) is gone: its cases run against the one live server."""
+    url = populated.serve_queries()
     token = populated.query_token
-    assert client.post("/", json={"sql": "SELECT 1"}, headers={TOKEN_HEADER: "t\u00e9".encode("latin-1")}).status_code == 401
-    assert client.post("/", json={"sql": 5}, headers={TOKEN_HEADER: token}).status_code == 400
-    resp = client.post("/", json={"sql": "SELECT * FROM read_text('/etc/passwd')"}, headers={TOKEN_HEADER: token})
+    assert httpx.post(url, json={"sql": "SELECT 1"}, headers={TOKEN_HEADER: "t\u00e9".encode("latin-1")}).status_code == 401
+    assert live_post(url, token, {"sql": 5}).status_code == 400
+    resp = live_post(url, token, {"sql": "SELECT * FROM read_text('/etc/passwd')"})
     assert resp.status_code == 400 and "disabled by configuration" in resp.json()["error"]
-    assert not sidecar_path(populated.path).exists()  # the proxy-mounted app writes no sidecar

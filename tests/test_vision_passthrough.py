@@ -20,7 +20,7 @@ from core.backends.openai_compat import wire_messages
 from core.chat import ImagePart, exported_message
 from core.errors import BackendError
 from core.protocols.registry import get_protocol
-from core.proxy.asgi import read_body
+from core.protocols.serving import read_body
 from core.proxy.server import BackgroundServer
 from tests.test_gui_images import b64, png
 from tests.test_passthrough import CHAT

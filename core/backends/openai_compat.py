@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 1024  # per backend; a rollout fleet keeps hundreds of calls in flight
 _ERROR_BODY_LIMIT = 64 * 1024
+MAX_EVENT_BYTES = 64 << 20  # one SSE event or non-streamed answer (a first chunk with a long prompt's token ids is ~1 MB)
 
 
 class HttpSession:
@@ -221,7 +222,7 @@ class OpenAICompatBackend:
                     raise RateLimitedError(f"{self.name}: {redact_text(self.url)} is rate limited: {error_message(raw)}", response.headers.get("retry-after"))
                 raise BackendError(f"{self.name}: {redact_text(self.url)} answered HTTP {response.status}: {error_message(raw)}")
             if response.content_type == "application/json":  # a server that does not stream
-                text = self._feed(acc, await response.read(), whole=True)
+                text = self._feed(acc, await self._read_whole(response), whole=True)
                 if text:
                     yield TextDelta(text)
                 ended = got_done = True
@@ -231,17 +232,24 @@ class OpenAICompatBackend:
             # a long prompt's `prompt_token_ids` is bigger)
             buf = b""
             data: list[bytes] = []
+            held = 0  # bytes of the event being read: one that never ends must not grow the proxy without bound
             async for chunk in response.content.iter_any():
                 buf = buf + chunk if buf else chunk
                 *lines, buf = buf.split(b"\n")
+                if held + len(buf) > MAX_EVENT_BYTES:
+                    raise self._too_big()
                 for line in lines:
                     if line.startswith(b"data:"):
                         data.append(line[5:].strip())
+                        held += len(line)
+                        if held > MAX_EVENT_BYTES:
+                            raise self._too_big()
                         continue
                     if line.strip() or not data:
                         continue  # comments, event:/id: fields, keep-alive blank lines
                     payload = b"\n".join(data) if len(data) > 1 else data[0]
                     data.clear()
+                    held = 0
                     if payload == b"[DONE]":
                         got_done = True
                         continue  # read on to the end so the connection can be reused
@@ -273,6 +281,20 @@ class OpenAICompatBackend:
         if acc.finish is None and not got_done:
             raise BackendError(f"{self.name}: {redact_text(self.api_base)} ended the stream without a finish reason")
         yield Finished(self._completion(acc))
+
+    async def _read_whole(self, response: aiohttp.ClientResponse) -> bytes:
+        """A non-streamed answer, refused past `MAX_EVENT_BYTES` (read as it comes, never all at once)."""
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_any():
+            size += len(chunk)
+            if size > MAX_EVENT_BYTES:
+                raise self._too_big()
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_big(self) -> BackendError:
+        return BackendError(f"{self.name}: {redact_text(self.api_base)} sent a stream event or answer over {MAX_EVENT_BYTES >> 20} MiB")
 
     def _feed(self, acc: _Accumulator, payload: bytes, whole: bool = False) -> str:
         """One event (or a whole non-streamed answer) into `acc`: its visible text; a BackendError for a malformed one."""

@@ -28,7 +28,7 @@ from core.protocols.body import load_json
 from core.protocols.checks import check_nesting
 from core.protocols.images import Image, extract_images
 from core.protocols.registry import get_protocol
-from core.proxy.asgi import (
+from core.protocols.serving import (
     SSE_HEADERS,
     ClientGone,
     Receive,

@@ -5,7 +5,7 @@ hook calls it too). Servers with their own signal handling (the uvicorn proxy) c
 hook; plain scripts can call `install_signal_flush(store)`.
 """
 
-from core.store.live import LiveServer, handle_query, query_app
+from core.store.live import LiveServer, handle_query
 from core.store.query import (
     QueryResult,
     execute_read_only,
@@ -29,7 +29,6 @@ __all__ = [
     "handle_query",
     "install_signal_flush",
     "latest_store",
-    "query_app",
     "run_query",
     "store_for_run",
 ]

@@ -1,21 +1,61 @@
-"""Live reads of a store while its writer runs: the writer answers read-only SQL over loopback HTTP."""
+"""Live reads of a store while its writer runs: one token-guarded loopback endpoint, in the writer's process.
+
+The one live query server (`LiveServer`): `GET /` says which store it serves, `POST /` with
+``{"sql", "max_rows"}`` answers one read-only query as ``{"columns", "types", "rows", "truncated"}``.
+A reader shares the writer's process and DuckDB database, so everything a query may cost is bounded
+before it costs it (the writer, and the proxy feeding it, must outlive any query):
+
+- HTTP: uvicorn on its own thread and event loop (core.protocols.serving), not a thread per
+  connection; at most `MAX_CONNECTIONS` open; each request in whole within 10 s; wrong paths,
+  methods, framing and tokens answered in JSON.
+- size: a body of at most 128 KiB and SQL of at most 64 KiB; repeated JSON keys refused.
+- planning: first in a sacrificial child process on an empty copy of the schema, within 2 s and
+  512 MiB (core.store.planner); DuckDB's own planner can be neither interrupted nor bounded.
+- running: `WORKERS` queries at a time and `MAX_WAITING` queued (then 503), each interrupted after
+  `timeout_s`, and interrupted when its client leaves; DuckDB's `memory_limit` and `threads` for the
+  database are set before its configuration is locked; rows are cut at `max_rows` and at about
+  `MAX_ANSWER_BYTES`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime as dt
 import hmac
 import logging
 import os
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from core.errors import StoreError
-from core.store.query import DEFAULT_MAX_ROWS, execute_read_only, sidecar_path
+from core.errors import BodyTooLargeError, ForgetuiError, ProtocolError, StoreError, status_of
+from core.protocols.body import load_json
+from core.protocols.serving import (
+    BackgroundServer,
+    ClientGone,
+    Hardening,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_bytes,
+)
+from core.store.planner import Planner
+from core.store.query import (
+    DEFAULT_MAX_ROWS,
+    READER_SETTINGS,
+    QueryCancel,
+    check_read_only,
+    execute_read_only,
+    lock_down,
+    sidecar_path,
+)
+from core.store.schema import SCHEMA_SQL, VIEWS_SQL
 
 if TYPE_CHECKING:
     from core.store.writer import Store
@@ -23,8 +63,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOKEN_HEADER = "X-Forgetui-Token"
-MAX_BODY = 1 << 20  # a query is text; a bigger body is refused unread
+MAX_BODY = 128 << 10  # a query is text; a bigger body is refused unread
+MAX_SQL_BYTES = 64 << 10
+MAX_ANSWER_BYTES = 64 << 20
+MAX_CONNECTIONS = 64
+REQUEST_TIMEOUT_S = 10.0
+WORKERS = 2
+MAX_WAITING = 16
+# DuckDB's global limits for the writer's database, reader and writer together: a query past them fails
+# ("Out of Memory Error"), the process lives (its default is 80% of the machine's memory, every core)
+DATABASE_LIMITS: dict[str, Any] = {"memory_limit": "2GB", "threads": 2, "max_temp_directory_size": "8GB"}
 USAGE = 'send a JSON body {"sql": "<one read-only query>", "max_rows": <positive integer, optional>}'
+
+
+class LiveError(ForgetuiError):
+    """A live query the endpoint will not run now (`kind` gives its HTTP status)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def token_ok(given: str | None, token: str) -> bool:
@@ -35,11 +92,13 @@ def token_ok(given: str | None, token: str) -> bool:
 def parse_request(body: bytes, max_rows_cap: int) -> tuple[str, int]:
     """The (sql, max_rows) of a query body; StoreError (HTTP 400) with USAGE for anything else."""
     try:
-        req = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise StoreError(f"body is not JSON ({exc}); {USAGE}") from exc
+        req = load_json(body, "body")
+    except ProtocolError as exc:
+        raise StoreError(f"{exc}; {USAGE}") from None
     if not isinstance(req, dict) or not isinstance(req.get("sql"), str):
         raise StoreError(f'"sql" must be a string; {USAGE}')
+    if len(req["sql"].encode("utf-8", "surrogatepass")) > MAX_SQL_BYTES:
+        raise LiveError("too_large", f"the SQL is over {MAX_SQL_BYTES >> 10} KiB; send a shorter query")
     max_rows = req.get("max_rows")
     if max_rows is None:
         return req["sql"], max_rows_cap
@@ -48,10 +107,8 @@ def parse_request(body: bytes, max_rows_cap: int) -> tuple[str, int]:
     return req["sql"], min(max_rows, max_rows_cap)
 
 
-def handle_query(
-    store: Store, sql: str, max_rows: int | None = None, timeout_s: float | None = 60.0
-) -> dict[str, Any]:
-    """Run read-only `sql` on a fresh cursor of the writer's connection; StoreError (HTTP 400) if refused."""
+def handle_query(store: Store, sql: str, max_rows: int | None = None, timeout_s: float | None = 60.0) -> dict[str, Any]:
+    """Run read-only `sql` in this process on a fresh cursor of the writer's connection (code's own reads, not a client's)."""
     cur = store.cursor()
     timer = None
     if timeout_s:
@@ -66,23 +123,145 @@ def handle_query(
         cur.close()
 
 
-def _dumps(data: Any) -> bytes:
-    return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
-
-
-def _answer(store: Store, body: bytes, max_rows_cap: int, timeout_s: float | None) -> tuple[int, bytes]:
+def limit_database(store: Store, limits: dict[str, Any]) -> None:
+    """Set DuckDB's global `limits` on the writer's database while its configuration can still change."""
+    cur = store.cursor()
     try:
-        sql, max_rows = parse_request(body, max_rows_cap)
-        return 200, _dumps(handle_query(store, sql, max_rows, timeout_s))
-    except StoreError as exc:
-        return 400, _dumps({"error": str(exc)})
-    except Exception as exc:  # never let a reader take the writer down
-        log.exception("live query failed")
-        return 500, _dumps({"error": f"query failed: {exc}"})
+        if cur.execute("SELECT current_setting('lock_configuration')").fetchone() == (True,):
+            log.warning("store %s: its configuration is locked already; live queries run without %s", store.path, ", ".join(limits))
+            return
+        for name, value in limits.items():
+            cur.execute(f"SET {name} = {value if isinstance(value, int) else repr(str(value))}")
+    finally:
+        cur.close()
+
+
+def _plain(value: Any) -> Any:
+    """A value orjson cannot write, as text: a HUGEINT past 64 bits, a TIMETZ (time with a zone), in lists and maps too."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return str(value)
+    if isinstance(value, dt.time) and value.tzinfo is not None:
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _dumps(data: Any) -> bytes:
+    try:
+        return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:  # rare types: walk the answer once
+        return orjson.dumps(_plain(data), default=str, option=orjson.OPT_NON_STR_KEYS)
+
+
+class QueryRunner:
+    """Runs live queries on the writer's connection: a few at a time, planned first in a child, each time- and size-bounded."""
+
+    def __init__(self, store: Store, planner: Planner, timeout_s: float | None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        self.store = store
+        self.planner = planner
+        self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
+        self._pool = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="store-live-query")
+        self._admitted = 0  # touched on the server's event loop only
+
+    async def run(self, sql: str, max_rows: int, receive: Receive) -> dict[str, Any]:
+        """The query's answer; ClientGone (and the query interrupted) when its client leaves first."""
+        if self._admitted >= WORKERS + MAX_WAITING:
+            raise LiveError("overloaded", f"{self._admitted} live queries are running or waiting; try again shortly")
+        self._admitted += 1
+        cancel = QueryCancel()
+        work = asyncio.get_running_loop().run_in_executor(self._pool, self._run, sql, max_rows, cancel)
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                cancel.cancel()
+                raise ClientGone()
+            return work.result()
+        finally:
+            gone.cancel()
+            self._admitted -= 1
+
+    def _run(self, sql: str, max_rows: int, cancel: QueryCancel) -> dict[str, Any]:
+        if cancel.cancelled:
+            raise ClientGone()
+        cur = self.store.cursor()
+        cancel.watch(cur)
+        timer = threading.Timer(self.timeout_s, cur.interrupt) if self.timeout_s else None
+        try:
+            lock_down(cur)
+            check_read_only(cur, sql)  # parsing only: linear in the (bounded) text
+            self.planner.check(sql)  # planning, where it cannot take the writer down
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            return execute_read_only(cur, sql, max_rows, self.max_answer_bytes).to_dict()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            cur.close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class LiveApp:
+    """The ASGI app of the live endpoint (routes: GET / and POST /, with the token)."""
+
+    def __init__(self, store: Store, runner: QueryRunner, max_rows: int) -> None:
+        self.store = store
+        self.runner = runner
+        self.max_rows = max_rows
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        extra = None
+        try:
+            status, answer, extra = await self._answer(scope, receive)
+        except ClientGone:
+            return
+        except BodyTooLargeError as exc:
+            status, answer = 413, {"error": f"{exc}; {USAGE}"}
+        except LiveError as exc:
+            status, answer = status_of(exc.kind), {"error": str(exc)}
+        except StoreError as exc:  # the query's own fault: refused, failed, interrupted
+            status, answer = 400, {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a reader never takes the writer down
+            log.exception("live query failed")
+            status, answer = 500, {"error": f"query failed: {type(exc).__name__}: {exc}"}
+        await send_bytes(send, status, _dumps(answer), extra=extra)
+
+    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, Any, list | None]:
+        if scope["path"] != "/":
+            return 404, {"error": f"no route {scope['path']!r}: the live endpoint answers GET / and POST / only"}, None
+        if scope["method"] not in ("GET", "POST"):
+            return 405, {"error": f"{scope['method']} is not served: the live endpoint answers GET / and POST / only"}, [(b"allow", b"GET, POST")]
+        if not token_ok(header(scope, TOKEN_HEADER.lower().encode()), self.store.query_token):
+            # where the store is and who serves it is for the token's holder only; the body stays unread
+            return 401, {"error": f"missing or wrong {TOKEN_HEADER} (see the .live.json sidecar)"}, [(b"connection", b"close")]
+        if scope["method"] == "GET":
+            return 200, {"store": str(self.store.path), "pid": os.getpid()}, None
+        sql, max_rows = parse_request(await read_body(scope, receive, MAX_BODY), self.max_rows)
+        return 200, await self.runner.run(sql, max_rows, receive), None
 
 
 class LiveServer:
-    """A ThreadingHTTPServer on a free loopback port that answers POST / {"sql"} and advertises itself in a sidecar."""
+    """The live endpoint on a free loopback port, advertised in the store's `.live.json` sidecar (its URL and token)."""
 
     def __init__(
         self,
@@ -91,65 +270,25 @@ class LiveServer:
         port: int = 0,
         max_rows: int = DEFAULT_MAX_ROWS,
         timeout_s: float | None = 60.0,
+        *,
+        database_limits: dict[str, Any] | None = None,
+        plan_deadline_s: float | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self.store = store
         self.token = store.query_token
         self.max_rows = max_rows
-        self.timeout_s = timeout_s
-        server_self = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall per answer
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-                log.debug("live query %s", format % args)
-
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _authorized(self) -> bool:
-                if token_ok(self.headers.get(TOKEN_HEADER), server_self.token):
-                    return True
-                self.close_connection = True  # the body, if any, stays unread
-                self._send(401, _dumps({"error": f"missing or wrong {TOKEN_HEADER} (see the .live.json sidecar)"}))
-                return False
-
-            def do_GET(self) -> None:  # noqa: N802 - stdlib name
-                # where the store is and who serves it is for the token's holder only
-                if self._authorized():
-                    self._send(200, _dumps({"store": str(server_self.store.path), "pid": os.getpid()}))
-
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                if not self._authorized():
-                    return
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                except ValueError:
-                    length = -1
-                if not 0 <= length <= MAX_BODY:
-                    self.close_connection = True
-                    self._send(400 if length < 0 else 413,
-                               _dumps({"error": f"Content-Length must be 0..{MAX_BODY} bytes; {USAGE}"}))
-                    return
-                body = self.rfile.read(length)
-                self._send(*_answer(server_self.store, body, server_self.max_rows, server_self.timeout_s))
-
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
-        bound_host, bound_port = self._httpd.server_address[:2]
-        self.url = f"http://{bound_host}:{bound_port}/"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="store-live", daemon=True
-        )
+        limit_database(store, DATABASE_LIMITS if database_limits is None else database_limits)
+        self.planner = Planner(SCHEMA_SQL + "\n" + VIEWS_SQL, READER_SETTINGS, **({"deadline_s": plan_deadline_s} if plan_deadline_s else {}))
+        self.runner = QueryRunner(store, self.planner, timeout_s, max_answer_bytes)
+        hardening = Hardening(request_timeout_s=REQUEST_TIMEOUT_S, max_connections=MAX_CONNECTIONS, bad_request=lambda message: orjson.dumps({"error": message}))
+        self._server = BackgroundServer(LiveApp(store, self.runner, max_rows), host, port, hardening, name="store-live")
+        self.url = ""
         self.sidecar: Path = sidecar_path(store.path)
 
     def start(self) -> None:
-        self._thread.start()
+        self.planner.start()
+        self.url = self._server.start() + "/"
         info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),  # a reader elsewhere (a shared FORGETUI_HOME) cannot reach this loopback URL
@@ -171,26 +310,7 @@ class LiveServer:
                 self.sidecar.unlink(missing_ok=True)
         except (OSError, orjson.JSONDecodeError):
             pass
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._server.stop()
+        self.runner.close()
+        self.planner.stop()
 
-
-def query_app(store: Store, max_rows: int = DEFAULT_MAX_ROWS) -> Any:
-    """A Starlette app for POST / {"sql", "max_rows"}; mount it in the proxy at `/_forgetui/sql`.
-
-    Requests must carry `X-Forgetui-Token: <store.query_token>` (also in the `.live.json` sidecar), so the
-    harnesses talking to the same proxy cannot read the store.
-    """
-    from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-
-    async def endpoint(request: Request) -> Response:
-        if not token_ok(request.headers.get(TOKEN_HEADER), store.query_token):
-            return Response(_dumps({"error": f"missing or wrong {TOKEN_HEADER}"}), 401, media_type="application/json")
-        status, body = await run_in_threadpool(_answer, store, await request.body(), max_rows, 60.0)
-        return Response(body, status, media_type="application/json")
-
-    return Starlette(routes=[Route("/", endpoint, methods=["POST"])])

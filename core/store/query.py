@@ -128,8 +128,35 @@ class QueryCancel:
                 pass
 
 
-def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = DEFAULT_MAX_ROWS) -> QueryResult:
-    """Run checked statements inside a READ ONLY transaction on a locked-down `cur`; the last one's rows are returned."""
+def _size(row: tuple) -> int:
+    """About how many bytes a fetched row holds (its texts and blobs, and 16 per other value)."""
+    return sum(len(v) if isinstance(v, str | bytes) else 16 * (len(v) if isinstance(v, list | dict) else 1) for v in row)
+
+
+def _fetch(cur: duckdb.DuckDBPyConnection, max_rows: int, max_bytes: int | None) -> tuple[list[list[Any]], bool]:
+    """Up to `max_rows` rows (and, given `max_bytes`, about that many bytes of them); whether more were left."""
+    if max_bytes is None:
+        rows = [list(r) for r in cur.fetchmany(max_rows + 1)]
+        return rows[:max_rows], len(rows) > max_rows
+    rows: list[list[Any]] = []
+    size = 0
+    while len(rows) <= max_rows:
+        chunk = cur.fetchmany(min(2048, max_rows + 1 - len(rows)))
+        if not chunk:
+            return rows, False
+        for row in chunk:
+            size += _size(row)
+            if size > max_bytes and rows:  # cut here: one huge row alone is still answered
+                return rows, True
+            rows.append(list(row))
+    return rows[:max_rows], True
+
+
+def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int | None = None) -> QueryResult:
+    """Run checked statements inside a READ ONLY transaction on a locked-down `cur`; the last one's rows are returned.
+
+    `max_bytes` cuts the rows at about that size too (a writer must not hold gigabytes of results for a reader).
+    """
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
         raise StoreError(f"max_rows must be a positive integer, not {max_rows!r}")
     if not isinstance(sql, str):
@@ -142,7 +169,7 @@ def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = 
             cur.execute(stmt)
         columns = [d[0] for d in cur.description] if cur.description else []
         types = [str(d[1]) for d in cur.description] if cur.description else []
-        rows = [list(r) for r in cur.fetchmany(max_rows + 1)] if cur.description else []
+        rows, truncated = _fetch(cur, max_rows, max_bytes) if cur.description else ([], False)
     except duckdb.InterruptException as exc:
         raise StoreError(f"query interrupted: cancelled, or past its time limit ({exc})") from exc
     except duckdb.Error as exc:
@@ -152,8 +179,7 @@ def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = 
             cur.execute("ROLLBACK")
         except duckdb.Error:
             pass
-    truncated = len(rows) > max_rows
-    return QueryResult(columns, rows[:max_rows], truncated, types)
+    return QueryResult(columns, rows, truncated, types)
 
 
 # ---------------------------------------------------------------------- finding the store and its writer

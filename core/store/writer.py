@@ -24,7 +24,7 @@ from core.errors import StoreError
 from core.secrets import redact
 from core.store.bodies import BodyDeltas
 from core.store.deadletter import dead_letter_bytes
-from core.store.live import LiveServer, handle_query, query_app
+from core.store.live import LiveServer, handle_query
 from core.store.schema import (
     COLUMNS,
     JSON_COLUMNS,
@@ -292,10 +292,6 @@ class Store:
             self._live = LiveServer(self, host=host, **kwargs)
             self._live.start()
         return self._live.url
-
-    def query_app(self) -> Any:
-        """A Starlette app answering POST {"sql": ...}; the proxy mounts it at `/_forgetui/sql`."""
-        return query_app(self)
 
     def handle_query(self, sql: str, max_rows: int | None = None) -> dict[str, Any]:
         """Run one read-only query on its own cursor and return it as a JSON-ready dict."""
