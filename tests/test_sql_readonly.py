@@ -181,3 +181,166 @@ def test_the_one_live_server_refuses_the_same_over_http(populated: Store) -> Non
     assert live_post(url, token, {"sql": 5}).status_code == 400
     resp = live_post(url, token, {"sql": "SELECT * FROM read_text('/etc/passwd')"})
     assert resp.status_code == 400 and "disabled by configuration" in resp.json()["error"]
+
+
+# ---------------------------------------------------------------- issue 23 items 1 and 9: a live query costs what it may
+def test_hugeint_and_timetz_results_are_answered_as_text(populated: Store) -> None:
+    """They were 500s: orjson writes neither an integer past 64 bits nor a time with a zone."""
+    url = populated.serve_queries()
+    sql = "SELECT 170141183460469231731687303715884105727::HUGEINT AS h, '12:00:00+02'::TIMETZ AS t, [(1::HUGEINT << 100)] AS l, 7::HUGEINT AS small"
+    resp = live_post(url, populated.query_token, {"sql": sql})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["rows"] == [["170141183460469231731687303715884105727", "12:00:00+02:00", ["1267650600228229401496703205376"], 7]]
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "OPTIONS", "PATCH", "HEAD"])
+def test_other_methods_are_a_json_405(populated: Store, method: str) -> None:
+    """They were the standard library's 501 HTML page."""
+    url = populated.serve_queries()
+    resp = httpx.request(method, url, headers={TOKEN_HEADER: populated.query_token})
+    assert resp.status_code == 405 and resp.headers["allow"] == "GET, POST"
+    if method != "HEAD":
+        assert resp.headers["content-type"] == "application/json" and "GET / and POST /" in resp.json()["error"]
+
+
+def test_oversized_bodies_and_sql_are_refused_unread(populated: Store) -> None:
+    url = populated.serve_queries()
+    token = populated.query_token
+    resp = httpx.post(url, content=b'{"sql": "' + b"x" * (200 << 10) + b'"}', headers={TOKEN_HEADER: token})
+    assert resp.status_code == 413 and "over the limit" in resp.json()["error"]
+    resp = live_post(url, token, {"sql": "SELECT 1 -- " + "é" * (33 << 10)})  # under the body cap, over 64 KiB of SQL
+    assert resp.status_code == 413 and "64 KiB" in resp.json()["error"]
+    resp = httpx.post(url, content=b'{"sql": "SELECT 1", "sql": "SELECT 2"}', headers={TOKEN_HEADER: token})
+    assert resp.status_code == 400 and "repeats the key 'sql'" in resp.json()["error"]
+
+
+def test_connections_cost_no_thread_and_a_half_sent_request_is_closed(populated: Store, monkeypatch) -> None:
+    """300 connections without a token were 300 threads of the writer, and half-sent requests were held 30 s and more."""
+    import threading
+    import time
+
+    from core.store import live
+
+    monkeypatch.setattr(live, "REQUEST_TIMEOUT_S", 1.0)
+    url = populated.serve_queries()
+    host, port = url.removeprefix("http://").rstrip("/").split(":")
+    threads = threading.active_count()
+    held = []
+    for _ in range(60):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Len")  # headers never finished
+        held.append(sock)
+    assert threading.active_count() - threads < 5
+    started = time.monotonic()
+    answers = [sock.recv(4096) for sock in held]
+    assert time.monotonic() - started < 15  # closed at the deadline, not held
+    assert all(a.startswith(b"HTTP/1.1 408 ") and b"application/json" in a for a in answers), answers[0]
+    for sock in held:
+        sock.close()
+    assert live_post(url, populated.query_token, {"sql": "SELECT 1"}).json()["rows"] == [[1]]
+
+
+def test_connections_past_the_cap_are_closed_and_the_endpoint_still_answers(populated: Store, monkeypatch) -> None:
+    from core.store import live
+
+    monkeypatch.setattr(live, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(live, "REQUEST_TIMEOUT_S", 2.0)
+    url = populated.serve_queries()
+    host, port = url.removeprefix("http://").rstrip("/").split(":")
+    held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(8)]
+    extra = socket.create_connection((host, int(port)), timeout=10)
+    assert extra.recv(10) == b""  # closed at once: over the cap
+    for sock in held + [extra]:
+        sock.close()
+    assert live_post(url, populated.query_token, {"sql": "SELECT 2"}).json()["rows"] == [[2]]
+
+
+COSTLY = {
+    "union-all-3000": "SELECT 1" + " UNION ALL SELECT 1" * 3000,
+    "not-materialized-ctes": "WITH a0 AS (SELECT 1 AS x), "
+    + ", ".join(f"a{i} AS NOT MATERIALIZED (SELECT * FROM a{i - 1} UNION ALL SELECT * FROM a{i - 1})" for i in range(1, 17))
+    + " SELECT count(*) FROM a16",
+    "value-bomb": "SELECT repeat('x', 4000000) FROM range(2048)",
+    "endless-range": "SELECT count(*) FROM range(10000000000000)",
+}
+
+
+@pytest.mark.parametrize("sql", list(COSTLY.values()), ids=list(COSTLY))
+def test_a_query_too_costly_for_the_writer_is_refused_before_it_runs_there(populated: Store, sql: str) -> None:
+    """Rehearsed in a child on empty tables first: the writer neither plans it (unbounded, uninterruptible) nor runs it.
+
+    Without the child these ran in this process: planning 3,000 terms took seconds, 16 CTEs minutes and
+    gigabytes, the value bomb an 8 GB vector. (Run under a memory cap in tests/test_adversarial_proxy.py.)
+    """
+    url = populated.serve_queries()
+    resp = live_post(url, populated.query_token, {"sql": sql})
+    assert resp.status_code == 400, resp.text
+    assert "was not run on the store" in resp.json()["error"]
+    assert live_post(url, populated.query_token, {"sql": "SELECT count(*) FROM calls"}).json()["rows"] == [[1]]
+
+
+def test_the_writers_database_is_bounded_and_answers_are_cut_at_their_size(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "big.duckdb")
+    try:
+        for i in range(40):
+            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i, "request": {"text": "x" * 300_000}})
+        store.flush()
+        url = store.serve_queries(max_answer_bytes=2_000_000)
+        token = store.query_token
+        settings = live_post(url, token, {"sql": "SELECT current_setting('memory_limit'), current_setting('threads')"}).json()["rows"]
+        assert settings[0][1] == 2 and settings[0][0].endswith("GiB") and float(settings[0][0].split()[0]) <= 2.0
+        answer = live_post(url, token, {"sql": "SELECT call_id, request FROM calls ORDER BY seq"}).json()
+        assert answer["truncated"] and 1 <= len(answer["rows"]) < 10
+        assert live_post(url, token, {"sql": "SELECT count(*) FROM calls"}).json()["rows"] == [[40]]
+        # a value the store's rows make: the time limit ends it, the writer lives on
+    finally:
+        store.close()
+
+
+def test_a_client_that_leaves_interrupts_its_query(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    from core.store import live
+
+    monkeypatch.setattr(live, "WORKERS", 1)
+    store = Store.open(tmp_path / "slow.duckdb")
+    try:
+        for i in range(300):
+            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i})
+        store.flush()
+        url = store.serve_queries()
+        token = store.query_token
+        slow = {"sql": "SELECT count(*) FROM calls a, calls b, calls c, calls d WHERE hash(a.seq, b.seq, c.seq, d.seq) = 7"}  # 8e9 rows: minutes
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=slow, headers={TOKEN_HEADER: token}, timeout=httpx.Timeout(30, read=1.0))
+        started = time.monotonic()
+        assert live_post(url, token, {"sql": "SELECT 3"}).json()["rows"] == [[3]]  # the one worker is free again
+        assert time.monotonic() - started < 20
+    finally:
+        store.close()
+
+
+def test_too_many_waiting_queries_are_a_503(tmp_path: Path, monkeypatch) -> None:
+    import concurrent.futures
+
+    from core.store import live
+
+    monkeypatch.setattr(live, "WORKERS", 1)
+    monkeypatch.setattr(live, "MAX_WAITING", 0)
+    store = Store.open(tmp_path / "busy.duckdb")
+    try:
+        for i in range(300):
+            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i})
+        store.flush()
+        url = store.serve_queries(timeout_s=5)
+        slow = {"sql": "SELECT count(*) FROM calls a, calls b, calls c, calls d WHERE hash(a.seq, b.seq, c.seq, d.seq) = 7"}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(live_post, url, store.query_token, slow)
+            import time
+
+            time.sleep(2.0)  # the first is running (rehearsed in a moment, then minutes on the store's rows)
+            second = live_post(url, store.query_token, {"sql": "SELECT 1"})
+            assert second.status_code == 503 and "try again" in second.json()["error"]
+            assert first.result().status_code == 400  # interrupted at its time limit
+    finally:
+        store.close()
