@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import orjson
 import pytest
 
 from tests.test_proxy_faults import error_message
@@ -64,3 +65,52 @@ def test_health_and_models_still_answer(proxy):
     assert httpx.get(proxy.base + "/health").json()["status"] == "ok"
     assert httpx.head(proxy.base + "/").status_code == 200
     assert httpx.get(proxy.base + "/v1/models").json()["object"] == "list"
+
+
+def raw(url: str, data: bytes, timeout: float = 30) -> bytes:
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"GARBAGE\r\n\r\n", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"],
+    ids=["garbage", "negative-length", "raw-bytes-in-path", "tls-hello"],
+)
+def test_bad_http_framing_is_a_json_400(proxy, data):
+    """Issue 23 item 9: uvicorn answered these with a plain-text 400 ("Invalid HTTP request received.")."""
+    answer = raw(proxy.url, data)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), answer[:300]
+    parsed = orjson.loads(body)
+    assert parsed["type"] == "error" and parsed["error"]["type"] == "invalid_request_error" and parsed["error"]["message"]
+
+
+def test_a_request_not_sent_in_whole_is_dropped_at_its_deadline(live_proxy, script_file):
+    """No read deadline held half-sent requests for 30 s and more: headers get a 408, a body the connection closed."""
+    import time
+
+    from core.protocols.serving import Hardening
+    from core.proxy.server import PROXY_HARDENING, BackgroundServer
+
+    proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
+    quick = Hardening(request_timeout_s=1.0, max_connections=None, bad_request=PROXY_HARDENING.bad_request)
+    with BackgroundServer(proxy.app, hardening=quick) as server:
+        started = time.monotonic()
+        answer = raw(server.url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        assert answer.startswith(b"HTTP/1.1 408 ") and b'"invalid_request_error"' in answer
+        path = f"/r/{proxy.token}/v1/chat/completions".encode()
+        half_body = raw(server.url, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":")
+        assert half_body == b""  # the app saw its client gone; nothing answered, nothing recorded
+        assert raw(server.url, b"") == b""  # a connection that never sends a request is closed too
+        assert time.monotonic() - started < 20
+        ok = httpx.post(f"{server.url}/r/{proxy.token}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert ok.status_code == 200
+    assert proxy.rows("SELECT count(*) FROM calls") == [(1,)]
