@@ -55,6 +55,11 @@ REFUSED = {
     "responses-include-logprobs": (responses(include=["message.output_text.logprobs"], top_logprobs=3), "top_logprobs"),
     "responses-include-logprobs-alone": (responses(include=["reasoning.encrypted_content", "message.output_text.logprobs"]), "message.output_text.logprobs"),
     "gemini-responseLogprobs": (gemini({"responseLogprobs": True, "logprobs": 3}), "responseLogprobs"),
+    "gemini-generationConfig-a-list": (gemini(config=None, generationConfig=[]), "generationConfig"),  # [] was taken as absent
+    "chat-history-args-lone-surrogate": (
+        chat(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": "\\ud800"}'}}]}]),
+        "lone surrogate",
+    ),  # a 500 ("surrogates not allowed") once the proxy compared it with its own turns
     "gemini-allowed-unoffered": (
         gemini(
             tools=[{"functionDeclarations": [{"name": "bash", "parameters": {"type": "OBJECT"}}]}],

@@ -7,7 +7,9 @@ over 64 bits that breaks rendering the answer after the whole generation ran).
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +110,24 @@ def check_nesting(request: ChatRequest) -> None:
             args = call["function"]["arguments"]
             if nests_too_deep(args):
                 raise too_deep(f"the arguments of a tool call in message {i}", text_depth(args))
+            if _SURROGATE_ESCAPE.search(args) and not _unicode_json(args):
+                raise ProtocolError(f"the arguments of a tool call in message {i} escape a lone surrogate (\\ud800-\\udfff): not text a tokenizer or the store can take")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _unicode_json(text: str) -> bool:
+    """Whether JSON `text` (not JSON: kept as text, fine) holds only strings that are valid Unicode once parsed."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return True
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def logprobs_refused(what: str) -> ProtocolError:

@@ -303,7 +303,8 @@ class Gemini:
     ) -> ChatRequest:
         if not isinstance(body, dict):
             raise ProtocolError(f"request body must be a JSON object, got {type(body).__name__}")
-        config = _get(body, "generationConfig", "generation_config") or {}
+        config = _get(body, "generationConfig", "generation_config")
+        config = {} if config is None else config
         if not isinstance(config, dict):
             raise ProtocolError("'generationConfig' must be an object")
         if model is None:
