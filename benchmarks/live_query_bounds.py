@@ -29,6 +29,9 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from tests.adversarial import rss_mb  # noqa: E402 - the cap's own measure, shared with the adversarial suite
+
 WATCH_MB = 3000
 
 
@@ -72,16 +75,6 @@ def serve() -> None:
             cur.close()
         print(json.dumps({"answer": answer, "s": time.perf_counter() - started}), flush=True)
     store.close()
-
-
-def rss_mb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    except OSError:
-        return 0
-    return 0
 
 
 class Writer:

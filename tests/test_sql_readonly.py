@@ -283,13 +283,13 @@ def test_the_writers_database_is_bounded_and_answers_are_cut_at_their_size(tmp_p
     store = Store.open(tmp_path / "big.duckdb")
     try:
         for i in range(40):
-            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i, "request": {"text": "x" * 300_000}})
+            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i, "response": {"text": "x" * 300_000}})
         store.flush()
         url = store.serve_queries(max_answer_bytes=2_000_000)
         token = store.query_token
         settings = live_post(url, token, {"sql": "SELECT current_setting('memory_limit'), current_setting('threads')"}).json()["rows"]
         assert settings[0][1] == 2 and settings[0][0].endswith("GiB") and float(settings[0][0].split()[0]) <= 2.0
-        answer = live_post(url, token, {"sql": "SELECT call_id, request FROM calls ORDER BY seq"}).json()
+        answer = live_post(url, token, {"sql": "SELECT call_id, response FROM calls ORDER BY seq"}).json()
         assert answer["truncated"] and 1 <= len(answer["rows"]) < 10
         assert live_post(url, token, {"sql": "SELECT count(*) FROM calls"}).json()["rows"] == [[40]]
         # a value the store's rows make: the time limit ends it, the writer lives on
@@ -297,50 +297,45 @@ def test_the_writers_database_is_bounded_and_answers_are_cut_at_their_size(tmp_p
         store.close()
 
 
-def test_a_client_that_leaves_interrupts_its_query(tmp_path: Path, monkeypatch) -> None:
-    import time
+SLOW_QUERY = {"sql": "SELECT count(*) FROM calls a, calls b, calls c, calls d WHERE hash(a.seq, b.seq, c.seq, d.seq) = 7"}  # 8e9 rows: minutes
 
+
+@pytest.fixture
+def one_worker(tmp_path: Path, monkeypatch):
+    """A store of 300 calls whose live endpoint runs one query at a time (its URL, token and the store)."""
     from core.store import live
 
     monkeypatch.setattr(live, "WORKERS", 1)
     store = Store.open(tmp_path / "slow.duckdb")
-    try:
-        for i in range(300):
-            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i})
-        store.flush()
-        url = store.serve_queries()
-        token = store.query_token
-        slow = {"sql": "SELECT count(*) FROM calls a, calls b, calls c, calls d WHERE hash(a.seq, b.seq, c.seq, d.seq) = 7"}  # 8e9 rows: minutes
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(url, json=slow, headers={TOKEN_HEADER: token}, timeout=httpx.Timeout(30, read=1.0))
-        started = time.monotonic()
-        assert live_post(url, token, {"sql": "SELECT 3"}).json()["rows"] == [[3]]  # the one worker is free again
-        assert time.monotonic() - started < 20
-    finally:
-        store.close()
+    for i in range(300):
+        store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i})
+    store.flush()
+    yield store
+    store.close()
 
 
-def test_too_many_waiting_queries_are_a_503(tmp_path: Path, monkeypatch) -> None:
+def test_a_client_that_leaves_interrupts_its_query(one_worker: Store) -> None:
+    import time
+
+    url, token = one_worker.serve_queries(), one_worker.query_token
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=SLOW_QUERY, headers={TOKEN_HEADER: token}, timeout=httpx.Timeout(30, read=1.0))
+    started = time.monotonic()
+    assert live_post(url, token, {"sql": "SELECT 3"}).json()["rows"] == [[3]]  # the one worker is free again
+    assert time.monotonic() - started < 20
+
+
+def test_too_many_waiting_queries_are_a_503(one_worker: Store, monkeypatch) -> None:
     import concurrent.futures
+    import time
 
     from core.store import live
 
-    monkeypatch.setattr(live, "WORKERS", 1)
     monkeypatch.setattr(live, "MAX_WAITING", 0)
-    store = Store.open(tmp_path / "busy.duckdb")
-    try:
-        for i in range(300):
-            store.record_call({"call_id": f"c{i}", "rollout_id": "r1", "seq": i})
-        store.flush()
-        url = store.serve_queries(timeout_s=5)
-        slow = {"sql": "SELECT count(*) FROM calls a, calls b, calls c, calls d WHERE hash(a.seq, b.seq, c.seq, d.seq) = 7"}
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            first = pool.submit(live_post, url, store.query_token, slow)
-            import time
-
-            time.sleep(2.0)  # the first is running (rehearsed in a moment, then minutes on the store's rows)
-            second = live_post(url, store.query_token, {"sql": "SELECT 1"})
-            assert second.status_code == 503 and "try again" in second.json()["error"]
-            assert first.result().status_code == 400  # interrupted at its time limit
-    finally:
-        store.close()
+    url, token = one_worker.serve_queries(timeout_s=5), one_worker.query_token
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(live_post, url, token, SLOW_QUERY)
+        time.sleep(2.0)  # the first is running (rehearsed in a moment, then minutes on the store's rows)
+        second = live_post(url, token, {"sql": "SELECT 1"})
+        assert second.status_code == 503 and "try again" in second.json()["error"]
+        assert first.result().status_code == 400  # interrupted at its time limit

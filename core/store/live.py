@@ -178,7 +178,7 @@ class QueryRunner:
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
-                cancel.cancel()
+                _interrupt_until_done(work, cancel)
                 raise ClientGone()
             return work.result()
         finally:
@@ -206,6 +206,14 @@ class QueryRunner:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _interrupt_until_done(work: asyncio.Future, cancel: QueryCancel) -> None:
+    """Interrupt the query now and every 0.1 s until its work ends: DuckDB forgets an interrupt that comes
+    while its connection runs nothing yet (the query still being rehearsed, or about to start)."""
+    if not work.done():
+        cancel.cancel()
+        asyncio.get_running_loop().call_later(0.1, _interrupt_until_done, work, cancel)
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -75,7 +75,7 @@ def main() -> None:
             _rehearse(con, duckdb, message.decode("utf-8"))
             _write({"planned": True})
         except (duckdb.OutOfMemoryException, MemoryError) as exc:
-            _write({"planned": False, "error": f"it needs more than {budget >> 20} MiB before reading a single row of the store ({exc})"[:2000]})
+            _write({"planned": False, "error": str(exc)[:2000]})
         except duckdb.Error as exc:
             _write({"planned": True, "error": str(exc)[:2000]})
 

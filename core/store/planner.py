@@ -90,7 +90,10 @@ class Planner:
                     "(the process rehearsing it ran out), so it was not run on the store; simplify it"
                 ) from None
         if not answer.get("planned"):
-            raise QueryTooCostly(f"the query was not run: {answer.get('error')}; simplify it")
+            raise QueryTooCostly(
+                f"the query needs more than {self.memory_bytes >> 20} MiB before reading a single row of the store "
+                f"({answer.get('error')}), so it was not run on the store; simplify it"
+            )
         return answer.get("error")
 
     def _started(self, proc: subprocess.Popen) -> None:
