@@ -71,6 +71,12 @@ class Score:
     checks: dict[str, float] = field(default_factory=dict)  # per-check scores in [0, 1] (rollouts.meta.checks)
 
 
+def is_held_out(task: Task) -> bool:
+    """A task of an env's held-out split (`meta.split` is `eval` or a variant such as `eval-phrasing`): never trained on."""
+    split = (task.meta or {}).get("split")
+    return isinstance(split, str) and (split == "eval" or split.startswith("eval-"))
+
+
 class Environment(DeclaresOptions, ABC):
     """An environment adapter: a task source and its verifier."""
 

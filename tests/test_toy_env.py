@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -9,13 +10,27 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from core.env import Task
+from core.env import Task, is_held_out
 from core.errors import ConfigError
 from core.registry import load_env
 from core.runtime import make_runtime
 from core.runtime.base import SandboxSpec
 from envs.toy import ToyEnv, solution_script
-from envs.toy.families import WORDS
+from envs.toy.families import (
+    COUNT_FILES,
+    DIR_LEAVES,
+    DIR_ROOTS,
+    EXTENSIONS,
+    FAMILIES,
+    FILENAMES,
+    LOG_FILES,
+    NUMBER_FILES,
+    PHRASINGS,
+    SUM_FILES,
+    WORDS,
+    pool,
+    template_indices,
+)
 
 WORKDIR = "/workspace"
 
@@ -24,13 +39,15 @@ def by_id(tasks: list[Task]) -> dict[str, Task]:
     return {t.id: t for t in tasks}
 
 
-def test_registered_and_hello_task() -> None:
+def test_registered_and_hello_task_in_train_only() -> None:
     env = load_env("toy")
     assert isinstance(env, ToyEnv) and env.name == "toy" and env.version == "1"
-    for split in ("train", "eval", "all"):
+    for split in ("train", "all"):
         hello = by_id(ToyEnv(split=split).tasks())["hello"]
         assert hello.instruction == "Create a file hello.txt containing hi in the workspace"
-        assert hello.meta["family"] == "hello"
+        assert hello.meta["family"] == "hello" and hello.meta["split"] == "train"
+    for split in ("eval", "eval-phrasing"):  # a train task: never part of a held-out pass rate
+        assert "hello" not in by_id(ToyEnv(split=split).tasks())
 
 
 def test_deterministic_for_a_seed() -> None:
@@ -41,21 +58,95 @@ def test_deterministic_for_a_seed() -> None:
     assert a != c
 
 
+def params_of(tasks: list[Task]) -> set[tuple[str, str]]:
+    """(family, parameters without the template) of each non-hello task."""
+    return {(t.meta["family"], repr({k: v for k, v in t.meta["params"].items() if k != "template"})) for t in tasks if t.id != "hello"}
+
+
 def test_splits_disjoint_ids_unique_and_all_is_union() -> None:
     train = ToyEnv(seed=3, split="train", n=8).tasks()
     evals = ToyEnv(seed=3, split="eval", n=8).tasks()
+    phrasing = ToyEnv(seed=3, split="eval-phrasing", n=8).tasks()
     both = ToyEnv(seed=3, split="all", n=8).tasks()
-    for tasks in (train, evals, both):
+    for tasks in (train, evals, phrasing, both):
         assert len({t.id for t in tasks}) == len(tasks)
-    assert {t.id for t in train} & {t.id for t in evals} == {"hello"}
-    params = lambda ts: {(t.meta["family"], repr(t.meta["params"])) for t in ts if t.id != "hello"}  # noqa: E731
-    assert not params(train) & params(evals)
-    assert {t.id for t in both} == {t.id for t in train} | {t.id for t in evals}
-    assert all(t.meta["split"] == "train" for t in train if t.id != "hello")
-    assert all(t.meta["split"] == "eval" for t in evals if t.id != "hello")
+    ids = lambda ts: {t.id for t in ts}  # noqa: E731
+    assert not ids(train) & ids(evals) and not ids(train) & ids(phrasing) and not ids(evals) & ids(phrasing)
+    assert not params_of(train) & params_of(evals) and not params_of(train) & params_of(phrasing)
+    assert ids(both) == ids(train) | ids(evals) | ids(phrasing)
+    assert all(t.meta["split"] == "train" for t in train)
+    assert all(t.meta["split"] == "eval" and t.meta["phrasing"] == "seen" for t in evals)
+    assert all(t.meta["split"] == "eval-phrasing" and t.meta["phrasing"] == "unseen" for t in phrasing)
     families = {t.meta["family"] for t in train} - {"hello"}
     assert families == {"write-file", "sum-numbers", "rename", "count-lines", "make-dirs"}
-    assert sum(t.meta["family"] == "rename" for t in train) == 8
+    for tasks in (train, evals, phrasing):
+        assert sum(t.meta["family"] == "rename" for t in tasks) == 8
+
+
+def test_both_eval_splits_are_held_out_from_training() -> None:
+    assert not any(is_held_out(t) for t in ToyEnv(split="train").tasks())
+    assert all(is_held_out(t) for t in ToyEnv(split="eval").tasks() + ToyEnv(split="eval-phrasing").tasks())
+
+
+def test_template_sets_and_name_pools_are_disjoint() -> None:
+    for family in FAMILIES.values():
+        seen, unseen = (template_indices(family.templates, p) for p in PHRASINGS)
+        assert len(seen) >= 8 and len(unseen) >= 4, family.name
+        assert not {family.templates[i] for i in seen} & {family.templates[i] for i in unseen}
+        assert set(seen) | set(unseen) == set(range(len(family.templates)))
+    for items in (WORDS, FILENAMES, NUMBER_FILES, SUM_FILES, LOG_FILES, COUNT_FILES, EXTENSIONS, DIR_ROOTS, DIR_LEAVES):
+        seen, unseen = pool(items, "seen"), pool(items, "unseen")
+        assert seen and unseen and not set(seen) & set(unseen)
+    # input and output names never collide, so a task's answer never overwrites its input
+    assert not set(NUMBER_FILES) & set(SUM_FILES) and not set(LOG_FILES) & set(COUNT_FILES)
+
+
+def template_pattern(template: str) -> re.Pattern[str]:
+    """A regex that matches every instruction `template` can render, whatever its fields hold."""
+    parts = re.split(r"\{[a-z_]+\}", template)
+    return re.compile(".+".join(re.escape(p) for p in parts), re.DOTALL)
+
+
+def test_every_eval_phrasing_instruction_shares_no_template_with_train() -> None:
+    train = ToyEnv(seed=0, split="train", n=60).tasks()
+    phrasing = ToyEnv(seed=0, split="eval-phrasing", n=30).tasks()
+    for family in FAMILIES.values():
+        used_in_train = {t.meta["params"]["template"] for t in train if t.meta["family"] == family.name}
+        assert used_in_train == set(template_indices(family.templates, "seen")), family.name
+        seen_patterns = [template_pattern(family.templates[i]) for i in used_in_train]
+        mine = [t for t in phrasing if t.meta["family"] == family.name]
+        assert len(mine) == 30
+        assert {t.meta["params"]["template"] for t in mine} == set(template_indices(family.templates, "unseen"))
+        for task in mine:
+            # no train template could have produced this sentence, whatever its fields
+            assert not [p.pattern for p in seen_patterns if p.fullmatch(task.instruction)], task.instruction
+            assert template_pattern(family.templates[task.meta["params"]["template"]]).fullmatch(task.instruction)
+    # and the other way round: the held-out sentences never word a train task
+    for task in train:
+        if task.id != "hello":
+            family = FAMILIES[task.meta["family"]]
+            unseen = [template_pattern(family.templates[i]) for i in template_indices(family.templates, "unseen")]
+            assert not [p for p in unseen if p.fullmatch(task.instruction)], task.instruction
+
+
+NAME_POOLS = {"path": FILENAMES, "src": NUMBER_FILES + LOG_FILES, "dst": SUM_FILES + COUNT_FILES}
+
+
+def test_eval_phrasing_names_and_words_come_from_the_unseen_pools() -> None:
+    names = FILENAMES + NUMBER_FILES + SUM_FILES + LOG_FILES + COUNT_FILES
+    assert len(set(names)) == len(names)  # one name, one pool: an unseen name is unseen in every family
+    unseen_words = set(pool(WORDS, "unseen"))
+    for task in ToyEnv(seed=0, split="eval-phrasing", n=20).tasks():
+        p = task.meta["params"]
+        assert {p[k] for k in ("content", "word") if k in p} | set(p.get("stems", [])) <= unseen_words
+        for key, items in NAME_POOLS.items():
+            if key in p:
+                assert p[key] in pool(items, "unseen"), (task.id, key)
+        if "from" in p:
+            assert (p["from"], p["to"]) in pool(EXTENSIONS, "unseen")
+        for d in p.get("dirs", []):
+            root, leaf = d.split("/")
+            assert root in pool(DIR_ROOTS, "unseen") and leaf in pool(DIR_LEAVES, "unseen")
 
 
 def test_options_validated_and_families_filter() -> None:
@@ -65,9 +156,12 @@ def test_options_validated_and_families_filter() -> None:
         ToyEnv(families=["nope"])
     tasks = ToyEnv(families="rename,make-dirs", n=2).tasks()
     assert [t.meta["family"] for t in tasks] == ["hello", "rename", "rename", "make-dirs", "make-dirs"]
+    assert [t.meta["family"] for t in ToyEnv(families="rename", n=2, split="eval-phrasing").tasks()] == ["rename", "rename"]
     # an option meant for another env (harbor's path, a typo) is an error naming the ones toy takes
     with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path', 'splits'; it accepts: families, n, seed, split"):
         load_env("toy", path="/tmp/suite", splits="eval")
+    with pytest.raises(ConfigError, match="eval-phrasing"):  # the error lists every split
+        ToyEnv(split="phrasing")
     with pytest.raises(ConfigError, match=r"env 'claw-bench' has no option 'split'; it accepts: domains, ids, levels, tasks_dir, workdir"):
         load_env("claw-bench", split="eval")
 
@@ -168,5 +262,60 @@ async def test_hello_in_docker(docker_runtime: Any, base_image: str, run_id: str
         await run(box, solution_script(task))
         score = await env.verify(box, task, WORKDIR)
         assert score.passed and score.score == 1.0, score.detail
+    finally:
+        await box.stop()
+
+
+def covering_tasks() -> list[Task]:
+    """Few tasks that together use every template of every family and every item of its name pools."""
+
+    def features(task: Task) -> set[tuple[str, str, Any]]:
+        p, family = task.meta["params"], task.meta["family"]
+        out = {(family, "template", p.get("template"))}
+        out |= {(family, key, p[key]) for key in ("path", "src", "dst", "from") if key in p}
+        for d in p.get("dirs", []):
+            out |= {(family, "root", d.split("/")[0]), (family, "leaf", d.split("/")[1])}
+        return out
+
+    candidates = ToyEnv(split="all", n=60).tasks()
+    covered: set[tuple[str, str, Any]] = set()
+    chosen = []
+    while True:  # greedy set cover: each pick adds the most features not yet covered
+        best = max(candidates, key=lambda t: len(features(t) - covered))
+        if not features(best) - covered:
+            return chosen
+        chosen.append(best)
+        covered |= features(best)
+
+
+def test_the_covering_set_covers_every_template_and_name() -> None:
+    tasks = covering_tasks()
+    for family in FAMILIES.values():
+        mine = [t.meta["params"] for t in tasks if t.meta["family"] == family.name]
+        assert {p["template"] for p in mine} == set(range(len(family.templates))), family.name
+    wf = [t.meta["params"]["path"] for t in tasks if t.meta["family"] == "write-file"]
+    assert set(wf) == set(FILENAMES)
+    assert {(t.meta["params"]["from"], t.meta["params"]["to"]) for t in tasks if t.meta["family"] == "rename"} == set(EXTENSIONS)
+
+
+@pytest.mark.docker
+async def test_reference_solutions_pass_for_every_template_and_pool_in_docker(docker_runtime: Any, base_image: str, run_id: str) -> None:
+    """Each family's checker passes its reference solution (and fails before it) for every template and name pool."""
+    env = ToyEnv()
+    tasks = covering_tasks()
+    box = docker_runtime.create(SandboxSpec(image=base_image, run_id=run_id, rollout_id="toy-cover"))
+    await box.start()
+    try:
+        for task in tasks:
+            workdir = f"{WORKDIR}/{task.id}"
+            await box.exec(["mkdir", "-p", workdir], timeout_s=30)
+            for rel, data in task.files.items():
+                await box.put_file(f"{workdir}/{rel}", data.encode() if isinstance(data, str) else data)
+            before = await env.verify(box, task, workdir)
+            assert not before.passed, (task.id, before.detail)
+            res = await box.exec(solution_script(task), timeout_s=30, workdir=workdir)
+            assert res.exit_code == 0 or task.meta["family"] == "count-lines", (task.id, res.stderr)  # grep -c exits 1 on 0 matches
+            after = await env.verify(box, task, workdir)
+            assert after.score == 1.0 and after.passed, (task.id, task.instruction, after.detail)
     finally:
         await box.stop()

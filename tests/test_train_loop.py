@@ -86,6 +86,7 @@ def test_grpo_steps_through_the_proxy_raise_rewarded_completions(docker_client, 
         ({"policy.backend": "litellm:gpt-4o"}, "passthrough"),
         ({"train.trainer": "verl"}, "GPU"),
         ({"env.tasks": "*", "env.options.split": "eval", "harness.name": "react"}, "eval split"),
+        ({"env.tasks": "*", "env.options.split": "eval-phrasing", "harness.name": "react"}, "in the eval-phrasing split"),
     ],
 )
 def test_untrainable_configs_fail_before_any_rollout(overrides, message, tmp_path, monkeypatch) -> None:

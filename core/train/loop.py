@@ -22,7 +22,7 @@ from typing import Any
 from core.backends.base import TokenBackend
 from core.backends.kinds import build_token_backend
 from core.config import RunConfig
-from core.env import Task
+from core.env import Task, is_held_out
 from core.errors import ConfigError
 from core.eval.summary import RunSummary, summarize
 from core.paths import runs_dir
@@ -54,9 +54,11 @@ def check_trainable(config: RunConfig) -> None:
 
 def check_train_tasks(tasks: list[Task]) -> None:
     """Training on held-out tasks would make every eval of them meaningless."""
-    held_out = [t.id for t in tasks if (t.meta or {}).get("split") == "eval"]
+    held_out = [t for t in tasks if is_held_out(t)]
     if held_out:
-        raise ConfigError(f"{len(held_out)} of the selected tasks are in the eval split ({', '.join(held_out[:3])}…): train on env.options.split = \"train\"")
+        splits = " and ".join(sorted({str(t.meta["split"]) for t in held_out}))
+        raise ConfigError(f"{len(held_out)} of the selected tasks are in the {splits} split ({', '.join(t.id for t in held_out[:3])}…): "
+                          "train on env.options.split = \"train\"")
 
 
 def tasks_for_step(tasks: list[Task], step: int, per_step: int | None) -> list[Task]:

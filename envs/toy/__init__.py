@@ -1,23 +1,30 @@
 """The built-in `toy` environment: small deterministic shell/file tasks with programmatic checks.
 
-Tasks come from a seed. Each family draws parameter sets in a fixed order; duplicates are
-dropped and every fourth distinct one is held out for the eval split, so train and eval never
-share a task id or parameters. The fixed task ``hello`` is in every split.
+Tasks come from a seed. Splits:
+- ``train`` and ``eval``: each family draws parameter sets in a fixed order, worded with the *seen*
+  templates and names (`envs.toy.families`); duplicates are dropped and every fourth distinct one
+  is held out for ``eval``, so train and eval never share a task id or parameters.
+- ``eval-phrasing``: tasks worded with the *unseen* templates and drawn from the unseen names and
+  words (a stream of its own; ids ``<family>-pNNN``), none of which any train task uses.
+- ``all``: the three together.
+The fixed smoke task ``hello`` is in ``train`` (and ``all``) only.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from core.env import Environment, Score, Task
 from core.errors import ConfigError
 from core.runtime.base import Sandbox
-from envs.toy.families import FAMILIES, HELLO, Family
+from envs.toy.families import FAMILIES, HELLO, Family, Phrasing
 from envs.toy.workspace import Workspace
 
-SPLITS = ("train", "eval", "all")
+SPLITS = ("train", "eval", "eval-phrasing", "all")
+HELD_OUT = ("eval", "eval-phrasing")
 DEFAULT_N = 5
 EVAL_EVERY = 4  # distinct parameter set j goes to eval when j % EVAL_EVERY == EVAL_EVERY - 1
 MAX_DRAWS = 5000
@@ -28,25 +35,43 @@ def _split_of(index: int) -> str:
 
 
 def family_tasks(family: Family, seed: int, split: str, n: int) -> list[Task]:
-    """Up to ``n`` tasks of one family per requested split (both for ``all``), deterministic in ``seed``."""
-    rng = random.Random(f"toy:{seed}:{family.name}")
-    wanted = ("train", "eval") if split == "all" else (split,)
-    got: dict[str, list[Task]] = {s: [] for s in wanted}
+    """Up to ``n`` tasks of one family per requested split (each of them for ``all``), deterministic in ``seed``."""
+    wanted = ("train", "eval", "eval-phrasing") if split == "all" else (split,)
+    out: list[Task] = []
+    if "train" in wanted or "eval" in wanted:
+        out += _seen_tasks(family, seed, [s for s in wanted if s != "eval-phrasing"], n)
+    if "eval-phrasing" in wanted:
+        out += _unseen_tasks(family, seed, n)
+    return out
+
+
+def _distinct_params(family: Family, rng: random.Random, phrasing: Phrasing) -> Iterator[dict[str, Any]]:
+    """Parameter sets in draw order, each one's non-template part distinct from every earlier one's."""
     seen: set[str] = set()
-    index = 0
     for _ in range(MAX_DRAWS):
+        params = family.params(rng, phrasing)
+        key = json.dumps({k: v for k, v in params.items() if k != "template"}, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            yield params
+
+
+def _seen_tasks(family: Family, seed: int, wanted: list[str], n: int) -> list[Task]:
+    got: dict[str, list[Task]] = {s: [] for s in wanted}
+    rng = random.Random(f"toy:{seed}:{family.name}")
+    for index, params in enumerate(_distinct_params(family, rng, "seen")):
         if all(len(v) >= n for v in got.values()):
             break
-        params = family.params(rng)
-        key = json.dumps(params, sort_keys=True)
-        if key in seen:
-            continue
-        seen.add(key)
         which = _split_of(index)
         if which in got and len(got[which]) < n:
             got[which].append(make_task(family, f"{family.name}-{index:03d}", params, which))
-        index += 1
     return [t for s in wanted for t in got[s]]
+
+
+def _unseen_tasks(family: Family, seed: int, n: int) -> list[Task]:
+    rng = random.Random(f"toy:{seed}:{family.name}:unseen")
+    return [make_task(family, f"{family.name}-p{index:03d}", params, "eval-phrasing")
+            for index, params in zip(range(n), _distinct_params(family, rng, "unseen"), strict=False)]
 
 
 def make_task(family: Family, task_id: str, params: dict[str, Any], split: str) -> Task:
@@ -54,7 +79,8 @@ def make_task(family: Family, task_id: str, params: dict[str, Any], split: str) 
         id=task_id,
         instruction=family.instruction(params),
         files=dict(family.files(params)),
-        meta={"family": family.name, "split": split, "params": params},
+        meta={"family": family.name, "split": split, "params": params,
+              "phrasing": "unseen" if split == "eval-phrasing" else "seen"},
     )
 
 
@@ -79,7 +105,7 @@ def _family(task: Task) -> Family:
 
 
 class ToyEnv(Environment):
-    """Options: ``seed`` (0), ``split`` (train | eval | all), ``n`` tasks per family (5), ``families``."""
+    """Options: ``seed`` (0), ``split`` (train | eval | eval-phrasing | all), ``n`` tasks per family and split (5), ``families``."""
 
     name = "toy"
     version = "1"
@@ -103,7 +129,7 @@ class ToyEnv(Environment):
         self.families = list(families)
 
     def tasks(self) -> list[Task]:
-        out = [hello_task(self.split)]
+        out = [] if self.split in HELD_OUT else [hello_task("train")]
         for name in self.families:
             out.extend(family_tasks(FAMILIES[name], self.seed, self.split, self.n))
         return out

@@ -1,54 +1,91 @@
-"""The toy task families: a parameter generator, the task text/files, a checker and a reference solution."""
+"""The toy task families: a parameter generator, the task text/files, a checker and a reference solution.
+
+Each family words its instruction with one of several templates (sentence forms, verbs, word order,
+where the file name appears, politeness, terse or wordy) and draws its names and words from pools.
+Every template and pool is split in two by a fixed rule (the item at position i is *unseen* when
+``i % 3 == 2``): the train and eval splits draw only *seen* ones, the eval-phrasing split only
+*unseen* ones, so a policy evaluated there meets sentences and names it was never trained on.
+"""
 
 from __future__ import annotations
 
 import random
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from envs.toy.workspace import Workspace
+
+Phrasing = Literal["seen", "unseen"]
+PHRASINGS: tuple[Phrasing, ...] = ("seen", "unseen")
 
 # No word is a substring of another, so "lines containing the word" is unambiguous.
 WORDS = (
     "apple", "banana", "cherry", "delta", "ember", "forest", "garnet", "harbor", "island", "jungle",
     "kettle", "lemon", "meadow", "nectar", "orbit", "pepper", "quartz", "river", "saddle", "tiger",
     "umbra", "violet", "walnut", "xenon", "yonder", "zephyr", "copper", "lantern", "marble", "pebble",
+    "falcon", "glacier", "hazel", "indigo", "juniper", "kiwi", "lotus", "mango", "nutmeg", "olive",
+    "puzzle", "raven", "sierra", "tundra", "velvet",
 )  # fmt: skip
 FILENAMES = (
-    "note.txt",
-    "greeting.txt",
-    "answer.txt",
-    "out.txt",
-    "message.txt",
-    "word.txt",
-    "label.txt",
-    "memo.txt",
-)
+    "note.txt", "greeting.txt", "response.txt", "output.txt", "message.txt", "word.txt", "label.txt", "memo.txt",
+    "reply.txt", "status.txt", "name.txt", "title.txt", "result.md", "entry.log", "value.txt", "motto.txt",
+    "tag.dat", "caption.txt",
+)  # fmt: skip
+NUMBER_FILES = ("numbers.txt", "nums.txt", "values.txt", "input.txt", "data.txt", "figures.txt", "list.txt", "amounts.txt", "scores.txt")
+SUM_FILES = ("sum.txt", "total.txt", "result.txt", "answer.txt", "out.txt", "sum.out")
+LOG_FILES = ("log.txt", "events.txt", "notes.txt", "lines.txt", "journal.txt", "records.txt", "story.txt", "feed.log", "app.log")
+COUNT_FILES = ("count.txt", "hits.txt", "n.txt", "matches.txt", "tally.txt", "found.txt")
 EXTENSIONS = (
-    ("txt", "md"),
-    ("log", "txt"),
-    ("csv", "tsv"),
-    ("jpeg", "jpg"),
-    ("htm", "html"),
-    ("yml", "yaml"),
-)
-DIR_ROOTS = ("src", "docs", "data", "tests", "build", "assets", "config", "scripts")
-DIR_LEAVES = ("core", "utils", "raw", "clean", "images", "fonts", "unit", "api", "v1", "old")
+    ("txt", "md"), ("log", "txt"), ("csv", "tsv"), ("jpeg", "jpg"), ("htm", "html"), ("yml", "yaml"),
+    ("text", "txt"), ("conf", "cfg"), ("markdown", "md"), ("dat", "bin"), ("ini", "cfg"), ("tif", "tiff"),
+)  # fmt: skip
+DIR_ROOTS = ("src", "docs", "data", "tests", "build", "assets", "config", "scripts", "lib", "bin", "static", "public")
+DIR_LEAVES = ("core", "utils", "raw", "clean", "images", "fonts", "unit", "api", "v1", "old", "cache", "tmp", "css", "js", "models")
 
 Outcome = tuple[float, str, dict[str, float]]  # score, detail, per-check scores (rollouts.meta.checks)
 
 
+def is_unseen(index: int) -> bool:
+    """Whether the template or pool item at `index` belongs to the held-out (unseen) phrasing."""
+    return index % 3 == 2
+
+
+def pool(items: Sequence[Any], phrasing: Phrasing) -> tuple[Any, ...]:
+    """The items of `items` a split with this phrasing draws from."""
+    return tuple(x for i, x in enumerate(items) if is_unseen(i) == (phrasing == "unseen"))
+
+
+def template_indices(templates: Sequence[str], phrasing: Phrasing) -> tuple[int, ...]:
+    return tuple(i for i in range(len(templates)) if is_unseen(i) == (phrasing == "unseen"))
+
+
 class Family:
-    """One kind of task; parameters are plain JSON data stored in the task's meta."""
+    """One kind of task; parameters are plain JSON data stored in the task's meta.
+
+    ``params`` holds the template's index (``template``) and everything the checker and the
+    reference solution need; ``fields`` turns them into the template's named fields.
+    """
 
     name: ClassVar[str]
+    templates: ClassVar[tuple[str, ...]] = ()
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
+        """The task's parameters (without the template) from this phrasing's pools."""
+        raise NotImplementedError
+
+    def params(self, rng: random.Random, phrasing: Phrasing = "seen") -> dict[str, Any]:
+        """Parameters and a template of this phrasing, drawn in a fixed order from `rng`."""
+        p = self.draw(rng, phrasing)
+        p["template"] = rng.choice(template_indices(self.templates, phrasing))
+        return p
+
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
         raise NotImplementedError
 
     def instruction(self, p: dict[str, Any]) -> str:
-        raise NotImplementedError
+        return self.templates[p.get("template", 0)].format(**self.fields(p))
 
     def files(self, p: dict[str, Any]) -> dict[str, str]:
         return {}
@@ -72,15 +109,16 @@ async def _exact(ws: Workspace, rel: str, expected: str) -> Outcome:
 
 @dataclass(frozen=True)
 class Hello(Family):
-    """The fixed smoke task every split carries."""
+    """The fixed smoke task of the train split (never held out)."""
 
     name: ClassVar[str] = "hello"
+    templates: ClassVar[tuple[str, ...]] = ("Create a file hello.txt containing hi in the workspace",)
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
         return {}
 
-    def instruction(self, p: dict[str, Any]) -> str:
-        return "Create a file hello.txt containing hi in the workspace"
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
+        return {}
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
         return await _exact(ws, "hello.txt", "hi")
@@ -92,57 +130,96 @@ class Hello(Family):
 @dataclass(frozen=True)
 class WriteFile(Family):
     name: ClassVar[str] = "write-file"
+    templates: ClassVar[tuple[str, ...]] = (
+        "Create a file {path} in the workspace containing exactly the text: {content}",
+        "Write the word {content} to a file named {path}.",
+        "Please put {content} into {path}.",
+        "{path} must contain the single word {content}. Create it.",
+        "Make a new file called {path} whose only content is {content}.",
+        "I'd like a file {path} holding the text {content}, nothing more.",
+        "Save the text {content} in {path}",
+        "Could you create {path} with {content} as its content?",
+        "Write {content} into {path}, please.",
+        "create {path}: {content}",
+        "Your job: a file {path} in the current directory containing {content}.",
+        "The file {path} should say {content}. Make it so.",
+    )
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
-        return {"path": rng.choice(FILENAMES), "content": rng.choice(WORDS)}
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
+        return {"path": rng.choice(pool(FILENAMES, phrasing)), "content": rng.choice(pool(WORDS, phrasing))}
 
-    def instruction(self, p: dict[str, Any]) -> str:
-        return f"Create a file {p['path']} in the workspace containing exactly the text: {p['content']}"
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
+        return {"path": p["path"], "content": p["content"]}
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
         return await _exact(ws, p["path"], p["content"])
 
     def solution(self, p: dict[str, Any]) -> str:
-        return f"printf '%s\\n' {shlex.quote(p['content'])} > {shlex.quote(p['path'])}"
+        return f"echo {shlex.quote(p['content'])} > {shlex.quote(p['path'])}"
 
 
 @dataclass(frozen=True)
 class SumNumbers(Family):
     name: ClassVar[str] = "sum-numbers"
+    templates: ClassVar[tuple[str, ...]] = (
+        "The file {src} in the workspace lists integers, one per line. Write their sum (just the number) to a file named {dst}.",
+        "Add up the numbers in {src} and write the total to {dst}.",
+        "What is the sum of the integers in {src}? Put only the number in {dst}.",
+        "Sum the values listed in {src}; save the result in {dst}.",
+        "{src} holds one number per line. Compute their total and store it in {dst}.",
+        "Please write the sum of all numbers from {src} into {dst}.",
+        "Total the integers in {src} and write just that number to {dst}.",
+        "Compute the sum of the lines of {src} and write it to {dst}.",
+        "I need {dst} to contain the sum of the numbers listed in {src}.",
+        "Sum {src} into {dst}.",
+        "Read the numbers in {src}, add them together, and write the result (a single integer) to {dst}.",
+        "Could you total up {src} and save the answer as {dst}?",
+    )
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
-        return {"numbers": [rng.randint(1, 99) for _ in range(rng.randint(3, 8))]}
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
+        numbers = [rng.randint(1, 99) for _ in range(rng.randint(3, 8))]
+        return {"numbers": numbers, "src": rng.choice(pool(NUMBER_FILES, phrasing)), "dst": rng.choice(pool(SUM_FILES, phrasing))}
 
-    def instruction(self, p: dict[str, Any]) -> str:
-        return (
-            "The file numbers.txt in the workspace lists integers, one per line. "
-            "Write their sum (just the number) to a file named sum.txt."
-        )
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
+        return {"src": p.get("src", "numbers.txt"), "dst": p.get("dst", "sum.txt")}
 
     def files(self, p: dict[str, Any]) -> dict[str, str]:
-        return {"numbers.txt": "".join(f"{x}\n" for x in p["numbers"])}
+        return {self.fields(p)["src"]: "".join(f"{x}\n" for x in p["numbers"])}
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
-        return await _exact(ws, "sum.txt", str(sum(p["numbers"])))
+        return await _exact(ws, self.fields(p)["dst"], str(sum(p["numbers"])))
 
     def solution(self, p: dict[str, Any]) -> str:
-        return "python3 -c 'print(sum(int(x) for x in open(\"numbers.txt\")))' > sum.txt"
+        f = self.fields(p)
+        return f"awk '{{s+=$1}} END {{print s}}' {shlex.quote(f['src'])} > {shlex.quote(f['dst'])}"
 
 
 @dataclass(frozen=True)
 class Rename(Family):
     name: ClassVar[str] = "rename"
+    templates: ClassVar[tuple[str, ...]] = (
+        "Rename every .{from} file in the workspace so it ends in .{to} instead "
+        "(keep the rest of the name and the content; e.g. a.{from} becomes a.{to}).",
+        "Change the extension of all .{from} files to .{to}.",
+        "Every file ending in .{from} should end in .{to} instead; please rename them.",
+        "Rename all *.{from} files to *.{to}, keeping their names and contents otherwise.",
+        "Turn each .{from} file into a .{to} file by renaming it (for example {example}.{from} becomes {example}.{to}).",
+        "Please give the .{from} files in this folder the extension .{to}.",
+        "Switch the file extension .{from} to .{to} for every file that has it.",
+        "Move each *.{from} to the same name with .{to} at the end.",
+        "Make all the .{from} files in the workspace .{to} files instead, without changing their contents.",
+        "rename .{from} -> .{to}",
+        "The .{from} files here need to be renamed so that they end with .{to}.",
+        "Could you replace the .{from} suffix with .{to} on every file that has it?",
+    )
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
-        old, new = rng.choice(EXTENSIONS)
-        stems = sorted(rng.sample(WORDS, rng.randint(2, 5)))
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
+        old, new = rng.choice(pool(EXTENSIONS, phrasing))
+        stems = sorted(rng.sample(pool(WORDS, phrasing), rng.randint(2, 5)))
         return {"from": old, "to": new, "stems": stems}
 
-    def instruction(self, p: dict[str, Any]) -> str:
-        return (
-            f"Rename every .{p['from']} file in the workspace so it ends in .{p['to']} instead "
-            f"(keep the rest of the name and the content; e.g. a.{p['from']} becomes a.{p['to']})."
-        )
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
+        return {"from": p["from"], "to": p["to"], "example": p["stems"][0]}
 
     def files(self, p: dict[str, Any]) -> dict[str, str]:
         return {f"{s}.{p['from']}": f"{s} data\n" for s in p["stems"]}
@@ -171,47 +248,76 @@ class Rename(Family):
 @dataclass(frozen=True)
 class CountLines(Family):
     name: ClassVar[str] = "count-lines"
+    templates: ClassVar[tuple[str, ...]] = (
+        "Count the lines of {src} in the workspace that contain the word {word}, "
+        "and write that count (just the number) to a file named {dst}.",
+        "How many lines in {src} contain the word {word}? Write the number to {dst}.",
+        "Write to {dst} the number of lines of {src} that mention {word}.",
+        "Count how many lines of {src} include {word}; save the count in {dst}.",
+        "In {src}, find the lines with the word {word} and put how many there are into {dst}.",
+        "Please store in {dst} how many lines of {src} have the word {word} in them.",
+        "Number of lines in {src} containing {word} -> {dst}",
+        "Find the count of lines that contain {word} in the file {src} and write it to {dst}.",
+        "I need {dst} to hold the number of lines in {src} where the word {word} appears.",
+        "Count lines with {word} in {src}. Output the count to {dst}.",
+        "Look through {src}, count every line that contains the word {word}, and write only that count to {dst}.",
+        "Could you tell me, in a file called {dst}, how many lines of {src} contain {word}?",
+    )
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
-        vocab = rng.sample(WORDS, 6)
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
+        vocab = rng.sample(pool(WORDS, phrasing), 6)
         lines = [
             " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 5))) for _ in range(rng.randint(6, 14))
         ]
-        return {"word": vocab[0], "lines": lines}
+        return {"word": vocab[0], "lines": lines, "src": rng.choice(pool(LOG_FILES, phrasing)), "dst": rng.choice(pool(COUNT_FILES, phrasing))}
 
-    def instruction(self, p: dict[str, Any]) -> str:
-        return (
-            f"Count the lines of log.txt in the workspace that contain the word {p['word']}, "
-            "and write that count (just the number) to a file named count.txt."
-        )
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
+        return {"src": p.get("src", "log.txt"), "dst": p.get("dst", "count.txt"), "word": p["word"]}
 
     def files(self, p: dict[str, Any]) -> dict[str, str]:
-        return {"log.txt": "".join(f"{line}\n" for line in p["lines"])}
+        return {self.fields(p)["src"]: "".join(f"{line}\n" for line in p["lines"])}
 
     @staticmethod
     def answer(p: dict[str, Any]) -> int:
         return sum(1 for line in p["lines"] if p["word"] in line.split())
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
-        return await _exact(ws, "count.txt", str(self.answer(p)))
+        return await _exact(ws, self.fields(p)["dst"], str(self.answer(p)))
 
     def solution(self, p: dict[str, Any]) -> str:
-        return f"grep -cw {shlex.quote(p['word'])} log.txt > count.txt"
+        f = self.fields(p)
+        return f"grep -cw {shlex.quote(f['word'])} {shlex.quote(f['src'])} > {shlex.quote(f['dst'])}"
+
+
+def _and_list(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 @dataclass(frozen=True)
 class MakeDirs(Family):
     name: ClassVar[str] = "make-dirs"
+    templates: ClassVar[tuple[str, ...]] = (
+        "Create these directories in the workspace: {dirs}",
+        "Make the following folders: {dirs}.",
+        "Please create the directories {dirs_and}.",
+        "Set up this directory structure: {dirs}",
+        "mkdir these (parents included): {dirs}",
+        "I need the folders {dirs_and} to exist in the workspace.",
+        "Create the directories {dirs_and}, including any parent directories.",
+        "Build these paths as directories: {dirs}",
+        "Could you make directories named {dirs_and}?",
+        "Add the directories {dirs} to the workspace.",
+        "The workspace needs the following directories: {dirs}. Create them.",
+        "Make sure the directories {dirs_and} exist.",
+    )
 
-    def params(self, rng: random.Random) -> dict[str, Any]:
-        roots = rng.sample(DIR_ROOTS, rng.randint(1, 3))
-        dirs = sorted(
-            f"{root}/{leaf}" for root in roots for leaf in rng.sample(DIR_LEAVES, rng.randint(1, 2))
-        )
-        return {"dirs": dirs}
+    def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
+        roots = rng.sample(pool(DIR_ROOTS, phrasing), rng.randint(1, 3))
+        leaves = pool(DIR_LEAVES, phrasing)
+        return {"dirs": sorted(f"{root}/{leaf}" for root in roots for leaf in rng.sample(leaves, rng.randint(1, 2)))}
 
-    def instruction(self, p: dict[str, Any]) -> str:
-        return "Create these directories in the workspace: " + ", ".join(p["dirs"])
+    def fields(self, p: dict[str, Any]) -> dict[str, str]:
+        return {"dirs": ", ".join(p["dirs"]), "dirs_and": _and_list(p["dirs"])}
 
     async def check(self, ws: Workspace, p: dict[str, Any]) -> Outcome:
         checks = {d: 1.0 if await ws.is_dir(d) else 0.0 for d in p["dirs"]}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import RunConfig
-from core.env import Task
+from core.env import Task, is_held_out
 from core.registry import load_env
 from core.session.setup import select_tasks
 
@@ -42,8 +42,8 @@ def split_tasks(config: RunConfig) -> tuple[list[Task], list[Task], dict[str, An
     options = dict(config.env.options)
     env = load_env(config.env.name, **env_kw, **options)
     tasks = select_tasks(env, config.env.tasks, config.env.limit)
-    train = [t for t in tasks if (t.meta or {}).get("split") != "eval"]
-    val = [t for t in tasks if (t.meta or {}).get("split") == "eval"]
+    train = [t for t in tasks if not is_held_out(t)]
+    val = [t for t in tasks if is_held_out(t)]
     val_options = options
     if not val and options.get("split") not in (None, "eval"):
         val_options = {**options, "split": "eval"}
