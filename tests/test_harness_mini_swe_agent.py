@@ -115,6 +115,24 @@ def test_outcome_needs_a_submitted_trajectory() -> None:
 
 @pytest.mark.docker
 @pytest.mark.timeout(1200)  # a cold image build copies the ~550 MB pip tree
+def test_the_image_carries_bytecode_so_a_fresh_container_compiles_nothing(docker_client, base_image) -> None:
+    """LiteLLM's modules are imported from .pyc files built into the image (a fresh container used to compile them: ~25-45 s)."""
+    from core.runtime.images import ensure_image
+
+    tag = ensure_image(docker_client, base_image, [MiniSweAgentHarness().image_layer()])
+    probe = (
+        "import os, litellm, minisweagent.run.mini as m; "
+        "print(all(os.path.exists(x.__cached__) for x in (litellm, m)))"
+    )
+    out = docker_client.containers.run(
+        tag, ["python3", "-c", probe], remove=True, network_mode="none",
+        environment={"PYTHONPATH": "/opt/forgetui/mini-swe-agent/site", "PYTHONDONTWRITEBYTECODE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )  # fmt: skip
+    assert out.decode().strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1200)  # a cold image build copies the ~550 MB pip tree
 def test_scripted_hello_end_to_end(docker_client, base_image, tmp_path) -> None:
     res = run_hello("mini-swe-agent", "scripted", tmp_path, script=SCRIPT)
     res.assert_solved("chat")
