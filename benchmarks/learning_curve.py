@@ -1,60 +1,113 @@
-"""Proof that it learns: base → SFT on a scripted teacher → GRPO, pass rate on held-out toy tasks.
+"""Proof that it learns inside a real harness: base → SFT on a scripted teacher → GRPO, pass rate on held-out toy tasks.
 
-    .venv/bin/python benchmarks/learning_curve.py [--quick] [--model smollm2-135m] [--out DIR]
+    .venv/bin/python benchmarks/learning_curve.py --harness react|mini-swe-agent|pi [--split eval-phrasing|eval|both]
+    .venv/bin/python benchmarks/learning_curve.py --transfer [--harness react,mini-swe-agent,pi]
 
-The built-in ReAct harness on the toy env in Docker, SmolLM2-135M-Instruct on CPU, every model call
-through the real recording proxy:
-1. base: the model on the eval split (held out: no task id or parameters shared with train);
-2. teacher: a scripted policy that runs each train task's reference solution, through the same harness;
+The toy env in Docker, SmolLM2-135M-Instruct on CPU, every model call through the real recording proxy,
+all of it inside the chosen harness:
+1. base: the model on the eval splits: `eval-phrasing` (instruction templates, file names and words no
+   train task uses) and `eval` (train's templates, held-out parameters); `hello` is in neither;
+2. teacher: a scripted policy that runs each train task's reference solution in the harness's own
+   format (react: its bash tool; mini-swe-agent: reasoning text + one bash tool call a turn, then its
+   submit command; pi: its `write` and `bash` tools), through the same harness;
 3. SFT: full fine-tuning on the teacher's passing rollouts (loss on the teacher's sampled tokens only);
-4. eval of the SFT checkpoint on the eval split;
-5. GRPO from the SFT checkpoint on the train split (`train.steps` steps);
-6. eval of the GRPO checkpoint on the eval split.
-Prints the table, writes learning_curve.json and learning_curve.png (reward per GRPO step, held-out
-pass rate per stage) into --out. Exit code 0 when the floors hold: SFT ≥ base + 0.4 and GRPO ≥ SFT + 0.1.
-`--quick` (what `make demo` shows) uses the `hello` task only and a short schedule: reward moves in a
-few minutes, but train and eval share the task, so it shows the loop working, not generalization.
+4. eval of the SFT checkpoint; 5. GRPO from it on the train split; 6. eval of the GRPO checkpoint.
+Every pass rate is printed with its 95% bootstrap interval over tasks. Writes learning_curve.json and
+learning_curve-<harness>.png (held-out pass rate per stage and split, train reward per GRPO step) into
+--out/<harness>/. Exit code 0 when the floors hold on eval-phrasing: SFT ≥ base + 0.4, GRPO ≥ SFT + 0.1.
+
+`--transfer` reads each harness's learning_curve.json under --out and evaluates its GRPO checkpoint in
+the other harnesses on eval-phrasing: the 3×3 table of where a policy was trained × where it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the hello task only, a short schedule (a few minutes)")
-    parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m)")
-    parser.add_argument("--grpo-steps", type=int, default=None)
-    parser.add_argument("--sft-epochs", type=int, default=None)
-    parser.add_argument("--sft-lr", type=float, default=None)
-    parser.add_argument("--grpo-lr", type=float, default=None)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
-    args = parser.parse_args()
-    from core.models.quiet import silence_third_party
-    from forgetui.learning import GRPO_FLOOR, QUICK, SFT_FLOOR, Plan, learning_curve
+TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
+           "grpo_lr", "grpo_extra_batches", "max_tokens", "concurrency", "timeout_s")
 
-    plan = QUICK if args.quick else Plan()
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--harness", default="react", help="react | mini-swe-agent | pi (comma-separated with --transfer)")
+    parser.add_argument("--split", default="both", choices=["eval-phrasing", "eval", "both"], help="held-out split(s) to evaluate on")
+    parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m; `tiny` to try the pipeline)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
+    parser.add_argument("--transfer", action="store_true", help="evaluate each harness's GRPO checkpoint in the other harnesses")
+    for name in TUNABLE:
+        kind = float if name.endswith("_lr") else int
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
+    return parser.parse_args()
+
+
+def make_plan(args: argparse.Namespace, harness: str):
+    from forgetui.learning import EVAL_SPLITS, Plan
+
+    plan = Plan(harness=harness, eval_splits=EVAL_SPLITS if args.split == "both" else (args.split,))
     if args.model:
         plan.model = args.model
-    for name in ("grpo_steps", "sft_epochs", "sft_lr", "grpo_lr"):
+    for name in TUNABLE:
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
+    return plan
+
+
+def print_table(results: dict, splits: list[str]) -> None:
+    from forgetui.learning_report import table
+
+    print("\n" + table(results, splits))
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    from forgetui.learning import FLOOR_SPLIT, transfer
+
+    harnesses = [h.strip() for h in args.harness.split(",")]
+    results = {}
+    for h in harnesses:
+        path = args.out / h / "learning_curve.json"
+        if not path.exists():
+            print(f"no {path}: run `benchmarks/learning_curve.py --harness {h}` first", file=sys.stderr)
+            return 2
+        results[h] = json.loads(path.read_text())
+    plan = make_plan(args, harnesses[0])
+    plan.eval_splits = (FLOOR_SPLIT,)
+    plan.model = results[harnesses[0]]["plan"]["model"]
+    print(f"transfer: each harness's GRPO checkpoint in every harness, on {FLOOR_SPLIT}", flush=True)
+    table = transfer(results, plan, lambda line: print(line, flush=True))
+    (args.out / "transfer.json").write_text(json.dumps(table, indent=2, default=str))
+    print("\n| trained in ↓ / run in → | " + " | ".join(harnesses) + " |")
+    print("|" + "---|" * (len(harnesses) + 1))
+    for trained in harnesses:
+        cells = [f"{table[trained][h]['pass_rate']:.3f} [{table[trained][h]['ci'][0]:.2f}, {table[trained][h]['ci'][1]:.2f}]" for h in harnesses]
+        print(f"| {trained} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def main() -> int:
+    args = parse_args()
+    from core.models.quiet import silence_third_party
+
     silence_third_party()
-    print(f"learning curve: {plan.model}, {'hello only (quick)' if plan.only_hello else 'toy eval split held out'}", flush=True)
-    result = learning_curve(plan, args.out, lambda line: print(line, flush=True))
-    stages = result["stages"]
-    print("\nstage   held-out pass rate   mean reward")
-    for s in stages:
-        print(f"{s['stage']:<7} {s['pass_rate']:>18.3f} {s['mean_reward']:>13.3f}")
-    base, after_sft, after_grpo = (s["pass_rate"] for s in stages)
-    ok = after_sft >= base + SFT_FLOOR and after_grpo >= after_sft + GRPO_FLOOR
-    print(f"\nSFT − base = {after_sft - base:+.3f} (floor +{SFT_FLOOR}); GRPO − SFT = {after_grpo - after_sft:+.3f} (floor +{GRPO_FLOOR}); "
+    if args.transfer:
+        return run_transfer(args)
+    from forgetui.learning import FLOOR_SPLIT, GRPO_FLOOR, SFT_FLOOR, floors, learning_curve
+
+    plan = make_plan(args, args.harness)
+    print(f"learning curve: {plan.model} in {plan.harness}, held out: {', '.join(plan.eval_splits)}; plan {plan.describe()}", flush=True)
+    result = learning_curve(plan, args.out / plan.harness, lambda line: print(line, flush=True))
+    print_table({plan.harness: result}, list(plan.eval_splits))
+    split = FLOOR_SPLIT if FLOOR_SPLIT in plan.eval_splits else plan.eval_splits[0]
+    sft_gain, grpo_gain, ok = floors(result, split)
+    print(f"\non {split}: SFT − base = {sft_gain:+.3f} (floor +{SFT_FLOOR}); GRPO − SFT = {grpo_gain:+.3f} (floor +{GRPO_FLOOR}); "
           f"{result['total_s'] / 60:.1f} min in all; plot: {result['plot']}")
-    return 0 if ok or args.quick else 1
+    print("wall time per stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result["timings_s"].items()))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

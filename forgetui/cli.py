@@ -254,7 +254,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from forgetui.demo import run_demo
 
-    run_demo(train=not args.no_train)
+    run_demo(train=not args.no_train, verbose=args.verbose)
     return 0
 
 
@@ -350,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="what `make demo` runs: short evals on built-in defaults, the recorded rows, then a short training that moves the reward")
     p.add_argument("--no-train", action="store_true", help="skip the training part (base → SFT → GRPO on hello with the tiny model)")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show log records (INFO and up); the demo shows only warnings otherwise")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -4,9 +4,9 @@ Two short evaluations of the built-in ReAct harness on built-in toy tasks, each 
 sandbox (Docker when an engine answers, else the local runtime), every model call recorded in DuckDB:
 1. a scripted policy that solves `hello` (shows a passing rollout and token-exact prefix merging),
 2. SmolLM2-135M-Instruct, a real local model (or the tiny random model when its wheel is absent);
-then training moves the reward (`forgetui.learning.DEMO`): the tiny model fails `hello`, learns the
-scripted teacher's answer by SFT, and a GRPO step runs on it — the quick variant of
-`benchmarks/learning_curve.py` (`forgetui demo --no-train` skips it).
+then training moves the reward (`forgetui.learning.DEMO`): the tiny model fails `hello`, imitates a
+scripted teacher that answers it right half the time (SFT), and one GRPO step learns from the rollouts
+that pass and those that fail (`forgetui demo --no-train` skips it; `-v` shows the log records).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
 import time
 
 from rich.console import Console
@@ -75,9 +76,16 @@ def prepare_models(console: Console, backend: str) -> None:
             console.print(f"[green]✓[/] {done} in {took:.1f} s")
 
 
-def run_demo(console: Console | None = None, train: bool = True) -> list[RunSummary]:
+def quiet_logs(verbose: bool) -> None:
+    """The demo's own lines are its output: log records only when something is wrong, unless `-v`."""
+    if not verbose:
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+def run_demo(console: Console | None = None, train: bool = True, verbose: bool = False) -> list[RunSummary]:
     console = console or Console()
     silence_third_party()
+    quiet_logs(verbose)
     prepare_models(console, default_backend())
     script = cache_dir() / "demo-solve-hello.json"
     script.write_text(json.dumps({"turns": SOLVE_HELLO}))
@@ -126,12 +134,15 @@ def show(console: Console, summary: RunSummary) -> None:
 
 
 def show_learning(console: Console) -> dict:
-    """The quick learning curve: base → SFT → GRPO on `hello` with the tiny model, reward per stage."""
-    from forgetui.learning import DEMO, learning_curve
+    """The demo's training part: base → SFT → GRPO on `hello` with the tiny model, one line per stage."""
+    from forgetui.learning import DEMO, Plan, learning_curve
 
-    console.rule("[bold]forgetui demo[/] — training: tiny model × hello, base → SFT on a scripted teacher → GRPO")
-    result = learning_curve(DEMO, cache_dir() / "demo-learning", lambda line: console.print(line, highlight=False))
-    stages = " → ".join(f"{s['stage']} {s['pass_rate']:.2f}" for s in result["stages"])
-    console.print(f"pass rate on hello: {stages} ({result['total_s'] / 60:.1f} min); the curve: {result['plot']}. "
-                  "The held-out version with SmolLM2: [cyan]benchmarks/learning_curve.py[/].")
+    plan = Plan(**{**DEMO.__dict__, "timings": {}})
+    console.rule("[bold]forgetui demo[/] — training: tiny model × hello, base → SFT on a half-wrong scripted teacher → GRPO")
+    result = learning_curve(plan, cache_dir() / "demo-learning", lambda line: console.print(line, highlight=False))
+    stages = " → ".join(f"{s['stage']} {s['splits']['train']['pass_rate']:.2f}" for s in result["stages"])
+    trained = sum(int(m.get("samples_trained", 0)) for m in result["grpo_steps"])
+    console.print(f"pass rate on hello: {stages}; GRPO trained on {trained} samples ({result['total_s'] / 60:.1f} min). "
+                  f"The curve: {result['plot']}. Learning that carries to unseen phrasings, inside real harnesses: "
+                  "[cyan]benchmarks/learning_curve.py --harness react|mini-swe-agent|pi[/].")
     return result

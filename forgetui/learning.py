@@ -1,8 +1,11 @@
-"""Base → SFT on a scripted teacher → GRPO: the stages `benchmarks/learning_curve.py` and `forgetui demo` run.
+"""Base → SFT on a scripted teacher → GRPO, inside one harness: the stages `benchmarks/learning_curve.py` and `forgetui demo` run.
 
-Every stage is a real run through the engine (the built-in ReAct harness on the toy env, each
-rollout in its own sandbox, every model call through the recording proxy); the held-out stages
-evaluate on the toy env's eval split, which shares no task id or parameters with the train split.
+Every stage is a real run through the engine (the harness in Docker on the toy env, each rollout in
+its own sandbox, every model call through the recording proxy). The teacher is a scripted policy
+that answers *in the harness's own format* (its tools, its way of finishing), recorded through the
+same harness, so SFT learns what that harness expects. The held-out stages evaluate on the toy env's
+`eval-phrasing` split (instruction templates, names and words no train task uses) and its `eval`
+split (the train templates, held-out parameters); `hello` is a train task and in neither.
 """
 
 from __future__ import annotations
@@ -11,21 +14,38 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from forgetui.learning_report import pass_interval, plot, split_line
+
 SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
+HARNESSES = ("react", "mini-swe-agent", "pi")
+EVAL_SPLITS = ("eval-phrasing", "eval")
+FLOOR_SPLIT = "eval-phrasing"
+MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+# Each harness's options for these runs: a cap on turns where the harness has one, and a completion cap
+# where the harness asks for its own (pi asks for 4096 tokens a call, which a flailing model would use).
+HARNESS_OPTIONS: dict[str, dict[str, Any]] = {
+    "react": {"max_steps": 3},
+    "mini-swe-agent": {"step_limit": 3},
+    "pi": {"max_tokens": 128},
+}
+
+Report = Callable[[str], None]
 
 
 @dataclass
 class Plan:
-    """The schedule of one benchmark run."""
+    """The schedule of one learning run."""
 
+    harness: str = "react"
     model: str = "smollm2-135m"
-    eval_n: int = 1  # eval tasks per family (plus hello)
-    train_n: int = 4  # train tasks per family (plus hello)
-    eval_samples: int = 8
+    eval_splits: tuple[str, ...] = EVAL_SPLITS
+    eval_n: int = 5  # eval tasks per family and split
+    train_n: int = 20  # train tasks per family (plus hello)
+    eval_samples: int = 4
     families: str = "write-file,sum-numbers,count-lines,make-dirs,rename"
     sft_epochs: int = 3
     sft_lr: float = 1e-4
@@ -36,103 +56,178 @@ class Plan:
     grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
     max_tokens: int = 128
     concurrency: int = 8
-    only_hello: bool = False
+    timeout_s: int = 600
+    train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split
+    eval_tasks: list[str] | None = None  # likewise for the eval runs
+    teacher_samples: int = 1  # teacher rollouts per train task
+    teacher_mistakes: bool = False  # the teacher also records a wrong answer to each task, and SFT imitates both (the demo)
     timings: dict[str, float] = field(default_factory=dict)
 
-
-QUICK = Plan(model="smollm2-135m", eval_n=0, train_n=0, eval_samples=4, sft_epochs=4, sft_lr=1e-4, grpo_steps=2,
-             grpo_tasks_per_step=1, grpo_samples=4, only_hello=True)
-# what `forgetui demo` shows: the tiny model memorises the teacher's answer to `hello` (reward 0 → 1 in minutes)
-DEMO = Plan(model="tiny", eval_n=0, train_n=0, eval_samples=4, sft_epochs=150, sft_lr=1e-2, grpo_steps=1,
-            grpo_tasks_per_step=1, grpo_samples=4, grpo_lr=1e-3, max_tokens=64, only_hello=True)
+    def describe(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "timings"}
 
 
-def base_config(plan: Plan, backend: str, split: str, n: int) -> Any:
+# What `forgetui demo` shows in a few minutes: the tiny model in react on `hello`, its eval set the train task itself
+# (the loop closing, not generalization). The teacher answers right half the time ("hi") and wrong the other half
+# ("hello"); SFT imitates both, so the SFT model passes about half its rollouts and GRPO's step has rollouts that
+# pass and rollouts that fail in one group: a step with signal, pushing towards the answer the verifier rewards.
+DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft_epochs=80, sft_lr=1e-2, grpo_steps=1,
+            grpo_tasks_per_step=1, grpo_samples=8, grpo_lr=1e-3, grpo_extra_batches=0, max_tokens=64,
+            train_tasks=["hello"], eval_tasks=["hello"], teacher_samples=2, teacher_mistakes=True)
+
+
+def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] | None = None) -> Any:
     from core.config import RunConfig
 
     env: dict[str, Any] = {"name": "toy", "options": {"split": split, "n": n, "families": plan.families}}
-    if plan.only_hello:
-        env["tasks"] = ["hello"]
+    if tasks:
+        env["tasks"] = list(tasks)
     return RunConfig.model_validate({
         "env": env,
-        "harness": {"name": "react", "options": {"max_steps": 3}},
+        "harness": {"name": plan.harness, "options": dict(HARNESS_OPTIONS.get(plan.harness, {}))},
         "policy": {"backend": backend, "max_tokens": plan.max_tokens},
         "runtime": {"kind": "docker"},
-        "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": 600, "call_timeout_s": 600},
+        "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s},
     })
 
 
-Report = Callable[[str], None]
-
-
-def run(config: Any, label: str, plan: Plan, report: Report = print, on_step: Callable[[dict[str, Any]], None] | None = None) -> Any:
-    """One stage's run through the engine; reports its outcome in a line."""
+def run(config: Any, label: str, plan: Plan, on_step: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """One stage's run through the engine, timed into `plan.timings[label]`."""
     from core.run import execute_run
 
     started = time.monotonic()
     summary = asyncio.run(execute_run(config, on_step=on_step))
-    plan.timings[label] = time.monotonic() - started
-    if summary.rollouts:
-        report(f"  {label}: {summary.rollouts} rollouts, pass {summary.passed}/{summary.rollouts - summary.infra_errors}, "
-               f"mean reward {summary.mean_reward if summary.mean_reward is not None else 0:.3f}  ({plan.timings[label]:.0f} s)")
-    else:
-        report(f"  {label}: {summary.extra.get('examples', '?')} examples, loss {summary.extra.get('first_loss', 0):.3f} → "
-               f"{summary.extra.get('final_loss', 0):.3f}  ({plan.timings[label]:.0f} s)")
+    plan.timings[label] = plan.timings.get(label, 0.0) + time.monotonic() - started
     return summary
 
 
+def task_results(store: str) -> dict[str, dict[str, Any]]:
+    """Per task of a finished run: family, passed and scored rollouts (infra errors are not scores), reward sum."""
+    from core.rollout.status import Outcome, outcome_of
+    from core.store.query import run_query
+
+    rows = run_query(store, "SELECT task_id, status, passed, reward, meta->>'$.task_meta.family' FROM rollouts", max_rows=1_000_000).rows
+    out: dict[str, dict[str, Any]] = {}
+    for task_id, status, passed, reward, family in rows:
+        outcome = outcome_of(status, passed)
+        if outcome is None or outcome == Outcome.INFRA_ERROR:
+            continue
+        t = out.setdefault(task_id, {"family": family or "?", "passed": 0, "scored": 0, "reward": 0.0})
+        t["scored"] += 1
+        t["passed"] += outcome == Outcome.PASSED
+        t["reward"] += float(reward or 0.0)
+    return out
+
+
+def split_result(per_task: dict[str, dict[str, Any]], run_id: str) -> dict[str, Any]:
+    """Pass rate, its 95% bootstrap interval over tasks, and per-family counts."""
+    passed = sum(t["passed"] for t in per_task.values())
+    scored = sum(t["scored"] for t in per_task.values())
+    by_family: dict[str, list[int]] = {}
+    for t in per_task.values():
+        counts = by_family.setdefault(t["family"], [0, 0])
+        counts[0] += t["passed"]
+        counts[1] += t["scored"]
+    lo, hi = pass_interval({k: (t["passed"], t["scored"]) for k, t in per_task.items()})
+    return {"pass_rate": passed / scored if scored else 0.0, "ci": [lo, hi], "passed": passed, "scored": scored,
+            "tasks": len(per_task), "mean_reward": sum(t["reward"] for t in per_task.values()) / scored if scored else 0.0,
+            "by_family": {f: tuple(c) for f, c in by_family.items()}, "run_id": run_id}
+
+
 def evaluate(plan: Plan, backend: str, label: str, report: Report = print) -> dict[str, Any]:
-    """Pass rate and mean reward of `backend` on the eval split (`plan.eval_samples` rollouts per task)."""
-    config = base_config(plan, backend, "eval", plan.eval_n)
-    config.run.n_samples = plan.eval_samples
-    summary = run(config, label, plan, report)
-    scored = summary.rollouts - summary.infra_errors
-    return {"stage": label, "backend": backend, "pass_rate": summary.passed / scored if scored else 0.0,
-            "mean_reward": summary.mean_reward or 0.0, "rollouts": summary.rollouts, "run_id": summary.run_id}
+    """`backend` in the plan's harness on every eval split of the plan (`plan.eval_samples` rollouts per task)."""
+    splits: dict[str, Any] = {}
+    for split in plan.eval_splits:
+        config = base_config(plan, backend, split, plan.eval_n, plan.eval_tasks)
+        config.run.n_samples = plan.eval_samples
+        started = time.monotonic()
+        summary = run(config, f"{label}/{split}", plan)
+        splits[split] = split_result(task_results(summary.store), summary.run_id)
+        splits[split]["seconds"] = time.monotonic() - started
+        report(split_line(label, split, splits[split]) + f"  ({splits[split]['seconds']:.0f} s)")
+    return {"stage": label, "backend": backend, "harness": plan.harness, "splits": splits}
 
 
-def teacher_script(plan: Plan, path: Path) -> Path:
-    """Per-task turns that run each train task's reference solution through the harness's bash tool."""
-    from envs.toy import ToyEnv
-    from envs.toy.families import FAMILIES, HELLO
+def teacher_turns(harness: str, task: Any) -> list[dict[str, Any]]:
+    """What the scripted teacher says for `task`, in `harness`'s own format.
 
-    tasks = ToyEnv(split="train", n=plan.train_n, families=plan.families).tasks()
-    entries = []
-    for task in tasks:
-        family = HELLO if task.id == "hello" else FAMILIES[task.meta["family"]]
-        entries.append({"match": task.instruction, "turns": [{"tool": "bash", "command": family.solution(task.meta.get("params", {}))},
-                                                              {"text": "Done."}]})
+    react: the bash tool, then a short final answer. mini-swe-agent (its mini.yaml): reasoning text and
+    one bash tool call a turn, finished by the submit command alone. pi: its own tools (`write` for a
+    new file, `bash` otherwise), then a final answer without a tool call.
+    """
+    from envs.toy import solution_script
+
+    command = solution_script(task)
+    if harness == "mini-swe-agent":
+        return [{"text": "I will run one command that does the task.", "tool": "bash", "command": command},
+                {"text": "The task is done, so I submit.", "tool": "bash", "command": MSWEA_SUBMIT}]
+    if harness == "pi" and task.meta.get("family") == "write-file":
+        p = task.meta["params"]
+        return [{"tool": "write_file", "path": p["path"], "content": p["content"]}, {"text": "Done."}]
+    return [{"tool": "bash", "command": command}, {"text": "Done."}]
+
+
+def mistaken_turns(harness: str, task: Any) -> list[dict[str, Any]]:
+    """The teacher's wrong answer to a task whose answer is a text (hello, write-file): the right command, a wrong text."""
+    family = task.meta.get("family")
+    if family == "hello":
+        wrong = replace(task, meta={**task.meta, "family": "write-file", "params": {"path": "hello.txt", "content": "hello"}})
+    elif family == "write-file":
+        wrong = replace(task, meta={**task.meta, "params": {**task.meta["params"], "content": task.meta["params"]["content"] + "s"}})
+    else:
+        raise ValueError(f"no scripted mistake for {family} tasks (only hello and write-file)")
+    return teacher_turns(harness, wrong)
+
+
+def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
+    """Per-task turns for every train task, matched by its instruction (longest first: no task's text hides another's)."""
+    from core.registry import load_env
+    from core.run_setup import select_tasks
+
+    tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
+    turns = mistaken_turns if mistakes else teacher_turns
+    entries = [{"match": t.instruction, "turns": turns(plan.harness, t)} for t in tasks]
+    entries.sort(key=lambda e: -len(e["match"]))
     path.write_text(json.dumps({"tasks": entries, "turns": [{"text": "Done."}]}))
     return path
 
 
-def teach(plan: Plan, out: Path, report: Report = print) -> str:
-    """Record the scripted teacher on the train split; returns its run id."""
+def teach(plan: Plan, out: Path, report: Report = print) -> list[str]:
+    """Record the scripted teacher on the train split through the plan's harness (and its mistakes, when the plan says); the run ids."""
     from core.models.resolve import resolve_model
 
-    script = teacher_script(plan, out / "teacher.json")
-    config = base_config(plan, f"scripted:{script}", "train", plan.train_n)
-    config.policy.tokenizer = str(resolve_model(plan.model))  # the student's tokenizer: its token ids train as they are
-    config.run.n_samples = 2 if plan.only_hello else 1
-    return run(config, "teacher", plan, report).run_id
+    runs = []
+    for mistakes in (False, True) if plan.teacher_mistakes else (False,):
+        name = "teacher-mistakes" if mistakes else "teacher"
+        script = teacher_script(plan, out / f"{name}-{plan.harness}.json", mistakes=mistakes)
+        config = base_config(plan, f"scripted:{script}", "train", plan.train_n, plan.train_tasks)
+        config.policy.tokenizer = str(resolve_model(plan.model))  # the student's tokenizer: its token ids train as they are
+        config.run.n_samples = plan.teacher_samples
+        summary = run(config, name, plan)
+        report(f"  {name}: {summary.passed}/{summary.rollouts - summary.infra_errors} train rollouts pass ({plan.timings[name]:.0f} s)")
+        runs.append(summary.run_id)
+    return runs
 
 
-def sft(plan: Plan, teacher_run: str, report: Report = print) -> str:
-    """Fine-tune the model on the teacher's passing rollouts; returns the checkpoint folder."""
-    config = base_config(plan, f"builtin:{plan.model}", "train", plan.train_n)
+def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
+    """Fine-tune the model on the teacher's passing rollouts (all of them with `teacher_mistakes`); returns the checkpoint folder."""
+    config = base_config(plan, f"builtin:{plan.model}", "train", plan.train_n, plan.train_tasks)
     config.train.trainer = "sft"
     config.train.steps = 1
-    config.train.from_runs = [teacher_run]
+    config.train.from_runs = list(teacher_runs)
     config.train.epochs = plan.sft_epochs
     config.train.lr = plan.sft_lr
-    config.train.min_reward = 1.0
-    summary = run(config, "sft-train", plan, report)
-    return summary.extra["checkpoint"]
+    config.train.min_reward = 0.0 if plan.teacher_mistakes else 1.0
+    summary = run(config, "sft-train", plan)
+    x = summary.extra
+    report(f"  SFT: {x.get('examples', '?')} examples × {plan.sft_epochs} epochs, loss {x.get('first_loss', 0):.3f} → "
+           f"{x.get('final_loss', 0):.3f} ({plan.timings['sft-train']:.0f} s)")
+    return x["checkpoint"]
 
 
 def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict[str, Any]]]:
     """GRPO from `start` on the train split; returns the final checkpoint and each step's metrics."""
-    config = base_config(plan, f"builtin:{start}", "train", plan.train_n)
+    config = base_config(plan, f"builtin:{start}", "train", plan.train_n, plan.train_tasks)
     config.run.n_samples = plan.grpo_samples
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
@@ -142,45 +237,48 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
 
     def on_step(m: dict[str, Any]) -> None:
         steps.append(m)
-        report(f"    step {m['step']}: reward {m['reward_mean']:.3f} pass {m['pass_rate']:.2f} trained {m['samples_trained']}/{m['samples']} "
-               f"Δlogprob max {m.get('logprob_diff_max', 0):.1e}")
+        report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f}, pass {m['pass_rate']:.2f}, "
+               f"trained on {m['samples_trained']}/{m['samples']} samples, Δlogprob max {m.get('logprob_diff_max', 0):.1e}")
 
-    summary = run(config, "grpo-train", plan, report, on_step)
+    summary = run(config, "grpo-train", plan, on_step)
     return summary.extra["checkpoint"], steps
 
 
 def learning_curve(plan: Plan, out: Path, report: Report = print) -> dict[str, Any]:
-    """Every stage in order; writes learning_curve.json and learning_curve.png into `out` and returns the result."""
+    """Every stage in order; writes learning_curve.json and learning_curve-<harness>.png into `out` and returns the result."""
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     stages = [evaluate(plan, f"builtin:{plan.model}", "base", report)]
-    teacher_run = teach(plan, out, report)
-    sft_ckpt = sft(plan, teacher_run, report)
+    teacher_runs = teach(plan, out, report)
+    sft_ckpt = sft(plan, teacher_runs, report)
     stages.append(evaluate(plan, f"builtin:{sft_ckpt}", "sft", report))
     grpo_ckpt, steps = grpo(plan, sft_ckpt, report)
     stages.append(evaluate(plan, f"builtin:{grpo_ckpt}", "grpo", report))
-    result = {"plan": {k: v for k, v in plan.__dict__.items() if k != "timings"}, "stages": stages, "grpo_steps": steps,
-              "timings_s": plan.timings, "total_s": time.monotonic() - started, "plot": str(out / "learning_curve.png")}
+    result = {"plan": plan.describe(), "stages": stages, "grpo_steps": steps, "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt},
+              "timings_s": plan.timings, "total_s": time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
     (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))
-    plot(stages, steps, out / "learning_curve.png")
+    plot(result, Path(result["plot"]))
     return result
 
 
-def plot(stages: list[dict[str, Any]], steps: list[dict[str, Any]], path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 3.6), dpi=120)
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    left.bar([s["stage"] for s in stages], [s["pass_rate"] for s in stages], color=["#999", "#4a7", "#37c"][: len(stages)])
-    left.set_ylim(0, 1)
-    left.set_title("held-out pass rate")
-    right.plot([m["step"] for m in steps], [m["reward_mean"] for m in steps], marker="o")
-    right.set_ylim(0, 1)
-    right.set_xlabel("GRPO step")
-    right.set_title("train reward per step")
-    fig.tight_layout()
-    fig.savefig(path)
+def floors(result: dict[str, Any], split: str = FLOOR_SPLIT) -> tuple[float, float, bool]:
+    """(SFT − base, GRPO − SFT, both floors met) on `split`."""
+    rates = [s["splits"][split]["pass_rate"] for s in result["stages"]]
+    sft_gain, grpo_gain = rates[1] - rates[0], rates[2] - rates[1]
+    return sft_gain, grpo_gain, sft_gain >= SFT_FLOOR and grpo_gain >= GRPO_FLOOR
 
 
+def transfer(results: dict[str, dict[str, Any]], plan: Plan, report: Report = print, stage: str = "grpo") -> dict[str, dict[str, Any]]:
+    """Each harness's `stage` checkpoint evaluated in every harness on the plan's first eval split: {trained: {evaluated: result}}."""
+    split = plan.eval_splits[0]
+    table: dict[str, dict[str, Any]] = {}
+    for trained, result in results.items():
+        ckpt = result["checkpoints"][stage]
+        own = next(s for s in result["stages"] if s["stage"] == stage)["splits"][split]
+        row = table.setdefault(trained, {trained: own})
+        for other in results:
+            if other == trained:
+                continue
+            one = Plan(**{**plan.__dict__, "harness": other, "eval_splits": (split,), "timings": {}})
+            row[other] = evaluate(one, f"builtin:{ckpt}", f"{stage} trained in {trained}, run in {other}", report)["splits"][split]
+    return table

@@ -1,0 +1,89 @@
+"""What the learning benchmark prints and draws: pass rates with intervals over tasks, per family, and the plot."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+BOOTSTRAP_RESAMPLES = 2000
+LEVEL = 0.95
+
+
+def pass_interval(per_task: dict[str, tuple[int, int]], *, resamples: int = BOOTSTRAP_RESAMPLES, level: float = LEVEL,
+                  seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of the pass rate, resampling *tasks* (their rollouts stay together).
+
+    `per_task` maps a task id to (passed, scored) rollouts. Samples of one task are not independent
+    (the same instruction, the same policy), so resampling rollouts one by one (or a Wilson interval
+    over them) would be too narrow; the task is the unit that was drawn.
+    """
+    tasks = [v for v in per_task.values() if v[1]]
+    if not tasks:
+        return 0.0, 0.0
+    rng = random.Random(seed)
+    rates = []
+    for _ in range(resamples):
+        pick = [tasks[rng.randrange(len(tasks))] for _ in tasks]
+        rates.append(sum(p for p, _ in pick) / sum(n for _, n in pick))
+    rates.sort()
+    cut = (1 - level) / 2
+    return rates[int(cut * (resamples - 1))], rates[int(round((1 - cut) * (resamples - 1)))]
+
+
+def split_line(stage: str, split: str, r: dict[str, Any]) -> str:
+    """One line for a stage's result on one eval split: pass rate, interval, tasks, per family."""
+    families = " ".join(f"{f} {p}/{n}" for f, (p, n) in sorted(r["by_family"].items()))
+    lo, hi = r["ci"]
+    return (f"  {stage} · {split}: pass {r['passed']}/{r['scored']} = {r['pass_rate']:.3f} [{lo:.3f}, {hi:.3f}] "
+            f"({r['tasks']} tasks), mean reward {r['mean_reward']:.3f}  [{families}]")
+
+
+def table(results: dict[str, dict[str, Any]], splits: list[str]) -> str:
+    """Markdown: harness × stage, one column per eval split (pass rate and 95% interval)."""
+    head = "| harness | stage | " + " | ".join(f"{s} (95% CI over tasks)" for s in splits) + " |"
+    lines = [head, "|" + "---|" * (2 + len(splits))]
+    for harness, result in results.items():
+        for stage in result["stages"]:
+            cells = []
+            for split in splits:
+                r = stage["splits"].get(split)
+                cells.append("-" if r is None else f"{r['pass_rate']:.3f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}] ({r['passed']}/{r['scored']})")
+            lines.append(f"| {harness} | {stage['stage']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Held-out pass rate per stage and split (95% intervals as error bars), and GRPO's train reward per step."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    stages = result["stages"]
+    splits = list(result["plan"]["eval_splits"])
+    fig = Figure(figsize=(10, 3.8), dpi=120)
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    width = 0.8 / max(1, len(splits))
+    colors = ["#37c", "#e83", "#4a7"]
+    for j, split in enumerate(splits):
+        xs, ys, lows, highs = [], [], [], []
+        for i, stage in enumerate(stages):
+            r = stage["splits"].get(split)
+            if r is None:
+                continue
+            xs.append(i + (j - (len(splits) - 1) / 2) * width)
+            ys.append(r["pass_rate"])
+            lows.append(r["pass_rate"] - r["ci"][0])
+            highs.append(r["ci"][1] - r["pass_rate"])
+        left.bar(xs, ys, width=width, color=colors[j % len(colors)], label=split, yerr=[lows, highs], capsize=3)
+    left.set_xticks(range(len(stages)), [s["stage"] for s in stages])
+    left.set_ylim(0, 1)
+    left.set_title(f"{result['plan']['harness']}: held-out pass rate (95% CI over tasks)")
+    left.legend(loc="upper left", fontsize=8)
+    steps = result.get("grpo_steps") or []
+    right.plot([m["step"] for m in steps], [m["reward_mean"] for m in steps], marker="o")
+    right.set_ylim(0, 1)
+    right.set_xlabel("GRPO step")
+    right.set_title("train reward per step")
+    fig.tight_layout()
+    fig.savefig(path)

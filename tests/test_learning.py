@@ -1,0 +1,122 @@
+"""The learning benchmark's parts that need no model: the teacher in each harness's format, intervals, the plan's configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.backends.scripted import load_task_scripts, resolve_turn
+from envs.toy import ToyEnv
+from forgetui.learning import (
+    DEMO,
+    HARNESSES,
+    MSWEA_SUBMIT,
+    Plan,
+    base_config,
+    floors,
+    mistaken_turns,
+    split_result,
+    teacher_script,
+    teacher_turns,
+)
+from forgetui.learning_report import pass_interval, split_line, table
+
+REACT_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": p, "required": list(p)}}}
+               for n, p in (("bash", {"command": {"type": "string"}}), ("write_file", {"path": {"type": "string"}, "content": {"type": "string"}}))]
+PI_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": p, "required": list(p)}}}
+            for n, p in (("read", {"path": {"type": "string"}}), ("bash", {"command": {"type": "string"}}),
+                         ("write", {"path": {"type": "string"}, "content": {"type": "string"}}))]
+MSWEA_TOOLS = REACT_TOOLS[:1]
+
+
+def task(family: str):
+    return next(t for t in ToyEnv(split="train", n=2).tasks() if t.meta["family"] == family)
+
+
+def test_mini_swe_agent_teacher_reasons_runs_one_command_a_turn_and_submits() -> None:
+    t = task("count-lines")
+    turns = teacher_turns("mini-swe-agent", t)
+    calls = [resolve_turn(turn, MSWEA_TOOLS) for turn in turns]
+    assert [len(c) for _, c in calls] == [1, 1]  # one bash tool call every turn (its mini.yaml's rule)
+    assert all(text for text, _ in calls)  # with reasoning text
+    assert calls[0][1][0]["arguments"]["command"].startswith("grep -cw ")
+    assert calls[-1][1][0] == {"name": "bash", "arguments": {"command": MSWEA_SUBMIT}}  # the submit command, alone
+
+
+def test_pi_teacher_writes_new_files_with_its_write_tool_and_ends_without_a_call() -> None:
+    wf = task("write-file")
+    (text, calls), (last, none) = (resolve_turn(turn, PI_TOOLS) for turn in teacher_turns("pi", wf))
+    assert calls == [{"name": "write", "arguments": {"path": wf.meta["params"]["path"], "content": wf.meta["params"]["content"]}}]
+    assert last and none == []
+    (_, calls), _ = (resolve_turn(turn, PI_TOOLS) for turn in teacher_turns("pi", task("make-dirs")))
+    assert calls[0]["name"] == "bash" and calls[0]["arguments"]["command"].startswith("mkdir -p ")
+
+
+def test_react_teacher_uses_bash_then_answers() -> None:
+    (_, calls), (last, none) = (resolve_turn(turn, REACT_TOOLS) for turn in teacher_turns("react", task("write-file")))
+    assert calls[0]["name"] == "bash" and last == "Done." and none == []
+
+
+def test_the_demos_mistakes_differ_from_the_right_answer_only_in_the_text() -> None:
+    hello = next(t for t in ToyEnv().tasks() if t.id == "hello")
+    right, wrong = teacher_turns("react", hello)[0]["command"], mistaken_turns("react", hello)[0]["command"]
+    assert right == "echo hi > hello.txt" and wrong == "echo hello > hello.txt"
+    wf = task("write-file")
+    assert mistaken_turns("react", wf)[0]["command"] != teacher_turns("react", wf)[0]["command"]
+    with pytest.raises(ValueError, match="no scripted mistake"):
+        mistaken_turns("react", task("rename"))
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_teacher_script_matches_every_train_task_and_no_text_hides_another(harness: str, tmp_path: Path) -> None:
+    plan = Plan(harness=harness, train_n=20)
+    scripts = load_task_scripts(teacher_script(plan, tmp_path / "t.json"))
+    tasks = ToyEnv(split="train", n=20).tasks()
+    assert len(scripts) == len(tasks)
+    for t in tasks:  # the scripted backend plays the first entry whose text the user message contains
+        first = next(turns for match, turns in scripts if match in t.instruction)
+        assert first == teacher_turns(harness, t), t.id
+
+
+def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
+    for harness in HARNESSES:
+        config = base_config(Plan(harness=harness), "builtin:tiny", "eval-phrasing", 5)
+        assert config.harness.name == harness and config.env.options["split"] == "eval-phrasing"
+    assert base_config(Plan(harness="pi"), "builtin:tiny", "eval", 5).harness.options["max_tokens"] == 128
+    assert base_config(Plan(harness="mini-swe-agent"), "builtin:tiny", "eval", 5).harness.options["step_limit"] == 3
+    demo = base_config(DEMO, "builtin:tiny", "train", DEMO.train_n, DEMO.train_tasks)
+    assert demo.env.tasks == ["hello"]
+
+
+def test_pass_interval_resamples_tasks() -> None:
+    assert pass_interval({}) == (0.0, 0.0)
+    assert pass_interval({"a": (4, 4), "b": (4, 4)}) == (1.0, 1.0)
+    few = {f"t{i}": (2, 4) if i % 2 else (4, 4) for i in range(6)}
+    many = {f"t{i}": (2, 4) if i % 2 else (4, 4) for i in range(60)}
+    lo, hi = pass_interval(few)
+    assert lo < 0.75 < hi
+    lo2, hi2 = pass_interval(many)
+    assert lo < lo2 < 0.75 < hi2 < hi  # more tasks, a narrower interval
+    assert pass_interval(few) == pass_interval(few)  # seeded
+    # tasks that pass or fail as a whole: the interval counts 6 tasks, not 24 independent rollouts
+    lumpy = {f"t{i}": (4, 4) if i % 2 else (0, 4) for i in range(6)}
+    assert pass_interval(lumpy)[1] - pass_interval(lumpy)[0] > 0.4
+
+
+def test_split_result_lines_and_table() -> None:
+    per_task = {"write-file-p000": {"family": "write-file", "passed": 3, "scored": 4, "reward": 3.0},
+                "rename-p000": {"family": "rename", "passed": 0, "scored": 4, "reward": 1.0}}
+    r = split_result(per_task, "run-1")
+    assert (r["passed"], r["scored"], r["tasks"], r["pass_rate"]) == (3, 8, 2, 0.375)
+    assert r["by_family"] == {"write-file": (3, 4), "rename": (0, 4)} and r["mean_reward"] == 0.5
+    line = split_line("sft", "eval-phrasing", r)
+    assert "pass 3/8 = 0.375 [" in line and "rename 0/4" in line
+    stages = [{"stage": s, "splits": {"eval-phrasing": {**r, "pass_rate": v}}} for s, v in (("base", 0.0), ("sft", 0.5), ("grpo", 0.65))]
+    result = {"stages": stages}
+    assert floors(result)[2] and floors(result)[0] == 0.5
+    assert not floors({"stages": stages[:2] + [{"stage": "grpo", "splits": {"eval-phrasing": {"pass_rate": 0.55}}}]})[2]
+    md = table({"react": result}, ["eval-phrasing"])
+    assert md.splitlines()[2].startswith("| react | base | 0.000 [") and "(3/8)" in md
+    json.dumps(r)  # what learning_curve.json holds
