@@ -27,6 +27,7 @@ from core.models.resolve import BUILTIN_MODELS
 from core.paths import cache_dir
 from core.store.query import format_result, run_query
 from forgetui.headless import run_headless_summary
+from forgetui.learning import DEMO, Plan, learning_curve
 
 DEMO_CONFIG = {
     "env": {"name": "toy", "tasks": ["hello", "write-file-*"], "limit": 2},
@@ -135,8 +136,6 @@ def show(console: Console, summary: RunSummary) -> None:
 
 def show_learning(console: Console) -> dict:
     """The demo's training part: base → SFT → GRPO on `hello` with the tiny model, one line per stage."""
-    from forgetui.learning import DEMO, Plan, learning_curve
-
     plan = Plan(**{**DEMO.__dict__, "timings": {}})
     console.rule("[bold]forgetui demo[/] — training: tiny model × hello, base → SFT on a half-wrong scripted teacher → GRPO")
     result = learning_curve(plan, cache_dir() / "demo-learning", lambda line: console.print(line, highlight=False))

@@ -18,6 +18,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core.config import RunConfig
+from core.models.resolve import resolve_model
+from core.registry import load_env
+from core.run import execute_run
+from core.session.setup import select_tasks
+from core.status import Outcome, outcome_of
+from core.store.query import run_query
+from envs.toy import solution_script
 from forgetui.learning_report import pass_interval, plot, split_line
 
 SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
@@ -77,8 +85,6 @@ DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft
 
 
 def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] | None = None) -> Any:
-    from core.config import RunConfig
-
     env: dict[str, Any] = {"name": "toy", "options": {"split": split, "n": n, "families": plan.families}}
     if tasks:
         env["tasks"] = list(tasks)
@@ -93,8 +99,6 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
 
 def run(config: Any, label: str, plan: Plan, on_step: Callable[[dict[str, Any]], None] | None = None) -> Any:
     """One stage's run through the engine, timed into `plan.timings[label]`."""
-    from core.run import execute_run
-
     started = time.monotonic()
     summary = asyncio.run(execute_run(config, on_step=on_step))
     plan.timings[label] = plan.timings.get(label, 0.0) + time.monotonic() - started
@@ -103,9 +107,6 @@ def run(config: Any, label: str, plan: Plan, on_step: Callable[[dict[str, Any]],
 
 def task_results(store: str) -> dict[str, dict[str, Any]]:
     """Per task of a finished run: family, passed and scored rollouts (infra errors are not scores), reward sum."""
-    from core.rollout.status import Outcome, outcome_of
-    from core.store.query import run_query
-
     rows = run_query(store, "SELECT task_id, status, passed, reward, meta->>'$.task_meta.family' FROM rollouts", max_rows=1_000_000).rows
     out: dict[str, dict[str, Any]] = {}
     for task_id, status, passed, reward, family in rows:
@@ -155,8 +156,6 @@ def teacher_turns(harness: str, task: Any) -> list[dict[str, Any]]:
     one bash tool call a turn, finished by the submit command alone. pi: its own tools (`write` for a
     new file, `bash` otherwise), then a final answer without a tool call.
     """
-    from envs.toy import solution_script
-
     command = solution_script(task)
     if harness == "mini-swe-agent":
         return [{"text": "I will run one command that does the task.", "tool": "bash", "command": command},
@@ -181,9 +180,6 @@ def mistaken_turns(harness: str, task: Any) -> list[dict[str, Any]]:
 
 def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
     """Per-task turns for every train task, matched by its instruction (longest first: no task's text hides another's)."""
-    from core.registry import load_env
-    from core.run_setup import select_tasks
-
     tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
     turns = mistaken_turns if mistakes else teacher_turns
     entries = [{"match": t.instruction, "turns": turns(plan.harness, t)} for t in tasks]
@@ -194,8 +190,6 @@ def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
 
 def teach(plan: Plan, out: Path, report: Report = print) -> list[str]:
     """Record the scripted teacher on the train split through the plan's harness (and its mistakes, when the plan says); the run ids."""
-    from core.models.resolve import resolve_model
-
     runs = []
     for mistakes in (False, True) if plan.teacher_mistakes else (False,):
         name = "teacher-mistakes" if mistakes else "teacher"
