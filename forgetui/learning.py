@@ -33,12 +33,13 @@ HARNESSES = ("react", "mini-swe-agent", "pi")
 EVAL_SPLITS = ("eval-phrasing", "eval")
 FLOOR_SPLIT = "eval-phrasing"
 MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-# Each harness's options for these runs: a cap on turns where the harness has one, and a completion cap
-# where the harness asks for its own (pi asks for 4096 tokens a call, which a flailing model would use).
+# Each harness's options for these runs: a cap on model calls where the harness has one (the teacher needs two:
+# the command, then the final answer or submit; a model that flails costs no more than that), and a completion
+# cap where the harness asks for its own (pi asks for 4096 tokens a call, which a flailing model would use).
 HARNESS_OPTIONS: dict[str, dict[str, Any]] = {
-    "react": {"max_steps": 3},
-    "mini-swe-agent": {"step_limit": 3},
-    "pi": {"max_tokens": 128},
+    "react": {"max_steps": 2},
+    "mini-swe-agent": {"step_limit": 2},
+    "pi": {"max_tokens": 96},
 }
 
 Report = Callable[[str], None]
@@ -62,7 +63,7 @@ class Plan:
     grpo_samples: int = 4
     grpo_lr: float = 5e-6
     grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
-    max_tokens: int = 128
+    max_tokens: int = 96
     concurrency: int = 8
     timeout_s: int = 600
     train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split

@@ -38,6 +38,8 @@ def crafted_scripts(tasks: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     first user message is its environment context, not the task.
     """
     dirs = tasks["make-dirs"].meta["params"]["dirs"]
+    numbers = tasks["sum-numbers"].meta["params"]  # the task names its input and output files
+    src, dst = numbers["src"], numbers["dst"]
     return {
         # no tool call at all: the harness ends on a text answer
         "hello": [{"text": "Nothing to do here."}],
@@ -45,10 +47,10 @@ def crafted_scripts(tasks: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "make-dirs": [{"tool": "shell", "command": f"mkdir -p {dirs[0]}"}, {"text": "done"}],
         # a failed command, then the fix, then a read-back
         "sum-numbers": [
-            {"tool": "shell", "command": "cat nums.txt"},
-            {"tool": "shell", "command": "python3 -c 'print(sum(int(x) for x in open(\"numbers.txt\")))' > sum.txt"},
-            {"tool": "shell", "command": "cat sum.txt"},
-            {"text": "The sum is in sum.txt."},
+            {"tool": "shell", "command": "cat missing-numbers.txt"},
+            {"tool": "shell", "command": f"python3 -c 'print(sum(int(x) for x in open(\"{src}\")))' > {dst}"},
+            {"tool": "shell", "command": f"cat {dst}"},
+            {"text": f"The sum is in {dst}."},
         ],
         # a malformed tool call (not JSON): plain text to the harness, flagged in the store
         "write-file": [{"text": MALFORMED}],

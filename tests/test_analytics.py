@@ -74,7 +74,7 @@ def test_every_metric_has_its_constructed_value(crafted, harness):
     assert unchecked["plan_completion"] == pytest.approx(1 / n_dirs) == unchecked["reward"]
     assert unchecked["failed_tool_calls"] == 0 and unchecked["passed"] is False
 
-    fixed = rows["sum-numbers"]  # cat of a missing file fails, the fix writes sum.txt, cat reads it back
+    fixed = rows["sum-numbers"]  # cat of a missing file fails, the fix writes the sum file, cat reads it back
     assert (fixed["tool_calls"], fixed["turns"]) == (3, 4)
     assert (fixed["failed_tool_calls"], fixed["had_tool_error"], fixed["recovered"]) == (1, True, True)
     assert fixed["wrote"] is True and fixed["verified"] is True and fixed["passed"] is True

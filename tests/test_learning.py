@@ -84,8 +84,8 @@ def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
     for harness in HARNESSES:
         config = base_config(Plan(harness=harness), "builtin:tiny", "eval-phrasing", 5)
         assert config.harness.name == harness and config.env.options["split"] == "eval-phrasing"
-    assert base_config(Plan(harness="pi"), "builtin:tiny", "eval", 5).harness.options["max_tokens"] == 128
-    assert base_config(Plan(harness="mini-swe-agent"), "builtin:tiny", "eval", 5).harness.options["step_limit"] == 3
+    assert base_config(Plan(harness="pi"), "builtin:tiny", "eval", 5).harness.options["max_tokens"] == 96
+    assert base_config(Plan(harness="mini-swe-agent"), "builtin:tiny", "eval", 5).harness.options["step_limit"] == 2
     demo = base_config(DEMO, "builtin:tiny", "train", DEMO.train_n, DEMO.train_tasks)
     assert demo.env.tasks == ["hello"]
 
