@@ -232,8 +232,8 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
 
     def on_step(m: dict[str, Any]) -> None:
         steps.append(m)
-        report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f}, pass {m['pass_rate']:.2f}, "
-               f"trained on {m['samples_trained']}/{m['samples']} samples, Δlogprob max {m.get('logprob_diff_max', 0):.1e}")
+        report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f} over {m['samples']} samples, trained on "
+               f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}")
 
     summary = run(config, "grpo-train", plan, on_step)
     return summary.extra["checkpoint"], steps
