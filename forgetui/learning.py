@@ -64,6 +64,7 @@ class Plan:
     grpo_lr: float = 5e-6
     grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
     max_tokens: int = 96
+    runtime: str = "docker"
     concurrency: int = 8
     timeout_s: int = 600
     train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split
@@ -82,7 +83,7 @@ class Plan:
 # pass and rollouts that fail in one group: a step with signal, pushing towards the answer the verifier rewards.
 DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft_epochs=80, sft_lr=1e-2, grpo_steps=1,
             grpo_tasks_per_step=1, grpo_samples=8, grpo_lr=1e-3, grpo_extra_batches=0, max_tokens=64,
-            train_tasks=["hello"], eval_tasks=["hello"], teacher_samples=2, teacher_mistakes=True)
+            train_tasks=["hello"], eval_tasks=["hello"], teacher_samples=2, teacher_mistakes=True, runtime="auto")
 
 
 def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] | None = None) -> Any:
@@ -93,7 +94,7 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
         "env": env,
         "harness": {"name": plan.harness, "options": dict(HARNESS_OPTIONS.get(plan.harness, {}))},
         "policy": {"backend": backend, "max_tokens": plan.max_tokens},
-        "runtime": {"kind": "docker"},
+        "runtime": {"kind": plan.runtime},
         "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s},
     })
 

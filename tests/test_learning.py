@@ -88,6 +88,8 @@ def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
     assert base_config(Plan(harness="mini-swe-agent"), "builtin:tiny", "eval", 5).harness.options["step_limit"] == 2
     demo = base_config(DEMO, "builtin:tiny", "train", DEMO.train_n, DEMO.train_tasks)
     assert demo.env.tasks == ["hello"]
+    assert demo.runtime.kind == "auto"  # the demo runs where Docker is missing, as `forgetui demo` itself does
+    assert base_config(Plan(), "builtin:tiny", "eval", 5).runtime.kind == "docker"
 
 
 def test_pass_interval_resamples_tasks() -> None:
