@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from core.config import load_config
-from core.env import Task
+from core.env import Environment, Score, Task
 from core.errors import ConfigError
 from core.registry import (
     ENV_GROUP,
@@ -27,7 +27,6 @@ from tests.harness_fixtures import ShellHarness
 
 GOLDEN_HARNESSES = json.loads((snap.FIXTURES / "harness_launches.json").read_text())
 GOLDEN_ENVS = json.loads((snap.FIXTURES / "env_tasks.json").read_text())
-OLD_MECHANISM_ENVS = {"toy"}  # not on typed options yet: it lists `accepted_options` and reads a dict
 
 
 def _plain(value: Any) -> Any:
@@ -114,9 +113,12 @@ def test_checking_builds_nothing() -> None:
     check_options("env", "harbor", {"path": "/nonexistent"})
     check_options("harness", "zeroclaw", {"binary": "/nonexistent/zeroclaw", "wire_api": "responses"})
     check_options("harness", "codex", {"version": "0.1.0", "mcp": False})
-    # an env without typed options: only the names it lists are checked
     with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path'; it accepts: families, n, seed, split"):
-        check_options("env", "toy", {"path": "/x", "seed": "any"})
+        check_options("env", "toy", {"path": "/x", "seed": 1})
+    with pytest.raises(ConfigError, match=r"env\.options\.split: Input should be 'train', 'eval', 'eval-phrasing' or 'all'"):
+        check_options("env", "toy", {"split": "test"})
+    with pytest.raises(ConfigError, match=r"env\.options\.n: Input should be greater than or equal to 0"):
+        check_options("env", "toy", {"n": -1})
     check_options("env", "toy", {"seed": 1, "split": "eval"})
     with pytest.raises(ConfigError, match="kind must be"):
         check_options("runtime", "docker", {})  # type: ignore[arg-type]
@@ -148,7 +150,7 @@ def test_a_boolean_written_as_text_means_what_it_says() -> None:
 
 def test_every_adapter_declares_typed_options_with_descriptions() -> None:
     """What a form shows: each option's name, default and description; `accepted_options` is derived from them."""
-    classes = [harness_class(n) for n in available(HARNESS_GROUP)] + [env_class(n) for n in available(ENV_GROUP) if n not in OLD_MECHANISM_ENVS]
+    classes = [harness_class(n) for n in available(HARNESS_GROUP)] + [env_class(n) for n in available(ENV_GROUP)]
     for cls in classes:
         assert cls.Options is not None, cls.name
         assert cls.accepted_options == frozenset(cls.Options.model_fields), cls.name
@@ -162,7 +164,21 @@ def test_an_adapter_without_typed_options_still_takes_a_dict() -> None:
     harness = ShellHarness(command="echo {task}", anything=1)
     assert harness.opts is None and harness.options == {"command": "echo {task}", "anything": 1}
     assert harness.launch(Task(id="t1", instruction="x"), snap.ENDPOINT, "/w").command[-1] == "echo t1"
-    assert load_env("toy", split="eval").opts is None
+
+    class ListedEnv(Environment):  # a third-party env that only lists the names it takes
+        name = "listed"
+        accepted_options = frozenset({"split"})
+
+        def tasks(self) -> list[Task]:
+            return [Task(id=self.options["split"], instruction="x")]
+
+        async def verify(self, sandbox: Any, task: Task, workdir: str) -> Score:
+            return Score(1.0, True)
+
+    env = ListedEnv(split="eval")
+    assert env.opts is None and env.tasks()[0].id == "eval"
+    with pytest.raises(ConfigError, match=r"env 'listed' has no option 'path'; it accepts: split"):
+        ListedEnv.check_options({"path": "/x"})
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "examples").glob("*.toml")), ids=lambda p: p.name)

@@ -15,15 +15,19 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, get_args
+
+from pydantic import Field, field_validator
 
 from core.env import Environment, Score, Task
 from core.errors import ConfigError
+from core.options import AdapterOptions, Names
 from core.runtime.base import Sandbox
 from envs.toy.families import FAMILIES, HELLO, Family, Phrasing
 from envs.toy.workspace import Workspace
 
-SPLITS = ("train", "eval", "eval-phrasing", "all")
+Split = Literal["train", "eval", "eval-phrasing", "all"]
+SPLITS: tuple[str, ...] = get_args(Split)
 HELD_OUT = ("eval", "eval-phrasing")
 DEFAULT_N = 5
 EVAL_EVERY = 4  # distinct parameter set j goes to eval when j % EVAL_EVERY == EVAL_EVERY - 1
@@ -109,29 +113,28 @@ class ToyEnv(Environment):
 
     name = "toy"
     version = "1"
-    accepted_options = frozenset({"seed", "split", "n", "families"})
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.seed = int(options.get("seed", 0))
-        self.split = str(options.get("split", "train"))
-        self.n = int(options.get("n", DEFAULT_N))
-        families = options.get("families") or list(FAMILIES)
-        if isinstance(families, str):
-            families = [f.strip() for f in families.split(",") if f.strip()]
-        if self.split not in SPLITS:
-            raise ConfigError(f"toy env: split must be one of {', '.join(SPLITS)}, got {self.split!r}")
-        if self.n < 0:
-            raise ConfigError(f"toy env: n must be >= 0, got {self.n}")
-        unknown = [f for f in families if f not in FAMILIES]
-        if unknown:
-            raise ConfigError(f"toy env: unknown families {unknown}; known: {', '.join(FAMILIES)}")
-        self.families = list(families)
+    class Options(AdapterOptions):
+        seed: int = Field(0, description="fixes every task's parameters")
+        split: Split = Field(
+            "train", description="train; eval (train's wording, held-out parameters); eval-phrasing (unseen wording); all")
+        n: int = Field(DEFAULT_N, ge=0, description="tasks per family and split")
+        families: Names = Field(list(FAMILIES), description="the task families, a list or one comma-separated string (unset: all)")
+
+        @field_validator("families")
+        @classmethod
+        def _known(cls, families: list[str]) -> list[str]:
+            unknown = [f for f in families if f not in FAMILIES]
+            if unknown:
+                raise ValueError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
+            return families or list(FAMILIES)
+
+    opts: Options
 
     def tasks(self) -> list[Task]:
-        out = [] if self.split in HELD_OUT else [hello_task("train")]
-        for name in self.families:
-            out.extend(family_tasks(FAMILIES[name], self.seed, self.split, self.n))
+        out = [] if self.opts.split in HELD_OUT else [hello_task("train")]
+        for name in self.opts.families:
+            out.extend(family_tasks(FAMILIES[name], self.opts.seed, self.opts.split, self.opts.n))
         return out
 
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
