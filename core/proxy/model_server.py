@@ -250,43 +250,39 @@ class _Job:
         return self.backend.generate(self.prompt_ids, self.sampling, self.context)
 
 
-def build_model_app(
-    backend: TokenBackend, model_name: str | None = None, open_copy: Callable[[], Any] | None = None
-) -> Starlette:
-    """The serve-model ASGI app over `backend`; `open_copy` opens a fresh copy of it for each LoRA adapter.
+class ModelRoutes:
+    """serve-model's endpoints over one backend and its LoRA adapters (vLLM's shapes and messages)."""
 
-    `app.state.adapters` holds the loaded adapters (close them with its `aclose`).
-    """
-    served = model_name or backend.name
-    adapters = Adapters(open_copy or builtin_copier(backend))
+    def __init__(self, backend: TokenBackend, served: str, adapters: Adapters) -> None:
+        self.backend, self.served, self.adapters = backend, served, adapters
 
-    def target(body: dict[str, Any]) -> TokenBackend | JSONResponse:
+    def target(self, body: dict[str, Any]) -> TokenBackend | JSONResponse:
         """The backend a request's `model` names: the base model (also when absent) or a loaded adapter."""
         name = body.get("model")
-        if not name or name == served:
-            return backend
-        if name in adapters.backends:
-            return adapters.backends[name]
+        if not name or name == self.served:
+            return self.backend
+        if name in self.adapters.backends:
+            return self.adapters.backends[name]
         return _error(404, f"The model `{name}` does not exist.", "NotFoundError", param="model")
 
-    async def completions(request: Request) -> Response:
+    async def completions(self, request: Request) -> Response:
         body = await _json_body(request)
         if isinstance(body, JSONResponse):
             return body
         if (body.get("n") or 1) != 1:
             return _error(400, "only n=1 is supported")
-        chosen = target(body)
+        chosen = self.target(body)
         if isinstance(chosen, JSONResponse):
             return chosen
         try:
-            job = _Job(chosen, body, served)
+            job = _Job(chosen, body, self.served)
         except (ValueError, TypeError) as exc:
             return _error(400, str(exc))
         if len(job.prompt_ids) >= chosen.context_length:
             err = ContextLengthError(len(job.prompt_ids), chosen.context_length - 1)
             return _error(400, str(err))
         if body.get("stream"):
-            return StreamingResponse(_stream(job), media_type="text/event-stream")
+            return StreamingResponse(self._stream(job), media_type="text/event-stream")
         ids: list[int] = []
         lps: list[float] = []
         finish = None
@@ -305,7 +301,7 @@ def build_model_app(
             job.envelope(job.choice(ids, lps, finish or "length", True), job.usage(len(ids)), True)
         )
 
-    async def _stream(job: _Job) -> AsyncIterator[str]:
+    async def _stream(self, job: _Job) -> AsyncIterator[str]:
         first = True
         count = 0
         try:
@@ -324,15 +320,15 @@ def build_model_app(
             yield f"data: {json.dumps(job.envelope({}, job.usage(count), False) | {'choices': []})}\n\n"
         yield "data: [DONE]\n\n"
 
-    async def models(request: Request) -> Response:
+    async def models(self, request: Request) -> Response:
         base = {
-            "id": served,
+            "id": self.served,
             "object": "model",
             "created": 0,
             "owned_by": "forgetui",
-            "root": served,
+            "root": self.served,
             "parent": None,
-            "max_model_len": backend.context_length,
+            "max_model_len": self.backend.context_length,
         }
         loras = [
             {
@@ -341,26 +337,26 @@ def build_model_app(
                 "created": 0,
                 "owned_by": "forgetui",
                 "root": path,
-                "parent": served,
+                "parent": self.served,
                 "max_model_len": None,
             }
-            for name, path in adapters.paths.items()
+            for name, path in self.adapters.paths.items()
         ]
         return JSONResponse({"object": "list", "data": [base, *loras]})
 
-    async def load_lora_adapter(request: Request) -> Response:
+    async def load_lora_adapter(self, request: Request) -> Response:
         body = await _json_body(request)
         if isinstance(body, JSONResponse):
             return body
         name, path = body.get("lora_name"), body.get("lora_path")
         if not isinstance(name, str) or not isinstance(path, str) or not name or not path:
             return _error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
-        async with adapters.lock:
-            if name in adapters.backends and not body.get("load_inplace"):
+        async with self.adapters.lock:
+            if name in self.adapters.backends and not body.get("load_inplace"):
                 message = f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True."
                 return _error(400, message, "InvalidUserInput")
             try:
-                await adapters.load(name, path)
+                await self.adapters.load(name, path)
             except AdapterNotFound as exc:
                 return _error(404, str(exc), "NotFoundError")
             except Exception as exc:  # noqa: BLE001 - vLLM answers any other load failure with a 500
@@ -368,7 +364,7 @@ def build_model_app(
                 return _error(500, str(exc), "InternalServerError")
         return Response(f"Success: LoRA adapter '{name}' added successfully.", status_code=200)
 
-    async def unload_lora_adapter(request: Request) -> Response:
+    async def unload_lora_adapter(self, request: Request) -> Response:
         body = await _json_body(request)
         if isinstance(body, JSONResponse):
             return body
@@ -377,22 +373,22 @@ def build_model_app(
             return _error(
                 400, "'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput"
             )
-        async with adapters.lock:
-            if name not in adapters.backends:
+        async with self.adapters.lock:
+            if name not in self.adapters.backends:
                 return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
-            adapters.unload(name)
+            self.adapters.unload(name)
         return Response(f"Success: LoRA adapter '{name}' removed successfully.", status_code=200)
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
         return Response(status_code=200)
 
-    async def tokenize(request: Request) -> Response:
+    async def tokenize(self, request: Request) -> Response:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "request body is not valid JSON")
         if isinstance(body.get("messages"), list):
-            text = backend.tokenizer.apply_chat_template(
+            text = self.backend.tokenizer.apply_chat_template(
                 body["messages"],
                 tools=body.get("tools"),
                 tokenize=False,
@@ -403,20 +399,30 @@ def build_model_app(
         else:
             return _error(400, "give `prompt` (a string) or `messages`")
         ids = list(
-            backend.tokenizer(text, add_special_tokens=bool(body.get("add_special_tokens", False)))[
+            self.backend.tokenizer(text, add_special_tokens=bool(body.get("add_special_tokens", False)))[
                 "input_ids"
             ]
         )
-        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": backend.context_length})
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": self.backend.context_length})
 
+
+def build_model_app(
+    backend: TokenBackend, model_name: str | None = None, open_copy: Callable[[], Any] | None = None
+) -> Starlette:
+    """The serve-model ASGI app over `backend`; `open_copy` opens a fresh copy of it for each LoRA adapter.
+
+    `app.state.adapters` holds the loaded adapters (close them with its `aclose`).
+    """
+    adapters = Adapters(open_copy or builtin_copier(backend))
+    r = ModelRoutes(backend, model_name or backend.name, adapters)
     app = Starlette(
         routes=[
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/v1/load_lora_adapter", load_lora_adapter, methods=["POST"]),
-            Route("/v1/unload_lora_adapter", unload_lora_adapter, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/v1/completions", r.completions, methods=["POST"]),
+            Route("/v1/models", r.models, methods=["GET"]),
+            Route("/v1/load_lora_adapter", r.load_lora_adapter, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", r.unload_lora_adapter, methods=["POST"]),
+            Route("/health", r.health, methods=["GET"]),
+            Route("/tokenize", r.tokenize, methods=["POST"]),
         ]
     )
     app.state.adapters = adapters
