@@ -111,10 +111,25 @@ def test_shell_write_heuristic(store, command, writes):
     assert rows(store, "SELECT writes FROM tool_uses") == [(writes,)]
 
 
-def test_views_are_created_in_every_store(store):
+def test_every_query_sees_the_views_the_file_does_not_hold(store):
+    from core.store.behaviour import VIEW_NAMES
+    from core.store.live import handle_query
+    from core.store.query import run_query
+
+    store.upsert_rollout({"rollout_id": "r", "run_id": "run", "env": "toy", "task_id": "t", "harness": "react", "status": "done", "attempt": 0})
+    store.record_call(_call("r", 0, "chat", {"tools": [{"type": "function", "function": {"name": "bash"}}]},
+                            {"choices": [{"message": {"tool_calls": [{"id": "a", "function": {"name": "bash", "arguments": "{}"}}]}}]}))
     store.flush()
     names = {r[0] for r in store.cursor().execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    assert {"tool_uses", "tool_results", "rollout_behaviour", "behaviour_summary", "tool_usage", "offered_tools", "tool_classes"} <= names
+    assert not names & set(VIEW_NAMES) and {"calls_full", "call_requests"} <= names  # ~74 KB of catalog kept out
+    live = handle_query(store, "SELECT tool, class FROM tool_uses")  # the writer's live endpoint
+    assert live["rows"] == [["bash", "shell"]]
+    described = handle_query(store, "DESCRIBE rollout_behaviour")
+    assert "coverage" in [r[0] for r in described["rows"]]
+    store.close()
+    assert run_query(store.path, "SELECT tool_calls, classes_offered FROM rollout_behaviour").rows == [[1, 1]]  # the file
+    # a query that defines one itself (core.store.behaviour.with_views) keeps its own
+    assert run_query(store.path, "WITH tool_uses AS (SELECT 7 AS n) SELECT n FROM tool_uses").rows == [[7]]
 
 
 def test_plan_completion_from_recorded_checks(store):

@@ -128,7 +128,7 @@ def test_text_is_passed_through_and_recorded(live_proxy, fake, stream):
     assert sent["model"] == "fake" and sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
     assert sent["max_tokens"] == 20 and sent["temperature"] == 0.5 and "return_token_ids" not in sent
     assert fake.headers[0]["authorization"] == "Bearer sk-test"
-    (row,) = proxy.rows("SELECT status, finish_reason, backend, response, completion_token_ids, prompt_token_ids FROM calls")
+    (row,) = proxy.rows("SELECT status, finish_reason, backend, response, token_ids(completion_token_ids), token_ids(prompt_token_ids) FROM calls")
     assert row[:3] == ("ok", "stop", "litellm:openai/fake")
     response = json.loads(row[3])
     assert response["choices"][0]["message"]["content"] == "Hello, world!"
@@ -159,7 +159,7 @@ def test_token_ids_are_recorded_when_returned(live_proxy, fake):
     resp = httpx.post(proxy.base + CHAT, json=ask("ids", stream=True), timeout=30)
     assert resp.status_code == 200 and sse_text(resp.text) == "Hello, world!"
     assert fake.requests[0]["return_token_ids"] is True
-    (row,) = proxy.rows("SELECT status, prompt_token_ids, completion_token_ids FROM calls")
+    (row,) = proxy.rows("SELECT status, token_ids(prompt_token_ids), token_ids(completion_token_ids) FROM calls")
     assert row == ("ok", PROMPT_IDS, [t for ids in TOKEN_IDS for t in ids])
 
 

@@ -44,7 +44,7 @@ def test_chat_non_streaming_tool_round_trip(live_proxy, script_file, tiny_tokeni
     assert second.usage.prompt_tokens > first.usage.prompt_tokens
 
     rows = proxy.rows(
-        "SELECT seq, api, status, prompt_token_ids, completion_token_ids, completion_logprobs, branch, extends_parent, parent_call_id, call_id "
+        "SELECT seq, api, status, token_ids(prompt_token_ids), token_ids(completion_token_ids), completion_logprobs, branch, extends_parent, parent_call_id, call_id "
         "FROM calls ORDER BY seq"
     )
     assert [(r[0], r[1], r[2]) for r in rows] == [(0, "chat", "ok"), (1, "chat", "ok")]
@@ -104,7 +104,7 @@ def test_responses_streaming_function_call(live_proxy, script_file, tiny_tokeniz
         ],
     )
     assert follow.output_text == "Created hello.txt."
-    rows = proxy.rows("SELECT api, prompt_token_ids, completion_token_ids, extends_parent FROM calls ORDER BY seq")
+    rows = proxy.rows("SELECT api, token_ids(prompt_token_ids), token_ids(completion_token_ids), extends_parent FROM calls ORDER BY seq")
     assert rows[0][0] == "responses" and rows[0][1] == rendered_ids(tiny_tokenizer, "responses", {**body, "stream": True})
     assert rows[1][1][: len(rows[0][1]) + len(rows[0][2])] == rows[0][1] + rows[0][2] and rows[1][3] is True
 

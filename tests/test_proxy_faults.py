@@ -129,7 +129,7 @@ def test_backend_dying_mid_stream_ends_with_error_event(live_proxy, api):
             assert "event: error" in text
         else:
             assert "response.failed" in text
-        (row,) = proxy.rows("SELECT status, error, completion_token_ids FROM calls")
+        (row,) = proxy.rows("SELECT status, error, token_ids(completion_token_ids) FROM calls")
         assert row[0] == "error" and row[1]
         assert row[2] == [101, 102, 103]  # the partial completion is kept
 

@@ -218,7 +218,9 @@ def test_a_schema_2_store_gains_the_compact_form(tmp_path: Path) -> None:
     with Store.open(path):
         pass
     con = duckdb.connect(str(path))
-    con.execute("DROP VIEW calls_full; DROP MACRO TABLE full_prompt; ALTER TABLE calls DROP COLUMN prompt_new_token_ids")
+    con.execute("DROP VIEW calls_full; DROP MACRO TABLE full_prompt; DROP MACRO token_ids; ALTER TABLE calls DROP COLUMN prompt_new_token_ids")
+    for column in ("prompt_token_ids", "completion_token_ids"):  # schema 2's types
+        con.execute(f"ALTER TABLE calls DROP COLUMN {column}; ALTER TABLE calls ADD COLUMN {column} INTEGER[]")
     con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     con.execute("INSERT INTO calls (call_id, rollout_id, prompt_token_ids) VALUES ('old', 'r', [1, 2, 3])")
     con.close()

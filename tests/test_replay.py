@@ -68,7 +68,7 @@ def test_fewer_calls_and_volatile_text(tokenizer):
 def calls_of(store: str, rollout_id: str) -> list[tuple]:
     con = duckdb.connect(store, read_only=True)
     try:
-        return con.execute("SELECT seq, completion_token_ids, completion_logprobs FROM calls WHERE rollout_id = ? ORDER BY seq", [rollout_id]).fetchall()
+        return con.execute("SELECT seq, token_ids(completion_token_ids), completion_logprobs FROM calls WHERE rollout_id = ? ORDER BY seq", [rollout_id]).fetchall()
     finally:
         con.close()
 

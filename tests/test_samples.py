@@ -29,9 +29,9 @@ SHELL_TOOL = {
 }
 SYSTEM = list(range(1000, 1040))  # a shared system prompt
 ROLLOUT = {"rollout_id": "ro-1", "run_id": "run-1", "task_id": "task-a", "step": 3, "reward": 0.75, "status": "done"}
-CALL_SQL = (
+CALL_SQL = (  # calls_full: whole prompts, token columns as INTEGER[]
     "SELECT call_id, status, prompt_token_ids, completion_token_ids, completion_logprobs, extends_parent "
-    "FROM calls ORDER BY seq"
+    "FROM calls_full ORDER BY seq"
 )
 
 

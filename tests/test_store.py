@@ -114,7 +114,7 @@ def test_schema_created_and_reopen_is_idempotent(tmp_path: Path) -> None:
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'calls' ORDER BY ordinal_position"
         ).fetchall()
         assert [c for c, _ in calls_cols] == list(COLUMNS["calls"])
-        assert dict(calls_cols)["prompt_token_ids"] == "INTEGER[]"
+        assert dict(calls_cols)["prompt_token_ids"] == "VARCHAR"  # token text (core/store/tokens.py)
     for table in TABLES:
         assert f"`{table}`" in SCHEMA_DOC
 
@@ -126,12 +126,12 @@ def test_record_call_types_round_trip(store: Store) -> None:
     store.flush()
     cur = store.cursor()
     rows = cur.execute(
-        "SELECT call_id, prompt_token_ids, completion_logprobs, request->>'$.messages[0].content', "
+        "SELECT call_id, token_ids(prompt_token_ids), completion_logprobs, request->>'$.messages[0].content', "
         "typeof(request), typeof(prompt_token_ids), started_at, extends_parent, latency_ms "
         "FROM calls WHERE call_id LIKE 'c%' ORDER BY seq"
     ).fetchall()
     assert rows[2] == (
-        "c2", [1, 2, 3, 2], [-0.5, -0.25], "hi 2", "JSON", "INTEGER[]", dt.datetime(2026, 1, 2, 3, 4, 5), True, 12.5
+        "c2", [1, 2, 3, 2], [-0.5, -0.25], "hi 2", "JSON", "VARCHAR", dt.datetime(2026, 1, 2, 3, 4, 5), True, 12.5
     )
     assert len(rows) == 3
     assert cur.execute("SELECT status, error, prompt_token_ids FROM calls WHERE call_id = 'partial'").fetchall() == [
@@ -190,7 +190,7 @@ def test_durable_within_flush_interval_through_live_endpoint(store: Store) -> No
     store.record_call(call_row(42))  # no flush: the background thread must commit on its own
     seen = wait_until(lambda: run_query(store.path, "SELECT count(*) FROM calls").rows == [[1]], timeout=2.0)
     assert seen, "a recorded call was not committed within 2 s"
-    res = run_query(store.path, "SELECT call_id, prompt_token_ids, request FROM calls")
+    res = run_query(store.path, "SELECT call_id, token_ids(prompt_token_ids) AS prompt_token_ids, request FROM calls")
     assert res.columns == ["call_id", "prompt_token_ids", "request"]
     assert res.rows[0][:2] == ["c42", [1, 2, 3, 42]]
     assert orjson.loads(res.rows[0][2])["messages"][0]["content"] == "hi 42"
@@ -297,7 +297,7 @@ def test_kill_9_keeps_every_committed_call(tmp_path: Path) -> None:
     with Store.open(path) as s:
         cur = s.cursor()
         assert cur.execute("SELECT count(*), sum(seq) FROM calls WHERE seq < ?", [n]).fetchone() == (n, n * (n - 1) // 2)
-        assert cur.execute("SELECT prompt_token_ids FROM calls WHERE call_id = 'c7'").fetchone() == ([7, 8],)
+        assert cur.execute("SELECT token_ids(prompt_token_ids) FROM calls WHERE call_id = 'c7'").fetchone() == ([7, 8],)
 
 
 SIGTERM_SCRIPT = textwrap.dedent(

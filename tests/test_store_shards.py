@@ -172,7 +172,7 @@ def test_live_rows_keep_their_types(sharded_run, live_writer) -> None:
     _, shards = sharded_run
     path, _ = live_writer()
     calls = run_query_shards([*shards, path], (
-        "SELECT c.call_id, c.completion_token_ids, c.completion_logprobs, c.request ->> '$.messages[0].content' AS said, "
+        "SELECT c.call_id, token_ids(c.completion_token_ids), c.completion_logprobs, c.request ->> '$.messages[0].content' AS said, "
         "r.meta ->> '$.n' AS n, r.started_at, r.passed FROM calls c JOIN rollouts r USING (rollout_id) ORDER BY c.call_id"))
     (a, b) = calls.rows
     assert a[:2] == ["live/0#0", [0, 1]] and a[2][0] == -0.5 and math.isnan(a[2][1])  # NaN survives the trip

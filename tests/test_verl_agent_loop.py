@@ -126,7 +126,7 @@ def recorded_calls(run_dir: Path, rollout_id: str) -> list[tuple]:
     (store,) = list((run_dir / "shards").glob("*/store.duckdb"))
     with duckdb.connect(str(store), read_only=True) as con:
         calls = con.execute(
-            "SELECT prompt_token_ids, completion_token_ids, completion_logprobs FROM calls WHERE rollout_id = ? ORDER BY seq", [rollout_id]
+            "SELECT token_ids(prompt_token_ids), token_ids(completion_token_ids), completion_logprobs FROM calls WHERE rollout_id = ? ORDER BY seq", [rollout_id]
         ).fetchall()
         reward = con.execute("SELECT reward FROM rollouts WHERE rollout_id = ?", [rollout_id]).fetchone()[0]
     return [(list(p), list(c), list(lp), reward) for p, c, lp in calls]

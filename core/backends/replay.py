@@ -24,6 +24,7 @@ from core.models.loading import load_tokenizer
 from core.models.resolve import resolve_model
 from core.store.locate import store_of
 from core.store.query import run_query
+from core.store.tokens import id_list
 
 REPLAY_CONTEXT = 1 << 22  # the recording decided every length; replay never cuts a prompt
 
@@ -128,11 +129,11 @@ def load_recording(rollout_id: str, store: Path | None = None) -> Recording:
     calls = []
     for row in rows:
         prompt = _rows(store, f"SELECT prompt_token_ids FROM full_prompt({_lit(row['call_id'])})")
-        ids = row["completion_token_ids"]
+        ids = id_list(row["completion_token_ids"])  # token text (schema 6 on) or a list
         if ids is None:
             raise ConfigError(f"call {row['call_id']} of {rollout_id} has no completion token ids (a passthrough recording): there is nothing token-exact to replay")
         logprobs = row["completion_logprobs"] or [0.0] * len(ids)
-        calls.append(RecordedCall(row["seq"], row["call_id"], prompt[0]["prompt_token_ids"] if prompt else None, list(ids), list(logprobs), row["finish_reason"]))
+        calls.append(RecordedCall(row["seq"], row["call_id"], prompt[0]["prompt_token_ids"] if prompt else None, ids, list(logprobs), row["finish_reason"]))
     return Recording(store, rollout, config, calls)
 
 

@@ -1,12 +1,18 @@
 """The behaviour views: tool uses and results in canonical form, per-rollout metrics and their aggregates, in SQL.
 
 Each view reads the recorded wire bodies (`calls.request` / `calls.response`) of all four protocols, so
-users can query and extend them with `forgetui sql`. `core.store.schema` creates them on every open;
-`with_views(sql)` runs a query with the definitions inlined, so stores written before they existed,
-or opened read-only, answer the same.
+users can query and extend them with `forgetui sql`. They are not stored in the file (their definitions
+take ~74 KB of DuckDB's catalog, more than a short session's whole record): every read-only query names
+them as it likes, and `create_temp_views` (run by `core.store.query.execute_read_only`, which every
+`forgetui sql`, TUI and live-endpoint query goes through) makes the ones it names TEMP views of its
+connection first; `with_views(sql)` inlines them all as CTEs instead. Stores before schema 6 kept them
+in the file; these definitions replace those for the queries here.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 from core.status import SCORED_SQL
 from core.store.tool_classes import values_sql
@@ -250,6 +256,29 @@ GROUP BY ALL""",
 ]
 
 VIEW_NAMES = tuple(name for name, _, _ in BEHAVIOUR_VIEWS)
+_NAMED = {name: re.compile(rf"\b{name}\b", re.IGNORECASE) for name in VIEW_NAMES}
+_AS_CTE = {name: re.compile(rf"\b{name}\s+AS\s*(NOT\s+)?(MATERIALIZED\s*)?\(", re.IGNORECASE) for name in VIEW_NAMES}
+# what each view reads of the others (its definition names them)
+_READS = {name: [other for other in VIEW_NAMES[:i] if _NAMED[other].search(body)] for i, (name, _, body) in enumerate(BEHAVIOUR_VIEWS)}
+
+
+def views_named(sql: str) -> list[str]:
+    """The behaviour views `sql` reads (those it names and what they read, in dependency order); a name the query
+    defines itself as a CTE (e.g. `with_views`) is not one."""
+    wanted = {n for n in VIEW_NAMES if _NAMED[n].search(sql) and not _AS_CTE[n].search(sql)}
+    for name in reversed(VIEW_NAMES):  # dependencies come earlier in VIEW_NAMES
+        if name in wanted:
+            wanted.update(_READS[name])
+    return [n for n in VIEW_NAMES if n in wanted]
+
+
+def create_temp_views(cur: Any, sql: str) -> list[str]:
+    """Make the behaviour views `sql` reads TEMP views of `cur`'s connection (over its `calls`/`rollouts`); their names."""
+    names = views_named(sql)
+    bodies = {name: body for name, _, body in BEHAVIOUR_VIEWS}
+    for name in names:
+        cur.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{bodies[name]}")
+    return names
 
 
 def view_ddl() -> list[tuple[str, str, str]]:

@@ -19,6 +19,8 @@ import orjson
 
 from core import paths
 from core.errors import StoreError
+from core.store.behaviour import create_temp_views
+from core.store.tokens import TOKEN_IDS_MACRO
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,10 @@ def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = 
         raise StoreError(f"SQL must be a string, not {type(sql).__name__}")
     lock_down(cur)
     statements = check_read_only(cur, sql)
+    try:
+        create_temp_views(cur, sql)  # the behaviour views it names (not stored in the file)
+    except duckdb.Error as exc:
+        raise StoreError(f"query failed: {exc}") from exc
     cur.execute("BEGIN TRANSACTION READ ONLY")
     try:
         for stmt in statements:
@@ -625,6 +631,7 @@ def run_query_shards(
             for name in names:
                 tables.setdefault(name, []).append(alias)
         _create_views(con, tables)
+        con.execute(TOKEN_IDS_MACRO)  # token text read as INTEGER[], as in each store
         if not live:
             return execute_read_only(con, sql, max_rows)
         needed = scanned_columns(con, sql, live)

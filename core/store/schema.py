@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from core.store.behaviour import view_ddl
+from core.store.tokens import TOKEN_IDS_MACRO
 
-SCHEMA_VERSION = 5  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
+SCHEMA_VERSION = 6  # 2: rollouts.step, calls.attempt and weights_version, samples for training; 3: compact prompts
 # (calls.prompt_new_token_ids, the calls_full view and the full_prompt macro); 4: image inputs (blobs, calls.image_hashes);
 # 5: request bodies as deltas (calls.request_base/head/tail/new/form, the call_requests view, the full_request and
-# rollout_requests macros); migrate adds them in place (older rows keep their whole bodies, which the views read as they are)
+# rollout_requests macros); 6: calls' token ids as text, one character a token (core/store/tokens.py; the token_ids
+# macro). migrate adds columns in place (older rows keep their whole bodies, which the views read as they are) and
+# turns older INTEGER[] token columns into text
 
 # (table, [(column, duckdb type, description)], primary key or None). The single source for DDL, writer and docs.
 TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
@@ -82,11 +85,12 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("response", "JSON", "The response body as returned (streams: the assembled final body)."),
             (
                 "prompt_token_ids",
-                "INTEGER[]",
-                "Token ids of the rendered prompt; NULL when the prompt is stored compactly (`prompt_new_token_ids`): "
-                "read whole prompts from `calls_full` or `full_prompt(call_id)`.",
+                "VARCHAR",
+                "Token ids of the rendered prompt, as token text (one character a token: `token_ids(prompt_token_ids)` "
+                "gives INTEGER[], `len()` counts them); NULL when the prompt is stored compactly (`prompt_new_token_ids`): "
+                "read whole prompts as INTEGER[] from `calls_full` or `full_prompt(call_id)`.",
             ),
-            ("completion_token_ids", "INTEGER[]", "Token ids the policy sampled."),
+            ("completion_token_ids", "VARCHAR", "Token ids the policy sampled, as token text (`token_ids(...)` gives INTEGER[])."),
             ("completion_logprobs", "DOUBLE[]", "Log-probability of each sampled token."),
             ("finish_reason", "VARCHAR", "`stop`, `length`, `tool_calls`, ..."),
             ("status", "VARCHAR", "`ok`, `error` or `cancelled`."),
@@ -104,8 +108,8 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
             ("weights_version", "INTEGER", "Version of the policy's weights that sampled it (0 = as loaded; +1 per update)."),
             (
                 "prompt_new_token_ids",
-                "INTEGER[]",
-                "Compact prompt: set (and `prompt_token_ids` NULL) when the prompt is the parent's (`parent_call_id`) "
+                "VARCHAR",
+                "Compact prompt (token text): set (and `prompt_token_ids` NULL) when the prompt is the parent's (`parent_call_id`) "
                 "prompt + completion, `prefix_tokens` ids in all, followed by these ids.",
             ),
             (
@@ -213,9 +217,14 @@ TABLES: list[tuple[str, str, list[tuple[str, str, str]], str | None]] = [
 # (name, description, DDL): views and macros over the tables, created (or replaced) on every open after the tables.
 VIEWS: list[tuple[str, str, str]] = [
     (
+        "token_ids",
+        "Macro: `token_ids(completion_token_ids)` reads a token column (token text, one character a token) as INTEGER[].",
+        TOKEN_IDS_MACRO,
+    ),
+    (
         "full_prompt",
-        "Table macro: `SELECT prompt_token_ids FROM full_prompt('call-id')` rebuilds one call's whole prompt by walking "
-        "up its parents only (NULL when the chain is broken).",
+        "Table macro: `SELECT prompt_token_ids FROM full_prompt('call-id')` rebuilds one call's whole prompt (INTEGER[]) "
+        "by walking up its parents only (NULL when the chain is broken).",
         """CREATE OR REPLACE MACRO full_prompt(id) AS TABLE
 WITH RECURSIVE up(call_id, depth) AS (
     SELECT call_id, 0 FROM calls WHERE call_id = id
@@ -224,8 +233,8 @@ WITH RECURSIVE up(call_id, depth) AS (
     WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL AND up.depth < 1000000
 ), parts AS (
     SELECT up.depth, c.prompt_token_ids IS NOT NULL AS is_root, c.prefix_tokens,
-           list_concat(coalesce(c.prompt_token_ids, c.prompt_new_token_ids),
-                       CASE WHEN up.depth > 0 THEN coalesce(c.completion_token_ids, []) ELSE [] END) AS part
+           coalesce(c.prompt_token_ids, c.prompt_new_token_ids)
+           || CASE WHEN up.depth > 0 THEN coalesce(c.completion_token_ids, '') ELSE '' END AS part
     FROM up JOIN calls c ON c.call_id = up.call_id
 ), checked AS (
     SELECT *, is_root OR prefix_tokens = coalesce(sum(len(part)) OVER (
@@ -233,7 +242,7 @@ WITH RECURSIVE up(call_id, depth) AS (
     FROM parts
 )
 SELECT id AS call_id,
-       CASE WHEN arg_max(is_root, depth) AND bool_and(fits) THEN flatten(list(part ORDER BY depth DESC)) END AS prompt_token_ids
+       CASE WHEN arg_max(is_root, depth) AND bool_and(fits) THEN token_ids(string_agg(part, '' ORDER BY depth DESC)) END AS prompt_token_ids
 FROM checked;""",
     ),
     (
@@ -278,20 +287,22 @@ SELECT id AS call_id, (SELECT request FROM rollout_requests((SELECT rollout_id F
     ),
     (
         "calls_full",
-        "Every `calls` row with its whole prompt in `prompt_token_ids` (compact prompts rebuilt along their parents; "
-        "NULL where a parent row is missing or its length disagrees with `prefix_tokens`) and its whole body in "
-        "`request` (from `call_requests`). Rebuilds every prompt and body of the store on every query: for a few "
-        "calls use `full_prompt` and `full_request`.",
+        "Every `calls` row with its token columns as INTEGER[], its whole prompt in `prompt_token_ids` (compact "
+        "prompts rebuilt along their parents; NULL where a parent row is missing or its length disagrees with "
+        "`prefix_tokens`) and its whole body in `request` (from `call_requests`). Rebuilds every prompt and body of "
+        "the store on every query: for a few calls use `full_prompt` and `full_request`.",
         """CREATE OR REPLACE VIEW calls_full AS
 WITH RECURSIVE prompts(call_id, ids, completion) AS (
     SELECT call_id, prompt_token_ids, completion_token_ids FROM calls WHERE prompt_token_ids IS NOT NULL
     UNION ALL
-    SELECT c.call_id, list_concat(list_concat(p.ids, coalesce(p.completion, [])), c.prompt_new_token_ids), c.completion_token_ids
+    SELECT c.call_id, p.ids || coalesce(p.completion, '') || c.prompt_new_token_ids, c.completion_token_ids
     FROM prompts p JOIN calls c ON c.parent_call_id = p.call_id
     WHERE c.prompt_token_ids IS NULL AND c.prompt_new_token_ids IS NOT NULL
       AND len(p.ids) + coalesce(len(p.completion), 0) = c.prefix_tokens
 )
-SELECT c.* REPLACE (coalesce(c.prompt_token_ids, p.ids) AS prompt_token_ids, coalesce(c.request, r.request) AS request)
+SELECT c.* REPLACE (token_ids(coalesce(c.prompt_token_ids, p.ids)) AS prompt_token_ids,
+                    token_ids(c.prompt_new_token_ids) AS prompt_new_token_ids,
+                    token_ids(c.completion_token_ids) AS completion_token_ids, coalesce(c.request, r.request) AS request)
 FROM calls c LEFT JOIN prompts p ON p.call_id = c.call_id AND c.prompt_token_ids IS NULL
 LEFT JOIN call_requests r ON r.call_id = c.call_id AND c.request_base IS NOT NULL;""",
     ),
@@ -305,11 +316,17 @@ UNION ALL SELECT 'dead_letters', count(*) FROM dead_letters;""",
     ),
 ]
 
-BEHAVIOUR_VIEWS = view_ddl()  # tool uses and results, per-rollout behaviour metrics and their aggregates
-VIEWS += BEHAVIOUR_VIEWS
+# tool uses and results, per-rollout behaviour metrics and their aggregates: not stored in the file (see
+# core/store/behaviour.py); queries through core.store.query get them as TEMP views
+BEHAVIOUR_VIEWS = view_ddl()
 
 COLUMNS: dict[str, dict[str, str]] = {name: {c: t for c, t, _ in cols} for name, _, cols, _ in TABLES}
 PRIMARY_KEYS: dict[str, str | None] = {name: pk for name, _, _, pk in TABLES}
+# Keys no index backs (from schema 6): these tables are written only by the writer's keyed upserts (an UPDATE by the
+# key, then an INSERT when it matched nothing), so their keys stay unique without one, and they hold few rows, so a
+# keyed UPDATE scans little. DuckDB gives each index at least a block of its own: three of them were a quarter of a
+# short proxy session's store. `calls`, `samples` and `blobs` keep theirs (inserted, or many rows).
+UNINDEXED_KEYS = frozenset({"meta", "runs", "rollouts"})
 JSON_COLUMNS: dict[str, frozenset[str]] = {
     name: frozenset(c for c, t in cols.items() if t == "JSON") for name, cols in COLUMNS.items()
 }
@@ -318,9 +335,12 @@ TIMESTAMP_COLUMNS: dict[str, frozenset[str]] = {
 }
 
 
-# Columns of JSON text compressed with zstd rather than DuckDB's default for strings (dictionary/FSST, chosen per
-# segment): a request body is tens of KB of JSON that FSST barely shrinks and zstd takes to a fifth.
-ZSTD_COLUMNS: dict[str, frozenset[str]] = {"calls": frozenset({"request", "request_new", "response"})}
+# Token id columns, stored as token text (core/store/tokens.py): the writer encodes them, readers decode them.
+TOKEN_COLUMNS: dict[str, frozenset[str]] = {"calls": frozenset({"prompt_token_ids", "prompt_new_token_ids", "completion_token_ids"})}
+# Columns compressed with zstd rather than DuckDB's default for strings (dictionary/FSST, chosen per segment): a
+# request body is tens of KB of JSON that FSST barely shrinks and zstd takes to a fifth; token text repeats as the
+# text it encodes does (zstd: about half a byte a token on harness histories, against 1.5-4 bytes as INTEGER[]).
+ZSTD_COLUMNS: dict[str, frozenset[str]] = {"calls": frozenset({"request", "request_new", "response"}) | TOKEN_COLUMNS["calls"]}
 
 
 def column_sql(table: str, column: str, sql_type: str) -> str:
@@ -334,6 +354,7 @@ def q(name: str) -> str:
 
 
 def _ddl(name: str, cols: list[tuple[str, str, str]], pk: str | None) -> str:
+    pk = None if name in UNINDEXED_KEYS else pk
     lines = [f"    {q(c)} {column_sql(name, c, t)}{' PRIMARY KEY' if c == pk else ''}" for c, t, _ in cols]
     return f"CREATE TABLE IF NOT EXISTS {name} (\n" + ",\n".join(lines) + "\n);"
 
@@ -345,7 +366,8 @@ VIEWS_SQL = "\n".join(ddl for _, _, ddl in VIEWS)
 def _doc() -> str:
     parts = [f"Schema version {SCHEMA_VERSION}. Timestamps are UTC; JSON columns hold JSON text.\n"]
     for name, about, cols, pk in TABLES:
-        parts.append(f"### `{name}`\n\n{about}" + (f" Primary key: `{pk}`." if pk else "") + "\n")
+        key = f" Key: `{pk}` (unique; no index: written by keyed upserts only)." if name in UNINDEXED_KEYS else f" Primary key: `{pk}`."
+        parts.append(f"### `{name}`\n\n{about}" + (key if pk else "") + "\n")
         parts.append("| column | type | meaning |\n|---|---|---|")
         parts.extend(f"| `{c}` | {t} | {d} |" for c, t, d in cols)
         parts.append("")
@@ -357,10 +379,12 @@ def _doc() -> str:
         "Python readers rebuild them with its `select_calls`/`request_of`, faster than these views). These rebuild "
         "whole prompts and bodies, byte for byte:\n"
     )
-    parts.extend(f"- `{name}`: {about}" for name, about, _ in VIEWS if (name, about, _) not in BEHAVIOUR_VIEWS)
+    parts.extend(f"- `{name}`: {about}" for name, about, _ in VIEWS)
     parts.append(
         "\n#### Behaviour views\n\nWhat agents do, from the recorded wire bodies of every protocol (definitions in "
-        "`core/analytics/views.py`; `forgetui analyze` and `forgetui compare` read them):\n"
+        "`core/store/behaviour.py`; `forgetui analyze` and `forgetui compare` read them). They are not stored in the "
+        "file: every query through `forgetui sql`, the TUI or a writer's live endpoint that names one gets it as a "
+        "TEMP view (a DuckDB client of its own can run `core.store.behaviour.with_views(sql)`):\n"
     )
     parts.extend(f"- `{name}`: {about}" for name, about, _ in BEHAVIOUR_VIEWS)
     parts.append("")

@@ -22,6 +22,7 @@ import orjson
 
 from core.errors import StoreError
 from core.secrets import redact
+from core.store.behaviour import VIEW_NAMES
 from core.store.bodies import BodyDeltas
 from core.store.deadletter import dead_letter_bytes
 from core.store.live import LiveServer, handle_query
@@ -32,18 +33,21 @@ from core.store.schema import (
     SCHEMA_SQL,
     SCHEMA_VERSION,
     TIMESTAMP_COLUMNS,
+    TOKEN_COLUMNS,
     VIEWS_SQL,
     column_sql,
     q,
 )
+from core.store.tokens import ids_text, token_text_sql
 
 log = logging.getLogger(__name__)
 
 BACKLOG_WARNING = 50_000
-# DuckDB's block size for new store files (an existing file keeps its own): 32 KB rather than the default 256 KB, so
-# a new store starts at ~0.2 MB instead of ~0.8 MB (a short proxy session's record is mostly that overhead otherwise);
-# 16 KB would be smaller still, but at 16 KB DuckDB 2.0 stops bit-packing integer columns (token ids take twice the space)
-BLOCK_SIZE = 32768
+# DuckDB's block size for new store files (an existing file keeps its own): its smallest, 16 KB, rather than the
+# default 256 KB. DuckDB 2.0 gives every table that holds rows, and every index, a block of its own, so the block size
+# is most of a short session's store otherwise (token ids are text since schema 6: the integer bit-packing that 16 KB
+# blocks turn off no longer matters)
+BLOCK_SIZE = 16384
 FILE_MODE = 0o600  # a store holds prompts, answers and configs: its owner's only
 _FLUSH = object()  # queue marker type tag for flush requests
 _STOP = object()
@@ -94,6 +98,8 @@ def _normalize(table: str, row: dict[str, Any]) -> dict[str, Any]:
         out[col] = to_json_text(out[col])
     for col in TIMESTAMP_COLUMNS[table] & out.keys():
         out[col] = to_timestamp(out[col])
+    for col in TOKEN_COLUMNS.get(table, frozenset()) & out.keys():
+        out[col] = ids_text(out[col])
     return out
 
 
@@ -544,12 +550,19 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring an older store up to this schema: every version so far only added columns."""
+    """Bring an older store up to this schema: add the columns it lacks, and turn INTEGER[] token columns (before
+    schema 6) into token text in place (they keep DuckDB's default compression: ALTER cannot choose one); the
+    behaviour views older stores kept in the file go (queries get them as TEMP views, core/store/behaviour.py)."""
+    for name in VIEW_NAMES:
+        con.execute(f"DROP VIEW IF EXISTS {name}")
     for table, columns in COLUMNS.items():
-        have = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]).fetchall()}
+        have = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]).fetchall())
         for column, sql_type in columns.items():
             if column not in have:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {q(column)} {column_sql(table, column, sql_type)}")
+            elif column in TOKEN_COLUMNS.get(table, ()) and have[column] != sql_type:
+                log.info("store: turning %s.%s (%s) into token text", table, column, have[column])
+                con.execute(f"ALTER TABLE {table} ALTER COLUMN {q(column)} SET DATA TYPE {sql_type} USING {token_text_sql(q(column))}")
 
 
 def owner_only(path: Path) -> None:

@@ -15,6 +15,7 @@ from core.errors import StoreError
 from core.rollout.status import TERMINAL_VALUES, Tally
 from core.store.bodies import REQUEST_COLUMNS_SQL, fill_requests
 from core.store.query import last_written, read_sidecar, run_query
+from core.store.tokens import id_list
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +246,8 @@ def load_call(path: Path, call_id: str) -> CallDetail:
         model=_text(row.get("model")), status=_text(row.get("status")), error=row.get("error"),
         finish_reason=row.get("finish_reason"), request=parse_json(row.get("request")),
         response=parse_json(row.get("response")),
-        prompt_token_ids=list(row.get("prompt_token_ids") or []),
-        completion_token_ids=list(row.get("completion_token_ids") or []),
+        prompt_token_ids=id_list(row.get("prompt_token_ids")) or [],  # token text (schema 6 on) or a list
+        completion_token_ids=id_list(row.get("completion_token_ids")) or [],
         completion_logprobs=[float(x) if x is not None else math.nan for x in row.get("completion_logprobs") or []],
         prefix_tokens=row.get("prefix_tokens"), branch=row.get("branch"), extends_parent=row.get("extends_parent"),
         latency_ms=row.get("latency_ms"),

@@ -24,6 +24,7 @@ from core.store.query import (
     run_query,
     run_query_shards,
 )
+from core.store.tokens import id_list
 from forgetui.tui.data import parse_json, sql_str
 
 log = logging.getLogger(__name__)
@@ -501,6 +502,8 @@ def load_rollout(source: RunSource, rollout_id: str, *, decode: bool = True, tok
         f"SELECT call_id, seq, attempt, api, model, status, error, finish_reason, {REQUEST_COLUMNS_SQL}, response, branch, "
         "extends_parent, prefix_tokens, latency_ms, completion_token_ids, completion_logprobs, tool_parse_error "
         f"FROM calls WHERE {final_attempt_calls(rollout)} ORDER BY seq, started_at"))
+    for call in calls:  # token text (schema 6 on) or a list
+        call["completion_token_ids"] = id_list(call.get("completion_token_ids"))
     # bodies stored as deltas are rebuilt here (core.store.bodies); a base in another rollout is asked for
     fill_requests(calls, lambda ids: rows_of(source.query(
         f"SELECT call_id, {REQUEST_COLUMNS_SQL} FROM calls WHERE call_id IN ({', '.join(map(sql_str, ids))})")))
