@@ -15,7 +15,7 @@ what bounded it on busy cores (`benchmarks/store_scale.py`); `build_samples` giv
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from core.errors import StoreError, TrainingDataError
 from core.status import SCORED, TERMINAL_VALUES, Status
+from core.store.tokens import ids_column, ids_of
 from core.train.types import Sample
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,11 @@ class _Call:
     parent: _Call | None = None  # compact: the call whose prompt + completion this prompt starts with
     new: Ids | None = None  # compact: the ids after the parent's prompt + completion
     ok: bool = True
+    # from its row, for the checks: the parent it names, the prefix length it claims, what was NULL
+    parent_id: str | None = None
+    prefix: int = 0
+    no_completion: bool = False
+    no_logprobs: bool = False
 
     def token(self, i: int) -> int:
         """Prompt token `i` (0 <= i < n_prompt) without rebuilding the prompt."""
@@ -62,15 +68,21 @@ class _Call:
             call = parent
         return call.prompt[i]
 
+    def prompt_parts(self) -> list[Ids]:
+        """The pieces the whole prompt is made of, in order (no copy; the prompt itself once rebuilt)."""
+        if self.prompt is not None:
+            return [self.prompt]
+        parts, call = [], self
+        while call.prompt is None:
+            parts += [call.new, call.parent.completion]
+            call = call.parent
+        parts.append(call.prompt)
+        return [p for p in reversed(parts) if len(p)]
+
     def full_prompt(self) -> Ids:
         """The whole prompt (a compact one is rebuilt once, in one concatenation along its parents)."""
         if self.prompt is None:
-            parts, call = [], self
-            while call.prompt is None:
-                parts += [call.new, call.parent.completion]
-                call = call.parent
-            parts.append(call.prompt)
-            whole = [p for p in reversed(parts) if len(p)]
+            whole = self.prompt_parts()
             # arrays as read from the store concatenate without a cast; lists become int64
             self.prompt = np.concatenate(whole) if whole else np.empty(0, dtype=np.int64)
         return self.prompt
@@ -157,9 +169,11 @@ def _extends(call: _Call, branch: _Branch) -> bool:
 
 
 def _ids(value: Any) -> Ids | None:
-    """Token ids as given (list or array); None stays None."""
+    """Token ids as given (list or array; token text as stored since schema 6 becomes an array); None stays None."""
     if value is None or isinstance(value, np.ndarray | list):
         return value
+    if isinstance(value, str):
+        return ids_of(value)
     return list(value)
 
 
@@ -172,41 +186,55 @@ def _no_ids(call_id: str, rollout_id: str, missing: str) -> TrainingDataError:
     )
 
 
-def _node(row: Mapping[str, Any]) -> _Call:
-    """A `calls` row as an unchecked `_Call` (compact prompts not linked yet)."""
-    prompt, new = _ids(row.get("prompt_token_ids")), _ids(row.get("prompt_new_token_ids"))
-    completion = _ids(row.get("completion_token_ids"))
+_EMPTY = np.empty(0, dtype=np.int32)
+
+
+def _make(call_id: Any, status: Any, prompt: Ids | None, new: Ids | None, parent_id: Any, prefix: Any, completion: Ids | None,
+          logprobs: Ids | None, weights_version: Any, extends_parent: Any) -> _Call:
+    """An unchecked `_Call` from one row's values (compact prompts not linked yet)."""
     compact = prompt is None and new is not None
-    logprobs = row.get("completion_logprobs")
+    prefix = int(prefix or 0)
     return _Call(
-        call_id=str(row.get("call_id")),
+        call_id=str(call_id),
         prompt=prompt,
-        completion=completion if completion is not None else [],
-        logprobs=logprobs if logprobs is not None else [],
-        weights_version=row.get("weights_version"),
-        extends_parent=row.get("extends_parent"),
-        n_prompt=(int(row.get("prefix_tokens") or 0) + len(new)) if compact else len(prompt) if prompt is not None else 0,
+        completion=completion if completion is not None else _EMPTY,
+        logprobs=logprobs if logprobs is not None else _EMPTY,
+        weights_version=weights_version,
+        extends_parent=extends_parent,
+        n_prompt=(prefix + len(new)) if compact else len(prompt) if prompt is not None else 0,
         new=new if compact else None,
-        ok=row.get("status", "ok") == "ok",
+        ok=status == "ok",
+        parent_id=None if parent_id is None else str(parent_id),
+        prefix=prefix,
+        no_completion=completion is None,
+        no_logprobs=logprobs is None,
     )
 
 
-def _link(call: _Call, row: Mapping[str, Any], nodes: Mapping[str, _Call]) -> bool:
+def _node(row: Mapping[str, Any]) -> _Call:
+    """A `calls` row as an unchecked `_Call`."""
+    return _make(
+        row.get("call_id"), row.get("status", "ok"), _ids(row.get("prompt_token_ids")), _ids(row.get("prompt_new_token_ids")),
+        row.get("parent_call_id"), row.get("prefix_tokens"), _ids(row.get("completion_token_ids")), row.get("completion_logprobs"),
+        row.get("weights_version"), row.get("extends_parent"),
+    )
+
+
+def _link(call: _Call, nodes: Mapping[str, _Call]) -> bool:
     """Point a compact call at its parent; False when the parent is missing or its length disagrees."""
-    parent = nodes.get(str(row.get("parent_call_id")))
+    parent = nodes.get(str(call.parent_id))
     if parent is None or parent is call or (parent.prompt is None and parent.new is None):
         return False
     call.parent = parent
-    return int(row.get("prefix_tokens") or 0) == parent.n_prompt + len(parent.completion)
+    return call.prefix == parent.n_prompt + len(parent.completion)
 
 
-def _check(call: _Call, row: Mapping[str, Any], rollout_id: str) -> _Call:
+def _check(call: _Call, rollout_id: str) -> _Call:
     """`call` when its tokens can be trained on, else TrainingDataError."""
-    if call.prompt is None and call.new is None or row.get("completion_token_ids") is None:
+    if call.prompt is None and call.new is None or call.no_completion:
         raise _no_ids(call.call_id, rollout_id, "prompt" if call.prompt is None and call.new is None else "completion")
-    logprobs = row.get("completion_logprobs")
-    if len(call.completion) and (logprobs is None or len(logprobs) != len(call.completion)):
-        got = "no logprobs" if logprobs is None else f"{len(logprobs)} logprobs"
+    if len(call.completion) and (call.no_logprobs or len(call.logprobs) != len(call.completion)):
+        got = "no logprobs" if call.no_logprobs else f"{len(call.logprobs)} logprobs"
         raise TrainingDataError(
             f"call {call.call_id} of rollout {rollout_id} has {len(call.completion)} completion tokens but {got}: training needs "
             "one logprob per sampled token; a passthrough backend without token ids/logprobs cannot be trained on "
@@ -215,18 +243,15 @@ def _check(call: _Call, row: Mapping[str, Any], rollout_id: str) -> _Call:
     return call
 
 
-def _calls(rows: Iterable[Mapping[str, Any]], rollout_id: str) -> list[_Call]:
+def _calls(nodes: list[_Call], rollout_id: str) -> list[_Call]:
     """The rollout's ok calls, checked, compact prompts linked to their parents (any status) in one pass."""
-    rows = list(rows)
-    nodes = {str(r.get("call_id")): _node(r) for r in rows}
+    by_id = {call.call_id: call for call in nodes}
     broken: set[str] = set()
-    for row in rows:
-        call = nodes[str(row.get("call_id"))]
-        if call.new is not None and not _link(call, row, nodes):
+    for call in nodes:
+        if call.new is not None and not _link(call, by_id):
             broken.add(call.call_id)
     checked, whole = [], set()
-    for row in rows:
-        call = nodes[str(row.get("call_id"))]
+    for call in nodes:
         if not call.ok:
             continue
         if call.new is not None and _chain_broken(call, broken, whole):
@@ -234,7 +259,7 @@ def _calls(rows: Iterable[Mapping[str, Any]], rollout_id: str) -> list[_Call]:
                 f"call {call.call_id} of rollout {rollout_id} stores its prompt as a continuation of a call whose row "
                 "is missing or disagrees in length: its prompt cannot be rebuilt"
             )
-        checked.append(_check(call, row, rollout_id))
+        checked.append(_check(call, rollout_id))
     return checked
 
 
@@ -320,7 +345,7 @@ def _floats(values: Ids) -> list[float]:
 def _arrays(branch: _Branch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The branch's sequence (int32), loss mask (int32) and logprobs (float64) as arrays."""
     last = branch.last
-    token_ids = np.concatenate([last.full_prompt(), last.completion], dtype=np.int32)
+    token_ids = np.concatenate([*last.prompt_parts(), last.completion], dtype=np.int32)  # one copy of the sequence
     mask, logprobs = np.zeros(len(token_ids), dtype=np.int32), np.zeros(len(token_ids), dtype=np.float64)
     for call, start, end in zip(branch.calls, branch.starts, branch.ends, strict=True):
         mask[start:end] = 1
@@ -373,13 +398,18 @@ def _sample(branch: _Branch, rollout: Mapping[str, Any], arrays: bool = False) -
 def build_samples(rollout: Mapping[str, Any], calls: Iterable[Mapping[str, Any]], *, arrays: bool = False) -> list[Sample]:
     """Samples of one finished rollout from its `calls` rows in seq order (non-ok calls are skipped); their
     token_ids, loss_mask and logprobs are numpy arrays when `arrays`, else lists."""
+    return _samples(rollout, lambda: [_node(row) for row in calls], arrays)
+
+
+def _samples(rollout: Mapping[str, Any], nodes: Callable[[], list[_Call]], arrays: bool) -> list[Sample]:
+    """The samples of one rollout whose calls `nodes()` gives, in seq order (none for an unfinished or infra-failed one)."""
     rollout_id, status = str(rollout["rollout_id"]), rollout.get("status")
     if status in NO_SAMPLES:
         return []
     if status in UNFINISHED:
         log.warning("rollout %s is still %s: its reward is not final, no samples", rollout_id, status)
         return []
-    return [_sample(b, rollout, arrays) for b in _merge(_calls(calls, rollout_id), rollout_id)]
+    return [_sample(b, rollout, arrays) for b in _merge(_calls(nodes(), rollout_id), rollout_id)]
 
 
 # ----------------------------------------------------------------------------- the store
@@ -396,6 +426,11 @@ CALL_COLS = (
     "weights_version",
     "extends_parent",
 )
+
+
+TOKEN_COLS = ("c_prompt_token_ids", "c_prompt_new_token_ids", "c_completion_token_ids")
+MAKE_COLS = ("call_id", "status", "prompt_token_ids", "prompt_new_token_ids", "parent_call_id", "prefix_tokens",
+             "completion_token_ids", "completion_logprobs", "weights_version", "extends_parent")  # _make's arguments
 
 
 def _cursor(store_or_cursor: Any) -> Any:
@@ -445,18 +480,20 @@ def samples_for_run(
         fetched = cur.execute(sql, params).fetchnumpy()
     except duckdb.Error as exc:
         raise StoreError(f"cannot read the calls of run {run_id}: {exc}") from exc
-    cols = {name: _column(values) for name, values in fetched.items()}  # token columns stay numpy arrays
+    cols = {name: _column(values) for name, values in fetched.items()}
+    for name in TOKEN_COLS:  # token text (or older stores' lists) to int32 arrays, a column at a time
+        cols[name] = ids_column(cols[name])
     rollout_ids, seqs, call_ids = cols["rollout_id"], cols["c_seq"], cols["c_call_id"]
     by_rollout: dict[str, list[int]] = {}
     for i, rollout_id in enumerate(rollout_ids):
         by_rollout.setdefault(rollout_id, []).append(i)
-    call_cols = [(c, cols[f"c_{c}"]) for c in CALL_COLS]
+    # a call's values straight from the columns, in _make's order (no dict per row)
+    values = list(zip(*(cols[f"c_{c}"] for c in MAKE_COLS), strict=True))
     samples: list[Sample] = []
     for rollout_id in sorted(by_rollout):
         group = sorted(by_rollout[rollout_id], key=lambda i: -1 if seqs[i] is None else seqs[i])
         rollout = {c: cols[c][group[0]] for c in ROLLOUT_COLS}
-        calls = [{c: values[i] for c, values in call_cols} for i in group if call_ids[i] is not None]
-        samples += build_samples(rollout, calls, arrays=True)
+        samples += _samples(rollout, lambda group=group: [_make(*values[i]) for i in group if call_ids[i] is not None], True)
     if log.isEnabledFor(logging.INFO):  # diagnostics sums every loss mask
         log.info("run %s: %s", run_id, diagnostics(samples).as_dict())
     return samples
