@@ -11,15 +11,19 @@ fast samples are built from it on busy cores.
    the history's answer i, a sentence and a shell tool call, through the token path) on loopback, stopped
    cleanly (SIGINT). Reported: the bodies
    sent, the distinct content (the final body + the recorded answers), the store file, and the ratio (floor
-   <= 2x on Claude Code, Codex, Gemini CLI and OpenClaw). Every body is read back and compared byte for byte.
+   <= 2x on Claude Code, Codex, Gemini CLI and OpenClaw), and where the file's bytes are (`components`: token
+   ids, bodies, DuckDB's catalog, indexes, the small tables' blocks, free blocks; `token_bytes`: the token ids'
+   bytes each as stored, and as schema 5's INTEGER[] columns in copies with 32 KB and 16 KB blocks). Every body
+   is read back and compared byte for byte.
 2. rebuild: one call's body read back (the last call of the longest Claude Code history: Python's `request_of`
    and SQL's `full_request`), and every body of a 10k-call store (`--rebuild-rollouts` x `--rebuild-calls` of
    one harness, written through `Store.record_call`): `SELECT request FROM calls` on the same calls stored whole
    (schema 4's layout, `Store(body_deltas=False)`) against `call_requests` (SQL) and `select_calls` (Python).
 3. samples: `samples_for_run` on synthetic rollouts (a `--system`-token system prompt, every call extending
    the last, compact prompts as the recorder stores them), idle and while two busy-loop processes this script
-   starts keep both cores busy, against the implementation before this change (`benchmarks/baselines/
-   samples_before.py`) in the same run. Floor: >= 10,000 calls/s with both cores busy.
+   starts keep both cores busy, against the implementation before (`benchmarks/baselines/samples_before.py`,
+   reading a copy of the store with schema 5's INTEGER[] token columns) in the same run. Floor: >= 10,000
+   calls/s with both cores busy.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ if str(REPO) not in sys.path:
 
 from benchmarks.baselines import samples_before  # noqa: E402
 from core.store.bodies import request_of, select_calls  # noqa: E402
+from core.store.schema import TOKEN_COLUMNS  # noqa: E402
+from core.store.tokens import token_ids_sql  # noqa: E402
 from core.store.writer import Store  # noqa: E402
 from core.train.samples import samples_for_run  # noqa: E402
 from tests.harness_histories import History, bodies  # noqa: E402
@@ -113,6 +119,68 @@ def through_proxy(harness: str, calls: int, tmp: Path) -> dict[str, Any]:
     size = store.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     return {"harness": harness, "calls": calls, "sent": sum(map(len, sent)), "final": len(sent[-1]), "answers": answers,
             "store": size, "forms": forms, "path": store, "bodies_kept": kept}
+
+
+def components(path: Path) -> dict[str, int]:
+    """Bytes of a store file by what holds them: DuckDB's header and catalog (metadata blocks), index blocks, free
+    blocks, the small tables (a block each), and the calls table's token ids, bodies and other columns (a block's
+    unused tail is charged to its last segment)."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        _, _, block, total, _, free, *_ = con.execute("PRAGMA database_size").fetchone()
+        metadata = {b for (b,) in con.execute("SELECT block_id FROM pragma_metadata_info()").fetchall()}
+        segments: dict[int, list[tuple[int, str]]] = {}
+        extra: list[tuple[int, str]] = []
+        for (table,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+            sql = f"SELECT column_name, block_id, block_offset, additional_block_ids FROM pragma_storage_info('{table}') WHERE persistent AND block_id >= 0"
+            for column, block_id, offset, more in con.execute(sql).fetchall():
+                part = _part(table, column)
+                segments.setdefault(block_id, []).append((offset, part))
+                extra += [(b, part) for b in more or []]
+    finally:
+        con.close()
+    out = dict.fromkeys(("token ids", "bodies", "other calls columns", "small tables", "catalog", "indexes", "free"), 0)
+    out["catalog"] = 3 * 4096 + len(metadata) * block  # the file's headers, then the metadata blocks
+    for segs in segments.values():
+        segs.sort()
+        for (offset, part), nxt in zip(segs, [*segs[1:], (block, "")], strict=True):
+            out[part] += nxt[0] - offset
+    for _, part in extra:
+        out[part] += block
+    out["free"] = free * block
+    out["indexes"] = (total - len(metadata) - len(segments) - len(extra) - free) * block
+    return out
+
+
+def token_bytes(path: Path, tmp: Path) -> dict[str, float]:
+    """The calls' token ids: how many, and their bytes on disk as stored (token text, zstd) and as schema 5's
+    INTEGER[] columns (the same rows copied into files with 32 KB and 16 KB blocks)."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        cols = sorted(TOKEN_COLUMNS["calls"])
+        (n,) = con.execute("SELECT " + " + ".join(f"coalesce(sum(len({c})), 0)" for c in cols) + " FROM calls").fetchone()
+    finally:
+        con.close()
+    out = {"ids": n, "text": components(path)["token ids"] / max(n, 1)}
+    for block in (32768, 16384):
+        copy = tmp / f"lists-{block}.duckdb"
+        copy.unlink(missing_ok=True)
+        con = duckdb.connect(str(copy), config={"default_block_size": str(block)})
+        try:
+            con.execute(f"ATTACH '{path}' AS src (READ_ONLY)")
+            con.execute("CREATE TABLE calls AS SELECT " + ", ".join(f"{token_ids_sql(c)} AS {c}" for c in cols) + " FROM src.calls")
+        finally:
+            con.close()
+        out[f"lists_{block // 1024}k"] = components(copy)["token ids"] / max(n, 1)
+    return out
+
+
+def _part(table: str, column: str) -> str:
+    if table != "calls":
+        return "small tables"
+    if column.endswith("token_ids"):
+        return "token ids"
+    return "bodies" if column in ("request", "request_new", "response") else "other calls columns"
 
 
 def empty_store_bytes(tmp: Path) -> int:
@@ -208,6 +276,19 @@ def _spin() -> None:
         pass
 
 
+def old_layout(path: Path, into: Path) -> None:
+    """A copy of a store's `rollouts` and `calls` with the token columns as INTEGER[] lists (schema 5's layout, what
+    the code before this change reads)."""
+    con = duckdb.connect(str(into))
+    try:
+        con.execute(f"ATTACH '{path}' AS src (READ_ONLY)")
+        lists = ", ".join(f"{token_ids_sql(c)} AS {c}" for c in TOKEN_COLUMNS["calls"])
+        con.execute("CREATE TABLE rollouts AS SELECT * FROM src.rollouts")
+        con.execute(f"CREATE TABLE calls AS SELECT * REPLACE ({lists}) FROM src.calls")
+    finally:
+        con.close()
+
+
 def samples(tmp: Path, rollouts: int, calls: int, system_tokens: int) -> dict[str, float]:
     rng = random.Random(0)
     system = [rng.randrange(5, 50_000) for _ in range(system_tokens)]
@@ -218,26 +299,30 @@ def samples(tmp: Path, rollouts: int, calls: int, system_tokens: int) -> dict[st
             store.upsert_rollout({"rollout_id": f"r{i:03d}", "run_id": "bench", "task_id": "t", "step": 0, "status": "done", "reward": 1.0, "attempt": 0})
             for row in synthetic(rng, f"r{i:03d}", calls, system):
                 store.record_call(row)
-        store.flush()
-        cur = store.cursor()
-        new, old = samples_for_run(cur, "bench"), samples_before.samples_for_run(cur, "bench")
+    old_layout(path, tmp / "samples-lists.duckdb")
+    cur, before = duckdb.connect(str(path), read_only=True), duckdb.connect(str(tmp / "samples-lists.duckdb"), read_only=True)
+    try:
+        new, old = samples_for_run(cur, "bench"), samples_before.samples_for_run(before, "bench")
         if [(s.sample_id, np.asarray(s.token_ids).tolist(), np.asarray(s.loss_mask).tolist()) for s in new] != [
             (s.sample_id, s.token_ids, s.loss_mask) for s in old
         ]:
             raise RuntimeError("samples_for_run builds other samples than before")
         n = rollouts * calls
-        out = {"idle_new": n / timed(lambda: samples_for_run(cur, "bench")), "idle_old": n / timed(lambda: samples_before.samples_for_run(cur, "bench"))}
+        out = {"idle_new": n / timed(lambda: samples_for_run(cur, "bench")), "idle_old": n / timed(lambda: samples_before.samples_for_run(before, "bench"))}
         spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(2)]
         for p in spinners:
             p.start()
         try:
             time.sleep(1.0)
             out["busy_new"] = n / timed(lambda: samples_for_run(cur, "bench"), 5)
-            out["busy_old"] = n / timed(lambda: samples_before.samples_for_run(cur, "bench"), 5)
+            out["busy_old"] = n / timed(lambda: samples_before.samples_for_run(before, "bench"), 5)
         finally:
             for p in spinners:
                 p.terminate()
                 p.join()
+    finally:
+        cur.close()
+        before.close()
     return out
 
 
@@ -276,6 +361,10 @@ def main() -> int:
                     growth, text = (r["store"] - empty) / distinct, (r["bodies_kept"] + r["answers"]) / distinct
                     print(f"{harness:15s} {calls:5d} {r['sent'] / 1e6:7.2f}MB {r['final'] / 1e3:6.1f}KB {r['answers'] / 1e3:6.1f}KB "
                           f"{distinct / 1e3:7.1f}KB {r['store'] / 1e3:6.0f}KB {ratio:5.2f}x {growth:5.2f}x {text:5.2f}x  {forms}{'' if floor else ' (no floor)'}")
+                    parts, tok = components(r["path"]), token_bytes(r["path"], tmp)
+                    print(" " * 16 + "in the file: " + ", ".join(f"{k} {v / 1e3:.0f} KB" for k, v in parts.items()))
+                    print(" " * 16 + f"token ids: {tok['ids']:,}, {tok['text']:.2f} B each as token text; as INTEGER[] (schema 5) "
+                          f"{tok['lists_32k']:.2f} B with 32 KB blocks, {tok['lists_16k']:.2f} B with 16 KB blocks")
                     if harness == "claude-code" and calls == max(args.calls):
                         longest = r["path"]
         if "rebuild" in args.only:
