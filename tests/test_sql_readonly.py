@@ -279,6 +279,16 @@ def test_a_query_too_costly_for_the_writer_is_refused_before_it_runs_there(popul
     assert live_post(url, populated.query_token, {"sql": "SELECT count(*) FROM calls"}).json()["rows"] == [[1]]
 
 
+def test_a_query_naming_a_behaviour_view_is_rehearsed_on_it(populated: Store) -> None:
+    """The behaviour views are not stored in the file (TEMP views of each query since schema 6), yet the rehearsal
+    plans a query over them for real: without them there it failed to bind and so bounded nothing."""
+    url = populated.serve_queries()
+    assert populated._live.planner.check("SELECT harness, turns FROM rollout_behaviour") is None
+    assert populated._live.planner.check("SELECT token_ids(completion_token_ids) FROM calls") is None
+    resp = live_post(url, populated.query_token, {"sql": "SELECT count(*) FROM rollout_behaviour"})
+    assert resp.status_code == 200, resp.text
+
+
 def test_the_writers_database_is_bounded_and_answers_are_cut_at_their_size(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "big.duckdb")
     try:

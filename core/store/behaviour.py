@@ -137,7 +137,7 @@ FROM classed""",
         "One row per tool result the harness sent back (found in later requests, first sighting kept): "
         "`rollout_id`, `tool_id`, `seq` (the call whose request first carried it), `result` (text), `failed` "
         "(the protocol flags an error, or the text shows a non-zero exit code, a traceback, or starts with "
-        "`error`/`exception`: `core/analytics/views.py` ERROR_RE).",
+        "`error`/`exception`: `core/store/behaviour.py` ERROR_RE).",
         f"""WITH raw AS (
     SELECT rollout_id, seq, api, CASE api
         WHEN 'chat' THEN json_extract(request, '$.messages[*]')

@@ -55,7 +55,7 @@ from core.store.query import (
     lock_down,
     sidecar_path,
 )
-from core.store.schema import SCHEMA_SQL, VIEWS_SQL
+from core.store.schema import BEHAVIOUR_VIEWS, SCHEMA_SQL, VIEWS_SQL
 
 if TYPE_CHECKING:
     from core.store.writer import Store
@@ -287,7 +287,10 @@ class LiveServer:
         self.token = store.query_token
         self.max_rows = max_rows
         limit_database(store, DATABASE_LIMITS if database_limits is None else database_limits)
-        self.planner = Planner(SCHEMA_SQL + "\n" + VIEWS_SQL, READER_SETTINGS, **({"deadline_s": plan_deadline_s} if plan_deadline_s else {}))
+        # the rehearsal's empty store holds the behaviour views too (the writer's queries get them as TEMP views), so a
+        # query naming them is planned there as it will be here
+        rehearsal_ddl = "\n".join([SCHEMA_SQL, VIEWS_SQL, *(ddl for _, _, ddl in BEHAVIOUR_VIEWS)])
+        self.planner = Planner(rehearsal_ddl, READER_SETTINGS, **({"deadline_s": plan_deadline_s} if plan_deadline_s else {}))
         self.runner = QueryRunner(store, self.planner, timeout_s, max_answer_bytes)
         hardening = Hardening(request_timeout_s=REQUEST_TIMEOUT_S, max_connections=MAX_CONNECTIONS, bad_request=lambda message: orjson.dumps({"error": message}))
         self._server = BackgroundServer(LiveApp(store, self.runner, max_rows), host, port, hardening, name="store-live")
