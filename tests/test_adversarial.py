@@ -413,7 +413,8 @@ def cte_bomb(levels: int) -> str:
 def live_probes() -> list[Probe]:
     queries = {
         "union-all-30000": ("SELECT 1" + " UNION ALL SELECT 1" * 30_000, (413,)),
-        "union-all-3000": ("SELECT 1" + " UNION ALL SELECT 1" * 3000, (400,)),
+        # plans in about the 2 s rehearsal deadline: refused, or (a fast moment) answered; never the writer's downfall
+        "union-all-3000": ("SELECT 1" + " UNION ALL SELECT 1" * 3000, (200, 400)),
         "cte-bomb-18": (cte_bomb(18), (400,)),
         "value-bomb": ("SELECT repeat('x', 8000000) FROM range(2048)", (400,)),
         "list-bomb": ("SELECT list(range) FROM range(1000000000)", (400,)),

@@ -272,7 +272,8 @@ def test_a_query_too_costly_for_the_writer_is_refused_before_it_runs_there(popul
     Without the child these ran in this process: planning 3,000 terms took seconds, 16 CTEs minutes and
     gigabytes, the value bomb an 8 GB vector. (Run under a memory cap in tests/test_adversarial_proxy.py.)
     """
-    url = populated.serve_queries()
+    # a planning deadline well under the 3,000 terms' 2-3 s: at the default 2 s a fast moment let it through by chance
+    url = populated.serve_queries(plan_deadline_s=0.5)
     resp = live_post(url, populated.query_token, {"sql": sql})
     assert resp.status_code == 400, resp.text
     assert "was not run on the store" in resp.json()["error"]
