@@ -9,9 +9,15 @@ from core.errors import ModelError
 from core.models.loading import load_tokenizer, model_class
 from core.models.smollm import SMOLLM2_NAME, ensure_smollm2
 from core.models.tiny import ensure_tiny_model
+from core.models.tiny_think import ensure_tiny_think_model
 from core.models.tiny_vl import ensure_tiny_vl_model
 
-BUILTIN_MODELS = {"tiny": ensure_tiny_model, "tiny-vl": ensure_tiny_vl_model, SMOLLM2_NAME: ensure_smollm2}
+BUILTIN_MODELS = {
+    "tiny": ensure_tiny_model,
+    "tiny-think": ensure_tiny_think_model,
+    "tiny-vl": ensure_tiny_vl_model,
+    SMOLLM2_NAME: ensure_smollm2,
+}
 
 
 def _offline() -> bool:
@@ -22,7 +28,7 @@ def _offline() -> bool:
 
 
 def resolve_model(name: str) -> Path | str:
-    """ "tiny" / "smollm2-135m" → a local folder built on first use; a local folder → itself;
+    """ "tiny" / "tiny-think" / "smollm2-135m" → a local folder built on first use; a local folder → itself;
     anything else → the hub id unchanged (loading it needs network and no HF_HUB_OFFLINE)."""
     if name in BUILTIN_MODELS:
         return BUILTIN_MODELS[name]()

@@ -200,7 +200,8 @@ def _build_tokenizer(rng: random.Random):
     return fast
 
 
-def _build_model(tokenizer):
+def build_model(tokenizer):
+    """A seeded random Qwen2 sized for `tokenizer` (its vocabulary, its eos and pad tokens)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -231,7 +232,7 @@ def build_tiny_model(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with quiet_third_party():  # "Writing model shards" and friends: the caller shows its own progress
         tokenizer = _build_tokenizer(random.Random(SEED))
-        model = _build_model(tokenizer)
+        model = build_model(tokenizer)
         tokenizer.save_pretrained(dest)
         model.save_pretrained(dest, safe_serialization=True)
     (dest / _DONE_MARKER).write_text(TINY_NAME + "\n")
