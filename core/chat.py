@@ -151,6 +151,7 @@ class Completion:
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: FinishReason = "stop"
+    reasoning: str = ""  # a thinking model's reasoning, split off the sampled text (its tokens stay in completion_token_ids)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_token_ids: list[int] | None = None
@@ -169,10 +170,17 @@ class TextDelta:
 
 
 @dataclass
+class ReasoningDelta:
+    """A piece of the answer's reasoning, streamed as it is sampled (before any answer text)."""
+
+    text: str
+
+
+@dataclass
 class Finished:
     """The end of a stream: the whole completion (tool calls are rendered from it)."""
 
     completion: Completion
 
 
-StreamEvent = TextDelta | Finished
+StreamEvent = TextDelta | ReasoningDelta | Finished

@@ -7,13 +7,15 @@ and streamed as tokens, so templating, splicing and tool-call parsing run as wit
 Script (JSON or TOML)::
 
     {"turns": [{"text": "..."},
+               {"think": "...", "tool": "shell", "command": "ls"},
                {"tool": "shell", "command": "echo hi > hello.txt"},
                {"tool": "write_file", "path": "a.txt", "content": "x"},
                {"tool_call": {"name": "...", "arguments": {...}}},
                {"text": "...", "tool_call": {...}}],
      "loop": false}
 
-or a plain list of turns. Turn i answers a session's i-th call; past the end the last
+or a plain list of turns. A turn's `think` is sampled first as ``<think>\\n...\\n</think>\\n\\n`` (a thinking
+model's reasoning, Qwen3 style). Turn i answers a session's i-th call; past the end the last
 text-only turn is repeated (or "done"), unless ``loop`` is true.
 
 A teacher for many tasks gives each task its own turns, picked by a text its user message contains
@@ -98,9 +100,9 @@ def load_script(path: Path) -> tuple[list[dict[str, Any]], bool]:
 
 def _check_turns(path: Path, turns: list[Any], where: str = "") -> None:
     for i, turn in enumerate(turns):
-        if not isinstance(turn, dict) or not ({"text", "tool", "tool_call", "tool_calls"} & turn.keys()):
+        if not isinstance(turn, dict) or not ({"text", "think", "tool", "tool_call", "tool_calls"} & turn.keys()):
             raise ConfigError(
-                f"script {path}{where}, turn {i}: expected an object with text, tool or tool_call, got {turn!r}"
+                f"script {path}{where}, turn {i}: expected an object with text, think, tool or tool_call, got {turn!r}"
             )
 
 
@@ -252,15 +254,16 @@ def resolve_turn(turn: dict[str, Any], tools: list[dict[str, Any]]) -> tuple[str
     return text, calls
 
 
-def render_turn(text: str, calls: list[dict[str, Any]]) -> str:
-    """The hermes-format assistant text for one turn (without the eos token)."""
+def render_turn(text: str, calls: list[dict[str, Any]], think: str | None = None) -> str:
+    """The hermes-format assistant text for one turn (without the eos token), its reasoning first when it has some."""
     blocks = [
         "<tool_call>\n"
         + json.dumps({"name": c["name"], "arguments": c["arguments"]}, ensure_ascii=False)
         + "\n</tool_call>"
         for c in calls
     ]
-    return "\n".join(([text] if text else []) + blocks)
+    answer = "\n".join(([text] if text else []) + blocks)
+    return answer if think is None else f"<think>\n{think}\n</think>\n\n{answer}"
 
 
 class ScriptedBackend:
@@ -315,7 +318,8 @@ class ScriptedBackend:
 
     def completion_ids(self, turn: dict[str, Any], tools: list[dict[str, Any]]) -> list[int]:
         text, calls = resolve_turn(turn, tools)
-        ids = self.tokenizer(render_turn(text, calls), add_special_tokens=False)["input_ids"]
+        think = turn.get("think")
+        ids = self.tokenizer(render_turn(text, calls, None if think is None else str(think)), add_special_tokens=False)["input_ids"]
         return list(ids) + [int(self.tokenizer.eos_token_id)]
 
     async def generate(

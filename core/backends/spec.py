@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from core.backends.kinds import BACKENDS, BackendKind, backend_kind
 from core.errors import ConfigError
 from core.secrets import REDACTED, key_from_env, redact_text
+from core.tokens.reasoning import check_reasoning_name
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class PolicySpec:
         self.timeout_s  # noqa: B018 - parses the option
         for key in ("vision", "token_ids"):
             self.flag(key)
+        check_reasoning_name(self.options.get("reasoning"))
         if "max_tokens" in self.options and not self.options["max_tokens"].isdigit():
             raise ConfigError(f"max_tokens={self.options['max_tokens']!r} in the backend spec must be a whole number")
 

@@ -5,6 +5,8 @@ Our own translator, not LiteLLM's: importing LiteLLM costs seconds and ~200 MB, 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 from typing import Any
 
@@ -169,6 +171,12 @@ def _tool_choice(choice: Any) -> Any:
     return {"auto": "auto", "any": "required", "none": "none"}.get(kind, choice)
 
 
+def thinking_signature(thinking: str) -> str:
+    """A thinking block's `signature`: clients send it back with the block; here it only names the text
+    (the proxy reads no reasoning from a history: the sampled ids hold it)."""
+    return base64.b64encode(hashlib.sha256(thinking.encode("utf-8", "surrogatepass")).digest()).decode()
+
+
 def _stop_reason(completion: Completion) -> str:
     if completion.tool_calls:
         return "tool_use"
@@ -196,57 +204,70 @@ def _message_shell(request: ChatRequest, response_id: str) -> dict[str, Any]:
 
 
 class _MessagesStream:
-    """Messages SSE: message_start, content blocks, message_delta, message_stop."""
+    """Messages SSE: message_start, content blocks (thinking, text, tool_use), message_delta, message_stop."""
 
     def __init__(self, request: ChatRequest, response_id: str) -> None:
         self.request = request
         self.id = response_id
         self.streamed = ""
-        self.text_open = False
+        self.thought = ""
+        self.index = 0  # the open block's index, or the next block's when none is open
+        self.open: str | None = None  # "thinking" or "text"
 
     def start(self) -> bytes:
         return event_frame(
             "message_start", {"type": "message_start", "message": _message_shell(self.request, self.id)}
         ) + event_frame("ping", {"type": "ping"})
 
+    def _block(self, kind: str) -> bytes:
+        """Close the open block and start one of `kind`."""
+        head = self._close()
+        self.open = kind
+        block = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": "text", "text": ""}
+        return head + event_frame(
+            "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block}
+        )
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return event_frame("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def _close(self) -> bytes:
+        """Stop the open block (a thinking block gets its signature first)."""
+        if self.open is None:
+            return b""
+        head = self._delta({"type": "signature_delta", "signature": thinking_signature(self.thought)}) if self.open == "thinking" else b""
+        frame = event_frame("content_block_stop", {"type": "content_block_stop", "index": self.index})
+        self.open, self.index = None, self.index + 1
+        return head + frame
+
+    def reasoning(self, delta: str) -> bytes:
+        if not delta:
+            return b""
+        head = b"" if self.open == "thinking" else self._block("thinking")
+        self.thought += delta
+        return head + self._delta({"type": "thinking_delta", "thinking": delta})
+
     def text(self, delta: str) -> bytes:
         if not delta:
             return b""
-        head = b""
-        if not self.text_open:
-            self.text_open = True
-            head = event_frame(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-            )
+        head = b"" if self.open == "text" else self._block("text")
         self.streamed += delta
-        return head + event_frame(
-            "content_block_delta",
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta}},
-        )
+        return head + self._delta({"type": "text_delta", "text": delta})
 
     def finish(self, completion: Completion) -> bytes:
-        frames = [self.text(text_remainder(self.streamed, completion.text))]
-        index = 0
-        if self.text_open:
-            frames.append(event_frame("content_block_stop", {"type": "content_block_stop", "index": 0}))
-            index = 1
+        frames = [self.reasoning(text_remainder(self.thought, completion.reasoning)), self.text(text_remainder(self.streamed, completion.text)), self._close()]
         for tc in completion.tool_calls:
             block = {"type": "tool_use", "id": tc.id, "name": tc.name, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": args_json(tc.arguments)}
             frames.append(
                 event_frame(
                     "content_block_start",
-                    {"type": "content_block_start", "index": index, "content_block": block},
+                    {"type": "content_block_start", "index": self.index, "content_block": block},
                 )
             )
-            frames.append(
-                event_frame(
-                    "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
-                )
-            )
-            frames.append(event_frame("content_block_stop", {"type": "content_block_stop", "index": index}))
-            index += 1
+            frames.append(self._delta(delta))
+            frames.append(event_frame("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+            self.index += 1
         usage = {"input_tokens": completion.prompt_tokens, "output_tokens": completion.completion_tokens}
         frames.append(
             event_frame(
@@ -301,6 +322,8 @@ class AnthropicMessages:
         self, request: ChatRequest, completion: Completion, response_id: str
     ) -> dict[str, Any]:
         msg = _message_shell(request, response_id)
+        if completion.reasoning:
+            msg["content"].append({"type": "thinking", "thinking": completion.reasoning, "signature": thinking_signature(completion.reasoning)})
         if completion.text:
             msg["content"].append({"type": "text", "text": completion.text})
         for tc in completion.tool_calls:

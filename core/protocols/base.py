@@ -15,8 +15,12 @@ class StreamRenderer(Protocol):
 
     def text(self, delta: str) -> bytes: ...
 
+    def reasoning(self, delta: str) -> bytes:
+        """A piece of the answer's reasoning, in the protocol's own form (it comes before any text)."""
+        ...
+
     def finish(self, completion: Completion) -> bytes:
-        """Tool calls, finish reason, usage and the closing frames."""
+        """What of the reasoning and text was not streamed yet, tool calls, finish reason, usage and the closing frames."""
         ...
 
     def error(self, kind: str, message: str) -> bytes:

@@ -259,6 +259,7 @@ class _GeminiStream:
         self.request = request
         self.id = response_id
         self.streamed = ""
+        self.thought = ""
 
     def _frame(
         self, parts: list[dict[str, Any]], finish: str | None = None, usage: dict[str, int] | None = None
@@ -282,9 +283,16 @@ class _GeminiStream:
         self.streamed += delta
         return self._frame([{"text": delta}])
 
+    def reasoning(self, delta: str) -> bytes:
+        if not delta:
+            return b""
+        self.thought += delta
+        return self._frame([{"text": delta, "thought": True}])
+
     def finish(self, completion: Completion) -> bytes:
+        thought = text_remainder(self.thought, completion.reasoning)
         rest = text_remainder(self.streamed, completion.text)
-        parts = ([{"text": rest}] if rest else []) + _call_parts(completion)
+        parts = ([{"text": thought, "thought": True}] if thought else []) + ([{"text": rest}] if rest else []) + _call_parts(completion)
         if not parts:
             parts = [{"text": ""}]
         return self._frame(parts, _finish_reason(completion), _usage(completion))
@@ -334,7 +342,8 @@ class Gemini:
     def render_response(
         self, request: ChatRequest, completion: Completion, response_id: str
     ) -> dict[str, Any]:
-        parts = ([{"text": completion.text}] if completion.text else []) + _call_parts(completion)
+        thought = [{"text": completion.reasoning, "thought": True}] if completion.reasoning else []
+        parts = thought + ([{"text": completion.text}] if completion.text else []) + _call_parts(completion)
         return {
             "candidates": [
                 {

@@ -159,6 +159,7 @@ class _ChatStream:
         self.id = response_id
         self.created = now()
         self.streamed = ""
+        self.thought = ""
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         return data_frame(
@@ -180,8 +181,14 @@ class _ChatStream:
         self.streamed += delta
         return self._chunk({"content": delta})
 
+    def reasoning(self, delta: str) -> bytes:
+        if not delta:
+            return b""
+        self.thought += delta
+        return self._chunk({"reasoning_content": delta})
+
     def finish(self, completion: Completion) -> bytes:
-        frames = []
+        frames = [self.reasoning(text_remainder(self.thought, completion.reasoning))]
         rest = text_remainder(self.streamed, completion.text)
         if rest:
             frames.append(self.text(rest))
@@ -256,6 +263,8 @@ class OpenAIChat:
             "content": completion.text if completion.text or not completion.tool_calls else None,
             "refusal": None,
         }
+        if completion.reasoning:
+            message["reasoning_content"] = completion.reasoning
         if completion.tool_calls:
             message["tool_calls"] = [tool_call(tc.id, tc.name, tc.arguments) for tc in completion.tool_calls]
         return {

@@ -172,6 +172,12 @@ def _message_item(msg_id: str, text: str, status: str = "completed") -> dict[str
     }
 
 
+def _reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A `reasoning` output item: the reasoning as raw `reasoning_text` content (no summary, nothing encrypted)."""
+    content = [{"type": "reasoning_text", "text": text}] if status == "completed" else []
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content, "encrypted_content": None}
+
+
 def _text_part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
@@ -242,7 +248,7 @@ def _final_response(
 
 def _output_items(completion: Completion, response_id: str, request: ChatRequest | None = None) -> list[dict[str, Any]]:
     sfx = _suffix(response_id)
-    items = []
+    items = [_reasoning_item(f"rs_{sfx}", completion.reasoning)] if completion.reasoning else []
     if completion.text or not completion.tool_calls:
         items.append(_message_item(f"msg_{sfx}", completion.text))
     for i, tc in enumerate(completion.tool_calls):
@@ -251,7 +257,7 @@ def _output_items(completion: Completion, response_id: str, request: ChatRequest
 
 
 class _ResponsesStream:
-    """Responses SSE: `event: <type>` + `data: <json with sequence_number>` frames."""
+    """Responses SSE: `event: <type>` + `data: <json with sequence_number>` frames; items in order: reasoning, message, calls."""
 
     def __init__(self, request: ChatRequest, response_id: str) -> None:
         self.request = request
@@ -259,8 +265,13 @@ class _ResponsesStream:
         self.created = now()
         self.seq = 0
         self.msg_id = f"msg_{_suffix(response_id)}"
+        self.rs_id = f"rs_{_suffix(response_id)}"
         self.streamed = ""
+        self.thought = ""
         self.message_open = False
+        self.reasoning_open = False
+        self.output: list[dict[str, Any]] = []  # the finished output items
+        self.msg_index = 0
 
     def _ev(self, kind: str, payload: dict[str, Any]) -> bytes:
         data = {"type": kind, "sequence_number": self.seq, **payload}
@@ -273,12 +284,36 @@ class _ResponsesStream:
             "response.in_progress", {"response": base}
         )
 
+    def reasoning(self, delta: str) -> bytes:
+        if not delta:
+            return b""
+        head = b""
+        if not self.reasoning_open:
+            self.reasoning_open = True
+            item = _reasoning_item(self.rs_id, "", "in_progress")
+            head = self._ev("response.output_item.added", {"output_index": len(self.output), "item": item})
+        self.thought += delta
+        ids = {"item_id": self.rs_id, "output_index": len(self.output), "content_index": 0}
+        return head + self._ev("response.reasoning_text.delta", {**ids, "delta": delta})
+
+    def _close_reasoning(self) -> bytes:
+        if not self.reasoning_open:
+            return b""
+        self.reasoning_open = False
+        ids = {"item_id": self.rs_id, "output_index": len(self.output), "content_index": 0}
+        item = _reasoning_item(self.rs_id, self.thought)
+        frames = self._ev("response.reasoning_text.done", {**ids, "text": self.thought})
+        frames += self._ev("response.output_item.done", {"output_index": len(self.output), "item": item})
+        self.output.append(item)
+        return frames
+
     def _open_message(self) -> bytes:
-        self.message_open = True
-        ids = {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
-        return self._ev(
+        head = self._close_reasoning()
+        self.message_open, self.msg_index = True, len(self.output)
+        ids = {"item_id": self.msg_id, "output_index": self.msg_index, "content_index": 0}
+        return head + self._ev(
             "response.output_item.added",
-            {"output_index": 0, "item": _message_item(self.msg_id, "", "in_progress")},
+            {"output_index": self.msg_index, "item": _message_item(self.msg_id, "", "in_progress")},
         ) + self._ev("response.content_part.added", {**ids, "part": _text_part("")})
 
     def text(self, delta: str) -> bytes:
@@ -286,22 +321,23 @@ class _ResponsesStream:
             return b""
         head = b"" if self.message_open else self._open_message()
         self.streamed += delta
-        ids = {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
+        ids = {"item_id": self.msg_id, "output_index": self.msg_index, "content_index": 0}
         return head + self._ev("response.output_text.delta", {**ids, "delta": delta, "logprobs": []})
 
     def finish(self, completion: Completion) -> bytes:
-        frames = [self.text(text_remainder(self.streamed, completion.text))]
-        output: list[dict[str, Any]] = []
+        frames = [self.reasoning(text_remainder(self.thought, completion.reasoning)), self.text(text_remainder(self.streamed, completion.text))]
+        frames.append(self._close_reasoning())
         if not self.message_open and not completion.tool_calls:
             frames.append(self._open_message())
         if self.message_open:
             text = self.streamed
-            ids = {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
+            ids = {"item_id": self.msg_id, "output_index": self.msg_index, "content_index": 0}
             item = _message_item(self.msg_id, text)
             frames.append(self._ev("response.output_text.done", {**ids, "text": text, "logprobs": []}))
             frames.append(self._ev("response.content_part.done", {**ids, "part": _text_part(text)}))
-            frames.append(self._ev("response.output_item.done", {"output_index": 0, "item": item}))
-            output.append(item)
+            frames.append(self._ev("response.output_item.done", {"output_index": self.msg_index, "item": item}))
+            self.output.append(item)
+        output = self.output
         sfx = _suffix(self.id)
         for i, tc in enumerate(completion.tool_calls):
             index = len(output)

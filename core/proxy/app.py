@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote, unquote_to_bytes
 
 import orjson
 
-from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
+from core.chat import ChatRequest, Completion, Finished, ReasoningDelta, StreamEvent, TextDelta
 from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError, status_of
 from core.protocols.base import WireProtocol
 from core.protocols.body import load_json
@@ -292,6 +292,8 @@ class ProxyApp:
                 if isinstance(event, TextDelta):
                     if event.text:
                         await _send_chunk(send, renderer.text(event.text))
+                elif isinstance(event, ReasoningDelta):
+                    await _send_chunk(send, renderer.reasoning(event.text))
                 else:
                     completion = event.completion
                     await _send_chunk(send, renderer.finish(completion))

@@ -11,7 +11,7 @@ from core.proxy.policy import PassthroughPolicy, Policy, TokenPolicy
 
 log = logging.getLogger(__name__)
 
-TINY_MODELS = ("tiny", "tiny-vl")  # random test models: a short default answer keeps tests fast
+TINY_MODELS = ("tiny", "tiny-think", "tiny-vl")  # random test models: a short default answer keeps tests fast
 TINY_MAX_TOKENS = 64
 
 
@@ -35,5 +35,11 @@ def default_max_tokens_for(spec: PolicySpec, configured: int | None = None) -> i
 
 
 def token_policy(backend: TokenBackend, spec: PolicySpec, *, parser: str = "hermes", default_max_tokens: int | None = None, temperature: float | None = None) -> TokenPolicy:
-    """The token policy over a backend built from `spec` (its options pick the parser and the default cap)."""
-    return TokenPolicy(backend, parser=spec.options.get("parser", parser), default_max_tokens=default_max_tokens_for(spec, default_max_tokens), temperature=temperature)
+    """The token policy over a backend built from `spec` (its options pick the tool-call and reasoning parsers and the default cap)."""
+    return TokenPolicy(
+        backend,
+        parser=spec.options.get("parser", parser),
+        default_max_tokens=default_max_tokens_for(spec, default_max_tokens),
+        temperature=temperature,
+        reasoning=spec.options.get("reasoning"),
+    )

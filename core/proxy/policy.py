@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.backends.base import GenerationContext, PassthroughBackend, SamplingParams, TokenBackend
-from core.chat import ChatRequest, Completion, Finished, StreamEvent, TextDelta
+from core.chat import ChatRequest, Completion, Finished, ReasoningDelta, StreamEvent, TextDelta
 from core.errors import ContextLengthError
 from core.proxy.sessions import Session
 from core.tokens.incremental import IncrementalDecoder
 from core.tokens.offload import run_cancellable
+from core.tokens.reasoning import ReasoningStream, reasoning_tags, split_reasoning
 from core.tokens.template import encode, render_chat
 from core.tokens.toolparse import OPEN_TAGS, VisibleTextStream, get_parser
 
@@ -97,15 +98,20 @@ async def ready_policy(policy: Policy | DeferredPolicy) -> Policy:
 
 
 class TokenPolicy:
-    """Renders the prompt with the policy's tokenizer, samples token ids, parses tool calls from the text."""
+    """Renders the prompt with the policy's tokenizer, samples token ids, splits off reasoning and parses tool calls from the text.
 
-    def __init__(self, backend: TokenBackend, parser: str = "hermes", default_max_tokens: int = 1024, temperature: float | None = None) -> None:
+    `reasoning` names the reasoning parser ("qwen3", "none"); by default it is on for a tokenizer whose
+    template renders ``<think>`` blocks (`core.tokens.reasoning.reasoning_tags`).
+    """
+
+    def __init__(self, backend: TokenBackend, parser: str = "hermes", default_max_tokens: int = 1024, temperature: float | None = None, reasoning: str | None = None) -> None:
         self.backend = backend
         self.temperature = temperature  # when set, it wins over the harness's: a trainer recomputes logprobs at it
         self.name = backend.name
         self.tokenizer = backend.tokenizer
         self.parse = get_parser(parser)
         self.open_tag = OPEN_TAGS.get(parser, "<tool_call>")
+        self.think = reasoning_tags(self.tokenizer, reasoning)
         self.default_max_tokens = default_max_tokens
         self.eos_text = self.tokenizer.eos_token or ""
         self.eos_id = self.tokenizer.eos_token_id
@@ -140,6 +146,7 @@ class TokenPolicy:
             stop_token_ids=[self.eos_id] if self.eos_id is not None else [],
         )
         visible = VisibleTextStream(self.open_tag)
+        thinking = ReasoningStream(self.think) if self.think is not None else None
         decoder = IncrementalDecoder(self.tokenizer, skip_ids={self.eos_id} if self.eos_id is not None else None)
         context = GenerationContext(session=session.token, call_seq=session.calls, request=request)
         async for chunk in self.backend.generate(plan.prompt_ids, sampling, context):
@@ -154,16 +161,21 @@ class TokenPolicy:
             if not delta:  # nothing new, or an incomplete UTF-8 sequence waiting for its next byte
                 continue
             trace.partial_text = decoder.text
+            if thinking is not None:
+                thought, delta = thinking.feed(delta)
+                if thought:
+                    yield ReasoningDelta(thought)
             shown = visible.feed(delta)
             if shown:
                 yield TextDelta(shown)
-        text = self._decode(sampled)
+        reasoning, text = self._split(self._decode(sampled))
         parsed = self.parse(text)
         rest = visible.rest(parsed.text)
         if rest:
             yield TextDelta(rest)
         finish = "length" if trace.backend_finish == "length" else "stop"
         answer.text, answer.tool_calls, answer.tool_parse_error = parsed.text, parsed.tool_calls, parsed.error
+        answer.reasoning = reasoning
         answer.finish_reason = "tool_calls" if parsed.tool_calls else finish
         answer.prompt_tokens, answer.completion_tokens = len(plan.prompt_ids), len(sampled)
         answer.truncated_by_proxy = finish == "length" and capped_by_us
@@ -174,6 +186,10 @@ class TokenPolicy:
         if self.temperature is not None:
             return self.temperature
         return 1.0 if request.temperature is None else request.temperature
+
+    def _split(self, text: str) -> tuple[str, str]:
+        """(reasoning, answer text): the reasoning split off when the policy has a reasoning parser."""
+        return split_reasoning(text, self.think) if self.think is not None else ("", text)
 
     def _decode(self, ids: list[int]) -> str:
         if ids and ids[-1] == self.eos_id:
@@ -200,10 +216,11 @@ class PassthroughPolicy:
     async def stream(self, request: ChatRequest, session: Session, call_id: str, trace: CallTrace) -> AsyncIterator[StreamEvent]:
         context = GenerationContext(session=session.token, call_seq=session.calls, request=request)
         async for event in self.backend.complete(request, context):
-            if isinstance(event, TextDelta):
+            if isinstance(event, TextDelta | ReasoningDelta):
                 if trace.first_token_at is None:
                     trace.first_token_at = time.perf_counter()
-                trace.partial_text += event.text
+                if isinstance(event, TextDelta):
+                    trace.partial_text += event.text
             else:
                 trace.answer = event.completion
             yield event
