@@ -6,8 +6,12 @@ new request's history starts with a conversation we answered, the prompt is
 built as *those ids* + the tokens of what came after, so call k+1's prompt
 starts with call k's prompt + completion token for token (no re-tokenization
 of sampled text). Where the harness rewrote history (compaction, subagents,
-stripped thinking, a title call), no turn matches: the call starts a new
-branch and the store says so.
+a title call), no turn matches: the call starts a new branch and the store
+says so. A thinking model's reasoning is part of the sampled ids; a harness
+resends the turn without it (or in a form the protocols drop), so the turn
+still matches, and for a template that renders reasoning only after the last
+user query (Qwen3's) the answered turn's end is found in a render that equals
+the answered one once think blocks are removed (`after_answered`).
 
 What comes after the answered turn is rendered incrementally: the template
 renders a short stand-in of the answered history (a placeholder system turn,
@@ -34,6 +38,7 @@ from typing import Any
 import orjson
 
 from core.chat import image_refs
+from core.tokens.reasoning import ThinkTags, reasoning_tags, strip_reasoning
 from core.tokens.template import encode, render_chat
 
 log = logging.getLogger(__name__)
@@ -98,13 +103,58 @@ def _close(answered_text: str, eos_text: str) -> str:
     return ""
 
 
+_think_tags: weakref.WeakKeyDictionary[Any, tuple[ThinkTags | None]] = weakref.WeakKeyDictionary()
+
+
+def template_think_tags(tokenizer: Any) -> ThinkTags | None:
+    """The think tags this tokenizer's template renders (cached: reading a vocabulary is not free)."""
+    found = _think_tags.get(tokenizer)
+    if found is None:
+        found = _think_tags[tokenizer] = (reasoning_tags(tokenizer, None),)
+    return found[0]
+
+
+def after_answered(answered_text: str, text: str, eos_text: str, think: ThinkTags | None) -> int | None:
+    """Where the text after the answered turn (and its close) starts in `text`, a render that goes on past it.
+
+    Where `answered_text` is a prefix of `text`, right after it. A template that drops reasoning renders the
+    answered turn differently once a turn follows it (Qwen3's writes an empty think block on the last turn
+    only, and no reasoning before the last user query): then the turn ends at the same end-of-turn token
+    of a render that, think blocks removed, equals the answered one. None when neither holds: the template
+    re-renders history otherwise, and the call starts a new branch.
+    """
+    if text.startswith(answered_text):
+        return len(answered_text)
+    end = answered_text.rfind(eos_text) if eos_text and think is not None else -1
+    if end < 0:
+        return None
+    end += len(eos_text)
+    cut = -len(eos_text)
+    for _ in range(answered_text.count(eos_text)):
+        cut = text.find(eos_text, cut + len(eos_text))
+        if cut < 0:
+            return None
+    cut += len(eos_text)
+    close = answered_text[end:]
+    if not text.startswith(close, cut) or strip_reasoning(text[:cut], think) != strip_reasoning(answered_text[:end], think):
+        return None
+    return cut + len(close)
+
+
+def _tail(tokenizer: Any, answered_text: str, text: str) -> tuple[str, str] | None:
+    """(close, new text) of `text` after the answered turn rendered as `answered_text`."""
+    eos_text = tokenizer.eos_token or ""
+    start = after_answered(answered_text, text, eos_text, template_think_tags(tokenizer))
+    if start is None:
+        return None
+    return _close(answered_text, eos_text), text[start:]
+
+
 def tail_full(tokenizer: Any, messages: list[dict[str, Any]], k: int, tools: list[dict[str, Any]]) -> tuple[str, str] | None:
     """(close, new text) after the answered turn `messages[k]`, from full renders; None when not prefix-stable."""
     answered_text = render_chat(tokenizer, messages[: k + 1], tools, add_generation_prompt=False)
     full_text = render_chat(tokenizer, messages, tools, add_generation_prompt=True)
-    if not full_text.startswith(answered_text):
-        return None  # the template re-renders history differently: a new branch
-    return _close(answered_text, tokenizer.eos_token or ""), full_text[len(answered_text) :]
+    return _tail(tokenizer, answered_text, full_text)
 
 
 def stand_in(messages: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
@@ -119,9 +169,7 @@ def tail_incremental(tokenizer: Any, messages: list[dict[str, Any]], k: int, too
     context = stand_in(messages, k)
     context_text = render_chat(tokenizer, context, tools, add_generation_prompt=False)
     text = render_chat(tokenizer, context + messages[k + 1 :], tools, add_generation_prompt=True)
-    if not text.startswith(context_text):
-        return None
-    return _close(context_text, tokenizer.eos_token or ""), text[len(context_text) :]
+    return _tail(tokenizer, context_text, text)
 
 
 def shape(messages: list[dict[str, Any]], k: int, tkey: str) -> tuple:
