@@ -13,6 +13,8 @@ import duckdb
 from core.config import load_config
 from core.eval.summary import RunSummary
 from core.run import execute_run
+from core.train.samples import samples_for_run
+from core.train.types import Sample
 
 HELLO_SCRIPT = [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "I created hello.txt containing hi."}]
 
@@ -22,6 +24,7 @@ class HelloResult:
     summary: RunSummary
     rollout: dict[str, Any]
     calls: list[dict[str, Any]]
+    samples: list[Sample]
 
     @property
     def merged(self) -> bool | None:
@@ -31,8 +34,18 @@ class HelloResult:
     @property
     def first_request(self) -> dict[str, Any]:
         """The harness's first request body, as recorded."""
-        first = self.calls[0]["request"]
-        return json.loads(first) if isinstance(first, str) else first
+        return self.body(0, "request")
+
+    def body(self, i: int, column: str) -> dict[str, Any]:
+        """Call `i`'s recorded request or response body."""
+        value = self.calls[i][column]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def assert_one_sample(self) -> None:
+        """Every call merged into one sample on one branch (each later call extends the one before)."""
+        assert len(self.calls) >= 2 and len(self.samples) == 1, [(c["branch"], c["extends_parent"]) for c in self.calls]
+        assert self.samples[0].n_calls == len(self.calls)
+        assert {c["branch"] for c in self.calls} == {0} and all(c["extends_parent"] for c in self.calls[1:])
 
     def assert_solved(self, api: str) -> None:
         """The scripted run passed, over at least two recorded calls, each in `api` and token-exact."""
@@ -51,12 +64,14 @@ class HelloResult:
             assert call["api"] == api and call["status"] == "ok", call["error"]
 
 
-def run_hello(harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None) -> HelloResult:
-    """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for HELLO_SCRIPT."""
+def run_hello(
+    harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None, tokenizer: str | None = None
+) -> HelloResult:
+    """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for `script` (HELLO_SCRIPT) in `tokenizer`'s tokens."""
     if backend == "scripted":
         path = tmp_path / "hello-script.json"
         path.write_text(json.dumps({"turns": script or HELLO_SCRIPT}))
-        backend = f"scripted:{path}"
+        backend = f"scripted:{path}" + (f"?tokenizer={tokenizer}" if tokenizer else "")
     config = load_config(
         None,
         [
@@ -75,9 +90,13 @@ def run_hello(harness: str, backend: str, tmp_path: Path, *, options: dict | Non
     try:
         cols = [d[0] for d in con.execute("SELECT * FROM rollouts").description]
         rollout = dict(zip(cols, con.execute("SELECT * FROM rollouts").fetchone(), strict=True))
-        cur = con.execute("SELECT seq, api, status, error, len(prompt_token_ids) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, extends_parent, branch, request FROM calls_full ORDER BY seq")
+        cur = con.execute(
+            "SELECT seq, api, status, error, len(prompt_token_ids) AS prompt_tokens, len(completion_token_ids) AS completion_tokens, "
+            "completion_token_ids, extends_parent, branch, request, response FROM calls_full ORDER BY seq"
+        )
         names = [d[0] for d in cur.description]
         calls = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        samples = samples_for_run(con, summary.run_id)
     finally:
         con.close()
-    return HelloResult(summary, rollout, calls)
+    return HelloResult(summary, rollout, calls, samples)

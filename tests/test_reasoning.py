@@ -19,6 +19,7 @@ from core.models.tiny_think import THINK_TOKENS
 from core.tokens.continuation import Continuation, probe_incremental
 from core.tokens.reasoning import QWEN3, ReasoningStream, reasoning_tags, split_reasoning
 from core.train.samples import samples_for_run
+from tests.harness_e2e import run_hello
 
 THINK1 = "The user wants the files listed."
 THINK2 = "The listing shows a.txt."
@@ -303,3 +304,44 @@ def test_the_thinking_template_renders_incrementally_and_equals_the_full_render(
     spliced, full = cont.plan(later, tools), cont.plan_full(later, tools)
     assert spliced.prompt_ids == full.prompt_ids and spliced.extends_parent and spliced.parent_call_id == "call-1"
     assert spliced.prompt_ids[: len(plan.prompt_ids) + len(completion)] == plan.prompt_ids + completion
+
+
+# ----------------------------------------------------------------------------- real harnesses in Docker
+THINK_HELLO = [
+    {"think": "The task wants hello.txt holding hi: one shell command.", "tool": "shell", "command": "echo hi > hello.txt"},
+    {"think": "The command ran; the file is there.", "text": "I created hello.txt containing hi."},
+]
+
+
+def assert_thinking_run(res, api: str, think_tok) -> None:
+    """A scripted thinking run solved the task, its calls merged into one sample with the think tokens in it."""
+    res.assert_solved(api)
+    think_open, think_close = think_tok.convert_tokens_to_ids(THINK_TOKENS)
+    for call in res.calls:
+        assert call["completion_token_ids"][0] == think_open and think_close in call["completion_token_ids"]
+    res.assert_one_sample()
+    (sample,) = res.samples
+    assert sum(sample.loss_mask) == sum(c["completion_tokens"] for c in res.calls)  # every sampled id, reasoning included
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1200)  # a cold image build copies the 235 MB npm tree
+def test_claude_code_with_a_thinking_model_merges_into_one_sample(docker_client, base_image, tmp_path, think_tok) -> None:
+    res = run_hello("claude-code", "scripted", tmp_path, script=THINK_HELLO, tokenizer="tiny-think")
+    answer = res.body(0, "response")
+    assert [b["type"] for b in answer["content"]] == ["thinking", "tool_use"] and answer["content"][0]["thinking"] == THINK_HELLO[0]["think"]
+    assert_thinking_run(res, "messages", think_tok)
+    resent = [b["type"] for m in res.body(1, "request")["messages"] if m["role"] == "assistant" for b in m["content"]]
+    print(f"claude-code thinking: {len(res.calls)} calls in one sample; the second request resends the answer as {resent}")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1200)  # a cold image build copies the 424 MB npm tree
+def test_codex_with_a_thinking_model_merges_into_one_sample(docker_client, base_image, tmp_path, think_tok) -> None:
+    res = run_hello("codex", "scripted", tmp_path, script=THINK_HELLO, tokenizer="tiny-think")
+    answer = res.body(0, "response")
+    assert [i["type"] for i in answer["output"]] == ["reasoning", "function_call"]
+    assert answer["output"][0]["content"] == [{"type": "reasoning_text", "text": THINK_HELLO[0]["think"]}]
+    assert_thinking_run(res, "responses", think_tok)
+    resent = [i.get("type", "message") for i in res.body(1, "request")["input"]]
+    print(f"codex thinking: {len(res.calls)} calls in one sample; the second request's input items: {resent}")
