@@ -9,7 +9,7 @@ reads that object instead of the string.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -141,7 +141,7 @@ class PolicySpec:
     def with_target(self, target: str) -> PolicySpec:
         """The same spec with another target (a relative script path made absolute, say)."""
         query = "&".join(f"{k}={v}" for k, v in self.options.items())
-        return PolicySpec.parse(f"{self.kind}:{target}" + (f"?{query}" if query else ""))
+        return replace(self, target=target, raw=f"{self.kind}:{target}" + (f"?{query}" if query else ""))  # options already checked
 
 
 def spec_or_none(spec: Any) -> PolicySpec | None:
