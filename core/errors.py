@@ -47,12 +47,24 @@ class ConfigError(ForgetuiError):
     """A config file, a `--set` override or a CLI argument is wrong."""
 
 
+class InvalidConfigError(ConfigError):
+    """The run config does not validate; `problems` holds each (dotted key, message) pydantic reported."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
 class NoSuchVersionError(ConfigError):
     """A package version an install recipe asks for is not on its registry (npm, PyPI)."""
 
 
 class StoreError(ForgetuiError):
     """The DuckDB store cannot be opened, written or queried."""
+
+
+class StoreBusyError(StoreError):
+    """A writer process holds the store and serves no live query endpoint now (starting or ending): try again shortly."""
 
 
 class ModelError(ForgetuiError):

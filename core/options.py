@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from core.errors import ConfigError
+from core.errors import ConfigError, InvalidConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,12 +25,12 @@ class AdapterOptions(BaseModel):
 
 
 def validated(model: type[M], data: Mapping[str, Any], where: str = "") -> M:
-    """`data` validated as `model`; ConfigError naming each problem's key (`where` prefixes them: "policy.")."""
+    """`data` validated as `model`; InvalidConfigError naming each problem's key (`where` prefixes them: "policy.")."""
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:
-        problems = "; ".join(f"{where}{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
-        raise ConfigError(f"invalid config: {problems}") from None
+        problems = [(where + ".".join(str(p) for p in err["loc"]), err["msg"]) for err in exc.errors()]
+        raise InvalidConfigError("invalid config: " + "; ".join(f"{loc}: {msg}" for loc, msg in problems), problems) from None
 
 
 def reject_unknown(kind: str, name: str, accepted: Collection[str], given: Collection[str]) -> None:

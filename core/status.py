@@ -25,6 +25,7 @@ TERMINAL = frozenset({Status.DONE, Status.FAILED, Status.TIMEOUT, Status.INFRA_E
 TERMINAL_VALUES = frozenset(str(s) for s in TERMINAL)  # as the store holds them
 VERIFIED = (Status.DONE, Status.FAILED)  # the verifier scored the workspace: `passed` means what it says
 SCORED = (*VERIFIED, Status.TIMEOUT)  # counted in scores and behaviour (a timeout scores 0; infra errors are no score)
+IN_SANDBOX = (Status.STARTING, Status.RUNNING, Status.VERIFYING)  # a sandbox is working on it now
 
 
 def sql_list(statuses: tuple[Status, ...] | frozenset[Status]) -> str:

@@ -18,7 +18,7 @@ import duckdb
 import orjson
 
 from core import paths
-from core.errors import StoreError
+from core.errors import StoreBusyError, StoreError
 from core.store.behaviour import create_temp_views
 from core.store.tokens import TOKEN_IDS_MACRO
 
@@ -277,7 +277,7 @@ def run_query(
         con = duckdb.connect(str(store_path), read_only=True, config=dict(READER_SETTINGS))
     except duckdb.Error as exc:
         if "lock" in str(exc).lower():
-            raise StoreError(
+            raise StoreBusyError(
                 f"store {store_path} is open in a writer process that serves no live query endpoint "
                 f"(no live {sidecar_path(store_path).name}); query it after that process ends, "
                 f"or start it with live queries on ({exc})"
@@ -416,7 +416,7 @@ def _held_error(path: Path, exc: duckdb.Error, silent_url: str | None = None) ->
     else:
         why = (f"that serves no live query endpoint (no live {side.name} beside it); "
                f"read it after that writer ends, or start the writer with live queries on")
-    return StoreError(f"store {path} is held by a running writer process {why} ({exc})")
+    return StoreBusyError(f"store {path} is held by a running writer process {why} ({exc})")
 
 
 def _open_store(con: duckdb.DuckDBPyConnection, path: Path, alias: str, *, lock_wait_s: float, timeout: float) -> LiveShard | None:
