@@ -115,10 +115,10 @@ async def baseline(seconds: float = 5.0) -> float:
 
 
 async def drive(home: Path, rollouts: int) -> dict[str, float]:
-    from forgetui.tui import run_data
     from forgetui.tui.app import ForgetuiApp
     from forgetui.tui.screens.rollout_screen import RolloutScreen
     from forgetui.tui.screens.run_screen import RunScreen
+    from forgetui.tui.source import RunSource
     from forgetui.tui.widgets.rollout_lines import RolloutLines
     from forgetui.tui.widgets.runs_table import RunsTable
     from forgetui.tui.widgets.token_view import TokenView
@@ -131,12 +131,13 @@ async def drive(home: Path, rollouts: int) -> dict[str, float]:
         meter.start()
         out["first_paint_s"] = time.perf_counter() - started
         meter.phase = "runs list"
-        await until(pilot, lambda: app.query_one(RunsTable).row_count == 1, "the runs list")
+        await until(pilot, lambda: app.home_screen.query(RunsTable) and app.home_screen.query_one(RunsTable).row_count == 1,
+                    "the runs list")
         out["runs_listed_s"] = time.perf_counter() - started
 
         meter.phase = "open run"
         t = time.perf_counter()
-        await app.push_screen(RunScreen(run_data.RunSource(home / "runs" / "big-run"), refresh_s=3600))
+        await app.push_screen(RunScreen(RunSource(home / "runs" / "big-run"), refresh_s=3600))
         lines = app.screen.query_one(RolloutLines)
         await until(pilot, lambda: lines.total == rollouts + 1, "the run's rollouts")
         await pilot.pause()
@@ -152,7 +153,7 @@ async def drive(home: Path, rollouts: int) -> dict[str, float]:
 
         meter.phase = "open largest rollout"
         t = time.perf_counter()
-        await app.push_screen(RolloutScreen(run_data.RunSource(home / "runs" / "big-run"), "big-run/largest-0/0"))
+        await app.push_screen(RolloutScreen(RunSource(home / "runs" / "big-run"), "big-run/largest-0/0"))
         view = app.screen.query_one(TokenView)
         await until(pilot, lambda: view.sample is not None, "the largest rollout")
         await pilot.pause()

@@ -1,24 +1,29 @@
-"""The Textual TUI on a real store: stores list, calls table, inspector, SQL console; plus its data layer."""
+"""The Textual TUI on real stores: the Runs list, the Calls tab following the run in focus, the inspector, the SQL
+console; plus its data layer (`forgetui.tui.source`)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from textual.widgets import DataTable, Static
 from textual.worker import WorkerCancelled, WorkerFailed
 
+from core.errors import StoreError
 from core.store.writer import Store
-from forgetui.tui import data
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.conversation import request_turns, response_turns
+from forgetui.tui.rows import rollout_label
+from forgetui.tui.source import RunCatalog, RunSource
 from forgetui.tui.widgets.call_inspector import CallInspector, prob_colour
 from forgetui.tui.widgets.calls_table import CallsTable
+from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
-from forgetui.tui.widgets.store_list import StoreList
 from tests.conftest import HARNESS_REQUESTS  # noqa: E402
 
 FIXTURES = HARNESS_REQUESTS
@@ -79,6 +84,7 @@ def text_of(widget: Static) -> str:
     return getattr(content, "plain", None) or str(content)
 
 
+
 async def settle(app: ForgetuiApp, pilot, cond, tries: int = 300, show=lambda: "") -> None:
     """Let workers finish and messages land until `cond()` holds."""
     for _ in range(tries):
@@ -96,33 +102,38 @@ def table_rows(table: DataTable) -> list[list[str]]:
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
+def lines(table) -> list[list[str]]:  # noqa: ANN001 - a LineTable
+    return [table.row_cells(i) for i in range(table.row_count)]
+
+
 # ---------------------------------------------------------------------- data layer (no textual)
-def test_find_and_summarize_stores(home: Path) -> None:
-    stores = data.StoreCatalog().list()
-    assert [(s.kind, s.name) for s in stores] == [("run", "run-b"), ("proxy", "proxy-1")]
-    run_b = stores[0]
-    assert (run_b.n_rollouts, run_b.n_calls, run_b.live, run_b.error) == (2, 3, False, None)
-    assert [(r.run_id, r.status) for r in run_b.runs] == [("run-b", "done")]
+def test_catalog_lists_runs_and_proxy_sessions(home: Path) -> None:
+    runs = RunCatalog().list()
+    assert [(r.kind, r.run_id) for r in runs] == [("run", "run-b"), ("proxy", "proxy-1")]
+    run_b = runs[0]
+    assert (run_b.total, run_b.done, run_b.live, run_b.reason) == (2, 2, False, None)
+    assert run_b.source == RunSource(home / "runs" / "run-b")
+    assert RunSource(home / "runs" / "run-b").count_calls() == 3
 
 
 def test_load_calls_and_one_call(home: Path) -> None:
-    path = home / "runs" / "run-b" / "store.duckdb"
-    calls = data.load_calls(path)
+    source = RunSource(home / "runs" / "run-b")
+    calls = source.calls()
     assert [(c.rollout_id, c.seq) for c in calls] == [("ro-a", 0), ("ro-b", 0), ("ro-a", 1)]
-    assert calls[2].cells() == ("1", "ro-a", "chat", "tiny", "ok", "11", "3", "14", "0", "yes")
-    detail = data.load_call(path, "ro-a-call-1")
+    assert list(calls[2].cells().values()) == ["1", "ro-a", "chat", "tiny", "ok", "11", "3", "14", "0", "yes"]
+    detail = source.call("ro-a-call-1")
     assert detail.request["messages"][1]["content"] == "question number 1 from ro-a"
     assert detail.completion_token_ids == [101, 102, 103]
     assert detail.completion_logprobs == [-0.01, -1.5, -4.0]
-    with pytest.raises(data.StoreError, match="not in"):
-        data.load_call(path, "nope'; DROP TABLE calls; --")
+    with pytest.raises(StoreError, match="not in"):
+        source.call("nope'; DROP TABLE calls; --")
 
 
 def test_unreadable_store_is_listed_with_its_error(home: Path) -> None:
     (home / "stores" / "broken.duckdb").write_bytes(b"this is not duckdb")
-    stores = {s.name: s for s in data.StoreCatalog().list()}
-    assert stores["broken"].error and "broken.duckdb" in stores["broken"].error
-    assert stores["run-b"].n_calls == 3
+    runs = {r.run_id: r for r in RunCatalog().list()}
+    assert runs["broken"].status == "unreadable" and "broken.duckdb" in (runs["broken"].reason or "")
+    assert runs["run-b"].total == 2
 
 
 def _api_for(path: str) -> str | None:
@@ -166,29 +177,25 @@ def test_response_turns_by_shape() -> None:
 
 
 # ---------------------------------------------------------------------- the app
-async def test_store_list_calls_inspector(home: Path) -> None:
+async def test_the_calls_tab_follows_the_run_in_focus(home: Path) -> None:
+    """The Calls tab shows the calls of the run under the Runs list's cursor, whichever it is."""
     app = ForgetuiApp(refresh_s=0.2, stores_refresh_s=0.5)
     async with app.run_test(size=(180, 50)) as pilot:
-        stores = app.query_one(StoreList)
-        await settle(app, pilot, lambda: len(stores.stores) == 2)
-        assert [s.name for s in stores.stores] == ["run-b", "proxy-1"]
-        prompt = stores.get_option_at_index(0).prompt
-        assert "3 calls" in prompt.plain and "2 rollouts" in prompt.plain and "run-b done" in prompt.plain
-
+        runs = app.query_one(RunsTable)
+        await settle(app, pilot, lambda: runs.row_count == 2)
+        assert runs.has_focus and [r.run_id for r in runs.shown] == ["run-b", "proxy-1"]
         table = app.query_one(CallsTable)
-        # select the older store with the keyboard, then the newer one again
-        stores.focus()
-        await pilot.press("down", "enter")
-        await settle(app, pilot, lambda: app.store == home / "stores" / "proxy-1.duckdb" and table.row_count == 1)
-        assert table_rows(table)[0][:5] == ["0", "ro-x", "chat", "tiny", "ok"]
-        await pilot.press("up", "enter")
-        await settle(app, pilot, lambda: app.store == home / "runs" / "run-b" / "store.duckdb"
-                     and table.row_count == 3)
-        assert [r[:2] for r in table_rows(table)] == [["0", "ro-a"], ["0", "ro-b"], ["1", "ro-a"]]
-        assert table_rows(table)[2] == ["1", "ro-a", "chat", "tiny", "ok", "11", "3", "14", "0", "yes"]
+        await pilot.press("down")  # the proxy session
+        await pilot.press("2")  # the Calls tab
+        await settle(app, pilot, lambda: table.row_count == 1)
+        assert lines(table)[0][:5] == ["0", "ro-x", "chat", "tiny", "ok"] and table.border_title == "Calls of proxy-1"
+        await pilot.press("1", "up", "2")  # back to the Runs list, the run above, its calls
+        await settle(app, pilot, lambda: table.row_count == 3)
+        assert [r[:2] for r in lines(table)] == [["0", "ro-a"], ["0", "ro-b"], ["1", "ro-a"]]
+        assert lines(table)[2] == ["1", "ro-a", "chat", "tiny", "ok", "11", "3", "14", "0", "yes"]
 
         inspector = app.query_one(CallInspector)
-        table.focus()
+        assert table.has_focus
         await pilot.press("down", "down")
         request = inspector.query_one("#call-request", Static)
         await settle(app, pilot, lambda: "question number 1 from ro-a" in text_of(request))
@@ -196,16 +203,20 @@ async def test_store_list_calls_inspector(home: Path) -> None:
         assert "answer 1" in text_of(inspector.query_one("#call-response", Static))
         assert "101 102 103" in text_of(inspector.query_one("#call-tokens", Static))
         assert "ro-a-call-1" in text_of(inspector.query_one("#call-header", Static))
+        await pilot.press("slash", *"ro-b")  # the calls table filters too
+        await settle(app, pilot, lambda: table.row_count == 1)
+        assert lines(table)[0][1] == "ro-b" and "filter “ro-b”" in table.border_subtitle
 
 
 async def test_sql_console_result_and_error(home: Path) -> None:
     app = ForgetuiApp(refresh_s=0.2, stores_refresh_s=0.5)
     async with app.run_test(size=(180, 50)) as pilot:
-        await settle(app, pilot, lambda: app.store is not None)  # the newest store is selected on start
-        await pilot.press("e")
+        await settle(app, pilot, lambda: app.home_screen.in_focus is not None)  # the newest run is in focus on start
+        await pilot.press("4")
         console = app.query_one(SqlConsole)
         result = console.query_one("#sql-result", DataTable)
         status = console.query_one("#sql-status", Static)
+        assert console.border_title == "SQL on run-b"
 
         console.sql = "SELECT count(*) AS n FROM calls"
         await pilot.press("ctrl+enter")
@@ -228,6 +239,21 @@ async def test_sql_console_result_and_error(home: Path) -> None:
         await settle(app, pilot, lambda: table_rows(result) == [["ro-b-call-0"]])
 
 
+async def test_ctrl_a_selects_the_whole_query(home: Path) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot, lambda: app.home_screen.in_focus is not None)
+        await pilot.press("4")
+        console = app.query_one(SqlConsole)
+        console.sql = "SELECT 1\nFROM calls"
+        editor = console.query_one("#sql-input")
+        assert editor.has_focus
+        await pilot.press("ctrl+a")
+        assert editor.selected_text == "SELECT 1\nFROM calls"
+        await pilot.press(*"SELECT 2")  # typing replaces the selection
+        assert console.sql == "SELECT 2"
+
+
 async def test_live_store_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
     store = Store.open(tmp_path / "runs" / "run-live" / "store.duckdb")
@@ -240,46 +266,44 @@ async def test_live_store_refreshes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         app = ForgetuiApp(refresh_s=0.1, stores_refresh_s=0.2)
         async with app.run_test(size=(180, 50)) as pilot:
             table = app.query_one(CallsTable)
-            stores = app.query_one(StoreList)
-            await pilot.press("c")  # a store's calls load when their tab is shown
+            runs = app.query_one(RunsTable)
+            await settle(app, pilot, lambda: runs.row_count == 1)
+            assert runs.rows[0].live and runs.rows[0].status == "running"
+            await pilot.press("2")  # a run's calls load when their tab is shown
             await settle(app, pilot, lambda: table.row_count == 1)
-            assert stores.stores[0].live and stores.stores[0].runs[0].status == "running"
             for i in (1, 2):
                 store.record_call(call_row(i, "ro-a"))
             store.update_run_status("run-live", "done")
             store.flush()
-            await settle(app, pilot, lambda: table.row_count == 3 and stores.stores[0].runs[0].status == "done")
-            assert [r[0] for r in table_rows(table)] == ["0", "1", "2"]
-            assert stores.stores[0].n_calls == 3
-            await pilot.press("c")
-            table.focus()
+            await settle(app, pilot, lambda: table.row_count == 3 and runs.rows[0].status == "done")
+            assert [r[0] for r in lines(table)] == ["0", "1", "2"]
             await pilot.press("f")  # follow: the cursor goes to the newest call, and stays on new ones
-            await settle(app, pilot, lambda: table.cursor_row == 2)
+            await settle(app, pilot, lambda: table.cursor == 2)
             store.record_call(call_row(3, "ro-a"))
             store.flush()
-            await settle(app, pilot, lambda: table.row_count == 4 and table.cursor_row == 3)
+            await settle(app, pilot, lambda: table.row_count == 4 and table.cursor == 3)
     finally:
         store.close()
 
 
 async def test_a_worker_result_arriving_while_the_app_closes_is_dropped(home: Path) -> None:
     """Workers post from threads: a result that lands after the widgets are gone must not crash the app's exit."""
-    from forgetui.tui.messages import StoresLoaded
+    from forgetui.tui.screens.home import HomeScreen
 
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
-        await app.query_one(StoreList).remove()  # as on shutdown, before the queue is drained
-        app.post_message(StoresLoaded([]))
+        await app.query_one(RunsTable).remove()  # as on shutdown, before the queue is drained
+        app.home_screen.post_message(HomeScreen.RunsListed([]))
         await pilot.pause()
         assert app.is_running  # and leaving the context re-raises any error the handler hit
 
 
 # ---------------------------------------------------------------------- issue 10's defects
 def test_rollout_label_drops_the_shared_run_prefix() -> None:
-    assert data.rollout_label("run-20260101-abc/hello/0/s1") == "hello/0/s1"
-    assert data.rollout_label("ro-a") == "ro-a"
+    assert rollout_label("run-20260101-abc/hello/0/s1") == "hello/0/s1"
+    assert rollout_label("ro-a") == "ro-a"
     long = "run/" + "t" * 50 + "/3"
-    assert data.rollout_label(long).endswith("t/3") and len(data.rollout_label(long)) == 32
+    assert rollout_label(long).endswith("t/3") and len(rollout_label(long)) == 32
 
 
 async def test_inspector_body_is_plain_under_bold_headings(home: Path) -> None:
@@ -287,9 +311,9 @@ async def test_inspector_body_is_plain_under_bold_headings(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(180, 50)) as pilot:
         table = app.query_one(CallsTable)
-        await pilot.press("c")
+        await settle(app, pilot, lambda: app.home_screen.in_focus is not None)
+        await pilot.press("2")
         await settle(app, pilot, lambda: table.row_count == 3)
-        table.focus()
         await pilot.press("down")
         request = app.query_one("#call-request", Static)
         await settle(app, pilot, lambda: "question number 0 from ro-b" in text_of(request))
@@ -302,45 +326,66 @@ async def test_inspector_body_is_plain_under_bold_headings(home: Path) -> None:
                    for s in text.spans)
 
 
-async def test_empty_home_shows_how_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_empty_home_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forgetui.tui.screens.new_run import NewRunScreen
+
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
-    async with app.run_test(size=(120, 40)) as pilot:
-        header = app.query_one("#call-header", Static)
-        await settle(app, pilot, lambda: "No runs yet" in text_of(header))
-        assert "forgetui run examples/demo.toml" in text_of(header) and str(tmp_path) in text_of(header)
+    async with app.run_test(size=(80, 24)) as pilot:
+        empty = app.query_one("#empty-home", Static)
+        await settle(app, pilot, lambda: empty.display)
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(empty.content)
+        said = console.export_text()
+        assert str(tmp_path) in said and "forgetui demo" in said and "examples/demo.toml" in said and "n  " in said
+        assert not app.query_one(RunsTable).display
+        await pilot.press("n")  # the key it names opens the form
+        await settle(app, pilot, lambda: isinstance(app.screen, NewRunScreen))
 
 
-async def test_80x24_gives_the_calls_table_the_width(home: Path) -> None:
+async def test_at_80x24_the_newest_runs_pass_rate_is_on_screen(home: Path) -> None:
+    """Scores come first: at 80 columns the newest run's pass rate and reward are drawn, a long env or model
+    name shrinks (with …) instead of pushing them off, and widths follow the rows shown, not the widest ever."""
+    build_long = home / "runs" / "run-long" / "store.duckdb"
+    with Store.open(build_long) as s:
+        s.insert_run("run-long", {"env": {"name": "an-environment-with-a-very-long-name-" * 3}}, status="done")
+        s.upsert_rollout({"rollout_id": "run-long/t/0", "run_id": "run-long", "env": "e" * 90, "task_id": "t",
+                          "status": "done", "reward": 0.75, "passed": True})
+        s.flush()
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(80, 24)) as pilot:
-        table = app.query_one(CallsTable)
-        await pilot.press("c")
-        await settle(app, pilot, lambda: table.row_count == 3)
-        await pilot.pause()
-        stores = app.query_one(StoreList)
-        assert not stores.display or stores.size.width == 0
-        assert table.size.width >= 70
-        await pilot.press("s")  # the stores pane comes back on demand, and goes once a store is chosen
-        await pilot.pause()
-        assert stores.size.width > 0 and stores.has_focus
+        runs = app.query_one(RunsTable)
+        await settle(app, pilot, lambda: runs.row_count == 3)
+        newest = runs.shown[0]
+        assert newest.run_id == "run-long" and runs.cursor == 0
+        await pilot.pause(0.2)
+        drawn = runs.render_line(1).text  # the first row as it is drawn, cut to the table's width on screen
+        assert runs.size.width <= 80 and drawn.lstrip().startswith("run-long")
+        assert "1.000" in drawn and "0.750" in drawn  # pass rate and mean reward, drawn in 80 columns
+        env = runs.columns.index(next(c for c in runs.columns if c.name == "env"))
+        assert runs.widths[env] < 90  # shrunk, not as wide as the env's name
+        wide = runs.natural[env]
+        await pilot.press("D")  # the long-named run goes
+        await settle(app, pilot, lambda: app.screen is not app.home_screen)
         await pilot.press("enter")
-        await settle(app, pilot, lambda: stores.size.width == 0)
+        await settle(app, pilot, lambda: runs.row_count == 2)
+        assert runs.natural[env] < wide  # the column shrank back once the long name was gone
 
 
 async def test_holding_the_arrow_key_loads_one_call(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loaded: list[str] = []
-    real = data.load_call
+    real = RunSource.call
 
-    def counting(path: Path, call_id: str):
+    def counting(self, call_id: str):
         loaded.append(call_id)
-        return real(path, call_id)
+        return real(self, call_id)
 
-    monkeypatch.setattr(data, "load_call", counting)
+    monkeypatch.setattr(RunSource, "call", counting)
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(180, 50)) as pilot:
         table = app.query_one(CallsTable)
-        await pilot.press("c")
+        await settle(app, pilot, lambda: app.home_screen.in_focus is not None)
+        await pilot.press("2")
         await settle(app, pilot, lambda: table.row_count == 3)
         await pilot.pause(0.3)
         loaded.clear()
@@ -361,7 +406,7 @@ async def test_theme_is_saved_help_opens_and_the_palette_has_the_run_commands(ho
         assert app.screen.query("HelpPanel")
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for wanted in ("New run…", "Resume the selected run", "Stop the selected run", "Delete the selected run", "gc",
-                       "Open a store by path…"):
+                       "Compare runs", "Open a store by path…"):
             assert wanted in titles
     assert json.loads((home / "tui" / "settings.json").read_text())["theme"] == "nord"
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
@@ -375,32 +420,36 @@ async def test_enter_on_a_call_opens_its_rollout(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(160, 48)) as pilot:
         table = app.query_one(CallsTable)
-        await pilot.press("c")
+        await settle(app, pilot, lambda: app.home_screen.in_focus is not None)
+        await pilot.press("2")
         await settle(app, pilot, lambda: table.row_count == 3)
         await pilot.press("down", "enter")  # the second call: ro-b's
         await settle(app, pilot, lambda: isinstance(app.screen, RolloutScreen))
         assert app.screen.rollout_id == "ro-b"
         conv = app.screen.query_one("#conv", Static)
         await settle(app, pilot, lambda: "question number 0 from ro-b" in text_of(conv))
+        await pilot.press("q")  # q steps back, it does not quit
+        await settle(app, pilot, lambda: app.screen is app.home_screen)
+        assert app.is_running
 
 
-async def test_a_store_loads_only_the_tab_that_is_shown(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Calls and Rollouts tables (up to a thousand rows each, styled on the event loop) fill when shown, not before."""
+async def test_a_run_loads_only_the_tab_that_is_shown(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Calls and Rollouts tables (up to a thousand rows each) fill when shown, not before."""
     asked: list[str] = []
-    for name in ("load_calls", "load_rollouts"):
-        real = getattr(data, name)
-        monkeypatch.setattr(data, name, lambda path, _real=real, _name=name: asked.append(_name) or _real(path))
+    for name in ("calls", "rollouts"):
+        real = getattr(RunSource, name)
+        monkeypatch.setattr(RunSource, name, lambda self, *a, _real=real, _name=name, **k: asked.append(_name) or _real(self, *a, **k))
     app = ForgetuiApp(refresh_s=0.1, stores_refresh_s=60)
     async with app.run_test(size=(180, 50)) as pilot:
-        await settle(app, pilot, lambda: app.store is not None)
+        await settle(app, pilot, lambda: app.home_screen.in_focus is not None)
         await pilot.pause(0.5)  # several refresh ticks on the Runs tab
         assert asked == [] and app.query_one(CallsTable).row_count == 0
-        await pilot.press("o")
-        await settle(app, pilot, lambda: app.query_one("#rollouts", DataTable).row_count > 0)
-        assert set(asked) == {"load_rollouts"}
-        await pilot.press("c")
+        await pilot.press("3")
+        await settle(app, pilot, lambda: app.query_one("#rollouts-table").row_count > 0)
+        assert set(asked) == {"rollouts"}
+        await pilot.press("2")
         await settle(app, pilot, lambda: app.query_one(CallsTable).row_count == 3)
-        assert "load_calls" in asked
+        assert "calls" in asked
 
 
 async def test_the_footer_rebuilds_only_when_its_keys_change(home: Path) -> None:
@@ -409,14 +458,14 @@ async def test_the_footer_rebuilds_only_when_its_keys_change(home: Path) -> None
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        footer = app.query_one(KeyFooter)
+        footer = app.screen.query_one(KeyFooter)
         rebuilt: list[int] = []
         footer.call_after_refresh = lambda *a, **k: rebuilt.append(1)  # type: ignore[method-assign]
         for _ in range(5):  # what focus moves and widgets' refresh_bindings publish, with nothing changed
             footer.bindings_changed(app.screen)
         assert rebuilt == []
-        app.query_one("#tabs").active = "tab-sql"  # other focus, other keys
-        app.query_one("#sql-input").focus()
+        app.screen.query_one("#tabs").active = "tab-sql"  # other focus, other keys
+        app.screen.query_one("#sql-input").focus()
         await pilot.pause()
         footer.bindings_changed(app.screen)
         assert rebuilt == [1]
@@ -425,21 +474,22 @@ async def test_the_footer_rebuilds_only_when_its_keys_change(home: Path) -> None
 async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_path: Path) -> None:
     from textual.app import App
 
-    from forgetui.tui.messages import RolloutOpened
-    from forgetui.tui.run_data import RolloutLine, RunSource
+    from forgetui.tui.rows import RolloutRow
+    from forgetui.tui.widgets.line_table import LineTable
     from forgetui.tui.widgets.rollout_lines import RolloutLines
 
     opened: list[str] = []
 
     class One(App):
         def compose(self):  # noqa: ANN202
-            yield RolloutLines(RunSource(tmp_path), id="lines")
+            yield RolloutLines(id="lines")
 
-        def on_rollout_opened(self, message: RolloutOpened) -> None:
-            opened.append(message.rollout_id)
+        def on_line_table_selected(self, message: LineTable.Selected) -> None:
+            opened.append(message.row.rollout_id)
 
-    def line(i: int, status: str = "done") -> RolloutLine:
-        return RolloutLine(f"r{i}", f"task-{i % 3}", i, 0, status, 1.0, True, 3, 24, 30.0, "boom\nagain" if i == 7 else None)
+    def line(i: int, status: str = "done") -> RolloutRow:
+        return RolloutRow(f"r{i}", "run", f"task-{i % 3}", i, 0, status, 1.0, True, 1, 3, 24, 30.0,
+                          "boom\nagain" if i == 7 else None)
 
     app = One()
     async with app.run_test(size=(100, 12)) as pilot:
@@ -453,7 +503,7 @@ async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_pat
         await pilot.press("end")
         await pilot.pause()
         assert lines.cursor == 49 and lines.scroll_offset.y > 0  # the last row is on screen
-        assert lines.render_line(lines.size.height - 1).text.startswith(" done")  # drawn: the row, not a blank
+        assert lines.render_line(lines.size.height - 1).text.startswith(" passed")  # drawn: the row, not a blank
         await pilot.press("pageup")
         assert lines.cursor == 49 - (lines.scrollable_content_region.height - 2)
         await pilot.press("home", "enter")
@@ -467,6 +517,10 @@ async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_pat
         lines.show_lines([line(i, "running") for i in range(2)])  # fewer rows: the cursor stays inside
         await pilot.pause()
         assert lines.cursor == 1 and lines.row_cells(0)[0] == "running"
+        lines.set_filter("task-1")  # `/` filtering: rows holding every word
+        lines.show_lines([line(i) for i in range(50)])
+        await pilot.pause()
+        assert {lines.row_cells(i)[1] for i in range(lines.row_count)} == {"task-1"} and lines.row_count == 17
 
 
 def test_a_big_load_runs_without_collections_and_ends_frozen() -> None:
@@ -486,3 +540,40 @@ def test_a_big_load_runs_without_collections_and_ends_frozen() -> None:
         assert gc.isenabled() and gc.get_freeze_count() >= len(kept)  # what the load built is out of later collections
     finally:
         gc.unfreeze()
+
+
+HOLD_WITHOUT_ENDPOINT = """
+import sys, time
+from core.store.writer import Store
+store = Store.open(sys.argv[1])
+store.insert_run("opening", {}, status="running")
+store.flush()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_store_its_writer_holds_without_an_endpoint_reads_as_starting(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's writer opens its store a moment before it serves live queries: the Runs list says `starting`
+    (and retries), not DuckDB's "Conflicting lock" text."""
+    import subprocess
+    import sys
+
+    from core.errors import StoreBusyError
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    path = tmp_path / "runs" / "opening" / "store.duckdb"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_WITHOUT_ENDPOINT, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(StoreBusyError):
+            RunSource(path.parent).query("SELECT 1")
+        catalog = RunCatalog()
+        (info,) = catalog.list()
+        assert (info.run_id, info.status, info.reason) == ("opening", "starting", None)
+    finally:
+        proc.kill()
+        proc.wait()
+    (info,) = catalog.list()  # once the writer is gone, the row is read (a busy one is never cached)
+    assert info.status == "running"

@@ -16,14 +16,15 @@ from textual.widgets import Static
 
 from core.config import load_config
 from core.models.tiny import ensure_tiny_model
+from core.status import Tally
 from core.store.query import run_query
 from core.store.writer import Store
-from forgetui.tui import data
 from forgetui.tui.app import ForgetuiApp
-from forgetui.tui.data import RolloutRow, RunProgress
+from forgetui.tui.progress import LiveState, RunProgress
+from forgetui.tui.rows import RolloutRow, rollout_from_event
+from forgetui.tui.widgets.live_run import LiveRun
 from forgetui.tui.widgets.reward_chart import RewardChart, block_chart
-from forgetui.tui.widgets.rollouts_table import RolloutsTable
-from forgetui.tui.widgets.run_dashboard import RunDashboard
+from forgetui.tui.widgets.rollout_lines import RolloutLines
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])  # conftest's shared home, where the tiny model is built once
 
@@ -76,20 +77,26 @@ def sandbox_pids(run_id: str) -> list[int]:
 
 
 # ---------------------------------------------------------------------- the merged progress state (no textual)
+def lines(table: RolloutLines) -> list[list[str]]:
+    return [table.row_cells(i) for i in range(table.row_count)]
+
+
 def test_progress_merges_events_and_polls() -> None:
     p = RunProgress()
     p.start("r1", Path("/x/store.duckdb"), 3, now=100.0)
-    pending = [RolloutRow(f"r1/t/{i}", "r1", "t", i, "pending", attempt=0) for i in range(3)]
+    pending = [RolloutRow(f"r1/t/{i}", "r1", "t", i, status="pending", attempt=0) for i in range(3)]
     p.apply_rows(pending)
-    assert p.counts() == data.RunCounts(0, 3, 0, 0, 0, 0)
-    ev = data.rollout_from_event("r1/t/1", "t", "done", 1.0, True, None)
+    assert p.tally() == Tally()
+    ev = rollout_from_event("r1/t/1", "t", "done", 1.0, True, None)
     assert (ev.run_id, ev.task_id, ev.sample_index) == ("r1", "t", 1)
     p.apply_event(ev)
-    p.apply_rows([RolloutRow("r1/t/1", "r1", "t", 1, "verifying", attempt=1)])  # a poll older than the event
+    p.apply_rows([RolloutRow("r1/t/1", "r1", "t", 1, status="verifying", attempt=1)])  # a poll older than the event
     assert p.rows["r1/t/1"].status == "done" and p.rows["r1/t/1"].attempt == 1 and p.rows["r1/t/1"].reward == 1.0
-    p.apply_event(data.rollout_from_event("r1/t/0", "t", "done", 0.0, False, None))
-    p.apply_event(data.rollout_from_event("r1/t/2", "t", "infra_error", None, None, "boom"))
-    assert p.counts() == data.RunCounts(3, 3, 1, 1, 0, 1)
+    p.apply_event(rollout_from_event("r1/t/0", "t", "done", 0.0, False, None))
+    p.apply_event(rollout_from_event("r1/t/2", "t", "infra_error", None, None, "boom"))
+    # core's outcomes: a `done` rollout that did not pass is below the threshold, not "failed"
+    assert p.tally() == Tally(passed=1, below_threshold=1, infra_error=1)
+    assert p.rows["r1/t/0"].outcome == "below_threshold"
     assert p.rewards == [1.0, 0.0]  # infra errors are no scores
     assert p.reward_curve() == [1.0, 0.5]
     assert p.rollouts_per_min(now=160.0) == pytest.approx(3.0)
@@ -102,9 +109,9 @@ def test_progress_merges_events_and_polls() -> None:
 def test_resumed_rows_count_but_not_as_throughput() -> None:
     p = RunProgress()
     p.start("r2", Path("/s"), 2, now=0.0)
-    p.apply_rows([RolloutRow("r2/t/0", "r2", "t", 0, "done", 1.0, True, 0),
-                  RolloutRow("r2/t/1", "r2", "t", 1, "pending", attempt=0)])
-    assert p.counts().done == 1 and p.rewards == [1.0]
+    p.apply_rows([RolloutRow("r2/t/0", "r2", "t", 0, status="done", reward=1.0, passed=True, attempt=0),
+                  RolloutRow("r2/t/1", "r2", "t", 1, status="pending", attempt=0)])
+    assert p.tally().finished == 1 and p.rewards == [1.0]
     assert p.rollouts_per_min(now=60.0) == 0.0
 
 
@@ -112,9 +119,10 @@ def test_block_chart_and_cells() -> None:
     chart = block_chart([0.0, 0.5, 1.0], width=3, height=2).plain.split("\n")
     assert chart == ["  █", " ██"]
     assert len(block_chart([1.0] * 100, width=10, height=1).plain) == 10
-    row = RolloutRow("r/t/0", "r", "t", 0, "failed", 0.25, False, 2, "x" * 500)
-    cells = row.cells(data.STORE_ROLLOUT_COLUMNS)
-    assert cells[:7] == ("r", "t", "0", "failed", "0.25", "no", "2") and len(cells[7]) == data.ERROR_CHARS
+    row = RolloutRow("r/t/0", "r", "t", 0, status="failed", reward=0.25, passed=False, attempt=2, error="x" * 500)
+    cells = row.cells()
+    assert (cells["outcome"], cells["task"], cells["reward"], cells["attempt"]) == ("harness_failed", "t", "0.25", "2")
+    assert len(cells["error"]) == 160
 
 
 # ---------------------------------------------------------------------- a real run in the TUI
@@ -122,32 +130,33 @@ async def test_live_run_to_the_summary(run_home: Path) -> None:
     app = ForgetuiApp(run_config=make_config("echo hi > hello.txt"), refresh_s=1.0, stores_refresh_s=2.0,
                       run_refresh_s=0.5)
     async with app.run_test(size=(180, 50)) as pilot:
-        dashboard = app.query_one(RunDashboard)
-        table = dashboard.query_one("#run-rollouts", RolloutsTable)
-        counts = dashboard.query_one("#run-counts", Static)
-        await wait_for(pilot, lambda: app.run_state == "done" and "2/2 done" in text_of(counts)
-                       and all(c[4] == "0" for c in table.shown().values()), "2/2 done with the final rows")
-        run_id = app.progress.run_id
+        live = app.query_one(LiveRun)
+        table = live.query_one("#live-rollouts", RolloutLines)
+        counts = live.query_one("#live-counts", Static)
+        await wait_for(pilot, lambda: live.state == LiveState.DONE and "2/2 finished" in text_of(counts)
+                       and all(r[5] == "0" for r in lines(table)), "2/2 done with the final rows")
+        run_id = live.progress.run_id
         store = run_home / "runs" / run_id / "store.duckdb"
-        assert app.progress.store == store
-        assert "passed 2" in text_of(counts) and "failed 0" in text_of(counts)
-        assert sorted(table.shown().values()) == [("hello", "0", "done", "1", "0", ""), ("hello", "1", "done", "1", "0", "")]
-        summary = text_of(dashboard.query_one("#run-summary", Static))
+        assert live.progress.store == store
+        assert "passed 2" in text_of(counts) and "below threshold 0" in text_of(counts)
+        assert sorted(r[:6] for r in lines(table)) == [["passed", "hello", "0", "0", "1", "0"],
+                                                        ["passed", "hello", "1", "0", "1", "0"]]
+        summary = text_of(live.query_one("#live-summary", Static))
         assert "2 rollouts: passed 2" in summary and "mean reward 1.000" in summary
         assert "pass@1 1.000" in summary and "pass@2 1.000" in summary and "pass^2 1.000" in summary
-        header = text_of(dashboard.query_one("#run-header", Static))
+        header = text_of(live.query_one("#live-header", Static))
         assert run_id in header and "done" in header and str(store) in header
-        assert app.progress.reward_curve() == [1.0, 1.0]
+        assert live.progress.reward_curve() == [1.0, 1.0]
         assert "mean reward 1.000 over 2 rollouts" in text_of(app.query_one(RewardChart).query_one("#reward-label", Static))
-        throughput = text_of(dashboard.query_one("#run-throughput", Static))
+        throughput = text_of(live.query_one("#live-throughput", Static))
         assert "rollouts/min" in throughput and "0 calls recorded" in throughput  # the shell harness asks no model
-        assert app.progress.rollouts_per_min(app.progress.started + 60) == 2.0
-        # the browser followed the run's store: its Rollouts tab shows the same rows
-        assert app.store == store
-        await pilot.press("o")
-        browser = app.query_one("#rollouts", RolloutsTable)
-        await wait_for(pilot, lambda: len(browser.shown()) == 2, "the Rollouts tab filled")
-        assert {c[0] for c in browser.shown().values()} == {run_id}
+        assert live.progress.rollouts_per_min(live.progress.started + 60) == 2.0
+        # the other tabs follow the run: its Rollouts tab shows the same rows
+        assert app.home_screen.in_focus is not None and app.home_screen.in_focus[1] == run_id
+        await pilot.press("3")
+        browser = app.query_one("#rollouts-table", RolloutLines)
+        await wait_for(pilot, lambda: browser.row_count == 2, "the Rollouts tab filled")
+        assert browser.border_title == f"Rollouts of {run_id}"
         assert app.is_running  # the dashboard stays open until q
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app exited")
@@ -159,15 +168,15 @@ async def test_q_stops_the_run_and_removes_sandboxes(run_home: Path) -> None:
     app = ForgetuiApp(run_config=make_config("sleep 30"), refresh_s=1.0, stores_refresh_s=2.0, run_refresh_s=0.5,
                       exit_delay_s=0.2)
     async with app.run_test(size=(180, 50)) as pilot:
-        dashboard = app.query_one(RunDashboard)
-        await wait_for(pilot, lambda: app.progress.run_id is not None and len(sandbox_pids(app.progress.run_id)) >= 2,
+        live = app.query_one(LiveRun)
+        await wait_for(pilot, lambda: live.progress.run_id is not None and len(sandbox_pids(live.progress.run_id)) >= 2,
                        "both sandboxes running `sleep 30`", tries=1200)
-        run_id = app.progress.run_id
-        await wait_for(pilot, lambda: "running" in {c[2] for c in dashboard.query_one(RolloutsTable).shown().values()},
+        run_id = live.progress.run_id
+        await wait_for(pilot, lambda: "running" in {r[0] for r in lines(live.query_one(RolloutLines))},
                        "the dashboard shows running rollouts")
         await pilot.press("q")
-        await wait_for(pilot, lambda: app.run_state == "interrupted", "the run interrupted")
-        header = text_of(dashboard.query_one("#run-header", Static))
+        await wait_for(pilot, lambda: live.state == LiveState.INTERRUPTED, "the run interrupted")
+        header = text_of(live.query_one("#live-header", Static))
         assert "interrupted" in header and f"--resume {run_id}" in header
         await wait_for(pilot, lambda: app.return_code is not None, "the app exited")
     assert app.return_value == 130
@@ -191,8 +200,9 @@ async def test_a_failing_run_shows_its_error_and_stays_open(run_home: Path) -> N
     config.env.tasks = ["no-such-task"]
     app = ForgetuiApp(run_config=config, refresh_s=1.0, stores_refresh_s=2.0, run_refresh_s=0.5)
     async with app.run_test(size=(180, 50)) as pilot:
-        await wait_for(pilot, lambda: app.run_state == "failed", "the run failed")
-        header = text_of(app.query_one(RunDashboard).query_one("#run-header", Static))
+        live = app.query_one(LiveRun)
+        await wait_for(pilot, lambda: live.state == LiveState.FAILED, "the run failed")
+        header = text_of(live.query_one("#live-header", Static))
         assert "failed" in header and "no task of env 'toy' matches ['no-such-task']" in header
         await pilot.pause(0.2)
         assert app.is_running  # the error stays on screen until q
@@ -201,29 +211,32 @@ async def test_a_failing_run_shows_its_error_and_stays_open(run_home: Path) -> N
     assert app.return_value == 2
 
 
-async def test_rollouts_tab_of_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_rollouts_tab_of_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
     path = tmp_path / "runs" / "run-x" / "store.duckdb"
     with Store.open(path) as store:
         store.insert_run("run-x", {}, status="done")
         for i, (status, reward, passed, error) in enumerate(
-                [("done", 1.0, True, None), ("failed", 0.0, False, "exit 1"), ("infra_error", None, None, "no image")]):
+                [("done", 1.0, True, None), ("failed", 0.0, False, "exit 1"), ("infra_error", None, None, "no image"),
+                 ("done", 0.0, False, None)]):
             store.upsert_rollout({"rollout_id": f"run-x/t{i}/0", "run_id": "run-x", "task_id": f"t{i}",
                                   "sample_index": 0, "status": status, "reward": reward, "passed": passed,
                                   "attempt": i, "error": error})
         store.flush()
     app = ForgetuiApp(refresh_s=0.2, stores_refresh_s=0.5)
     async with app.run_test(size=(180, 50)) as pilot:
-        await wait_for(pilot, lambda: app.store == path, "the store selected")
-        assert app.check_action("show_tab", ("tab-run",)) is False  # no run: no Run tab
-        await pilot.press("o")
-        table = app.query_one("#rollouts", RolloutsTable)
-        await wait_for(pilot, lambda: len(table.shown()) == 3, "the Rollouts tab filled")
+        await wait_for(pilot, lambda: app.home_screen.in_focus is not None, "the run in focus")
+        assert app.home_screen.check_action("show_tab", ("tab-live",)) is False  # no run going here: no Run tab
+        await pilot.press("3")
+        table = app.query_one("#rollouts-table", RolloutLines)
+        await wait_for(pilot, lambda: table.row_count == 4, "the Rollouts tab filled")
         assert app.focused is table
-        assert [table.shown()[f"run-x/t{i}/0"] for i in range(3)] == [
-            ("run-x", "t0", "0", "done", "1", "yes", "0", ""),
-            ("run-x", "t1", "0", "failed", "0", "no", "1", "exit 1"),
-            ("run-x", "t2", "0", "infra_error", "", "", "2", "no image"),
+        # one outcome vocabulary: core's, the same words the run's counts use
+        assert [r[:5] + r[-1:] for r in lines(table)] == [
+            ["passed", "t0", "0", "", "1", ""],  # (no step: an eval)
+            ["harness_failed", "t1", "0", "", "0", "exit 1"],
+            ["infra_error", "t2", "0", "", "", "no image"],
+            ["below_threshold", "t3", "0", "", "0", ""],
         ]
         await pilot.press("q")
     assert app.return_value is None and app.return_code == 0

@@ -7,16 +7,19 @@ import os
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Input, Static, TabbedContent
+from textual.widgets import DataTable, Static, TabbedContent
 
 from core.models.resolve import load_tokenizer, resolve_model
 from core.models.tiny import ensure_tiny_model
-from forgetui.tui import run_data
 from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.rows import filter_rows
+from forgetui.tui.samples import rollout_log
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
+from forgetui.tui.source import RunCatalog, RunSource
 from forgetui.tui.widgets.behaviour_table import BehaviourTable
 from forgetui.tui.widgets.call_json import CallJson
+from forgetui.tui.widgets.filter_bar import FilterBar
 from forgetui.tui.widgets.pass_table import PassTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
@@ -61,13 +64,15 @@ def cells(table: DataTable) -> list[list[str]]:
 
 # ---------------------------------------------------------------------- data (no textual)
 def test_run_catalog_rows(home: Path) -> None:
-    runs = {r.run_id: r for r in run_data.RunCatalog().list()}
+    runs = {r.run_id: r for r in RunCatalog().list()}
     train, ev = runs["train-run"].cells(), runs["eval-run"].cells()
     # eval-run: 6 rollouts with statuses done, done, failed, timeout, done, infra_error; passed where (t+i) even
     assert ev["progress"] == "6/6" and ev["status"] == "done" and ev["model"] == "builtin:tiny"
     assert ev["pass rate"] == "0.400" and ev["reward"] == "0.400"  # 2 of the 5 scored (infra error excluded)
+    # pass@k at the largest k every task has scored samples for: task-2 has one (its other is an infra error)
+    assert ev["pass@k"] == "0.500 @1"
     assert train["step"] == "3/3" and train["progress"] == "24/24"  # steps 0-2 of 3: done
-    assert [r.run_id for r in run_data.filter_runs(list(runs.values()), "train")] == ["train-run"]
+    assert [r.run_id for r in filter_rows(list(runs.values()), "train")] == ["train-run"]
 
 
 def test_shards_read_as_one_run(home: Path, tokenizer) -> None:
@@ -77,14 +82,14 @@ def test_shards_read_as_one_run(home: Path, tokenizer) -> None:
     for n in (1, 2):
         build_run(home, "verl-run", tasks=1, samples=2, tokenizer=tokenizer, seed=n,
                   store_path=run_dir / "shards" / f"worker-{n}" / "store.duckdb")
-    detail = run_data.load_run(run_data.RunSource(run_dir))
+    detail = RunSource(run_dir).run_detail()
     assert len(detail.rollouts) == 6  # 2 per store: the same ids under different stores count apart
-    info = [r for r in run_data.RunCatalog().list() if r.run_id == "verl-run"]
+    info = [r for r in RunCatalog().list() if r.run_id == "verl-run"]
     assert len(info) == 1 and info[0].total == 6 and info[0].shards == 2
 
 
 def test_rollout_detail_tokens_and_samples(home: Path) -> None:
-    d = run_data.load_rollout(run_data.RunSource(home / "runs" / "eval-run"), "eval-run/task-0/0")
+    d = RunSource(home / "runs" / "eval-run").rollout("eval-run/task-0/0")
     assert [c["seq"] for c in d.calls] == [0, 1, 2]
     (sample,) = d.samples  # built from the 3 calls, which extend each other: one branch
     assert sample.pieces is not None and "".join(sample.pieces).startswith("You are terse.")
@@ -102,31 +107,34 @@ async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         runs = app.query_one(RunsTable)
         await until(pilot, lambda: runs.row_count == 2, "two runs listed")
-        assert app.query_one("#tabs", TabbedContent).active == "tab-runs"
+        assert app.query_one("#tabs", TabbedContent).active == "tab-runs" and runs.has_focus
         await pilot.press("slash", *"eval")
         await until(pilot, lambda: runs.row_count == 1, "filtered to one run")
-        assert cells(runs)[0][0] == "eval-run"
+        assert runs.row_cells(0)[0] == "eval-run" and "filter “eval”" in runs.border_subtitle
         await pilot.press("escape")
         await until(pilot, lambda: runs.row_count == 2, "filter cleared")
+        assert "filter" not in runs.border_subtitle  # the subtitle says what is shown now
         await pilot.press("S", "S", "S", "S")  # created → run → status → pass rate → reward
-        assert runs.sort_key == "reward"
-        runs.focus()
+        assert runs.sort_key == "reward" and "sorted by reward" in runs.border_subtitle
         target = [i for i, r in enumerate(runs.shown) if r.run_id == "train-run"][0]
-        runs.move_cursor(row=target)
+        runs.cursor = target
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
         screen = app.screen
         lines = screen.query_one(RolloutLines)
         await until(pilot, lambda: lines.row_count == 24, "24 rollouts on the Run screen")
-        assert cells(screen.query_one(PassTable))[0][:4] == ["toy", "react", "2", "21"]  # 3 infra errors left out
+        pass_table = screen.query_one(PassTable)
+        assert [r[0] for r in pass_table.rows()] == ["1", "2", "4", "8"] and pass_table.rows()[-1][2] == "0.000"
+        assert pass_table.size.height == 4 + 2  # sized to its content (k rows, header and its rule): pass^8 shows
+        assert "over 21 samples of 2 tasks" in text_of(screen.query_one("#run-summary-text", Static))  # 3 infra errors left out
         curves = screen.query_one(TrainCurves)
         assert curves.border_subtitle == "3 steps" and curves.size.height == 0  # behind the Rollouts tab
-        await pilot.press("t")
+        await pilot.press("right")  # ←/→ switch the tabs
         await pilot.pause()
         assert curves.size.height > 10 and curves.has_focus
         loss = curves.query_one("#curve-loss").plt
         assert "loss 0.167" in loss.build()  # the last step's loss, 0.5 / 3, in the plot's title
-        await pilot.press("t")  # behaviour: `forgetui analyze`'s table, computed when the tab opens
+        await pilot.press("right")  # behaviour: `forgetui analyze`'s table, computed when the tab opens
         behaviour = screen.query_one(BehaviourTable)
         await until(pilot, lambda: behaviour.row_count > 0, "the behaviour table")
         header = [str(c.label) for c in behaviour.columns.values()]
@@ -135,11 +143,16 @@ async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
         rows = {r[0]: r[1:] for r in cells(behaviour)}
         assert {"pass rate", "tool calls", "turns", "verified after last write"} <= set(rows)
         assert all(v != "-" for v in rows["tool calls"])
-        await pilot.press("t")
+        await pilot.press("t")  # ←/→ scroll the behaviour table there: t steps to the next tab
         assert "step 2: reward 0.650" in text_of(screen.query_one("#run-summary-text", Static))
         first = lines.row_cells(0)
-        assert first[:6] == ["done", "task-0", "0", "0", "1", "3"]
-        lines.focus()
+        assert first[:6] == ["passed", "task-0", "0", "0", "1", "3"]
+        assert lines.has_focus
+        await pilot.press("slash", *"timeout")  # the rollouts filter
+        await until(pilot, lambda: lines.row_count < 24, "the filtered rollouts")
+        assert {lines.row_cells(i)[0] for i in range(lines.row_count)} == {"timeout"}
+        await pilot.press("escape")
+        await until(pilot, lambda: lines.row_count == 24 and lines.has_focus, "the filter cleared")
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the Rollout screen")
         rollout = app.screen
@@ -150,15 +163,16 @@ async def test_runs_filter_sort_open_run_and_rollout(home: Path) -> None:
         assert "Say hello." in body and "ok 0" in body  # the user turn and a tool result
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), "back on the Run screen")
-        await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, RunScreen), "back home")
+        await pilot.press("q")  # q steps back too (k9s, lazygit): it does not quit from a sub-screen
+        await until(pilot, lambda: app.screen is app.home_screen, "back home")
+        assert app.is_running
 
 
 async def test_token_view_cursor_and_raw_json(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
-        await app.push_screen(RolloutScreen(run_data.RunSource(home / "runs" / "eval-run"), "eval-run/task-0/0"))
+        await app.push_screen(RolloutScreen(RunSource(home / "runs" / "eval-run"), "eval-run/task-0/0"))
         screen = app.screen
         view = screen.query_one(TokenView)
         await until(pilot, lambda: view.sample is not None, "the sample")
@@ -175,6 +189,11 @@ async def test_token_view_cursor_and_raw_json(home: Path) -> None:
         assert "inserted (mask 0)" in text_of(cursor) and "call 2/3 prompt" in text_of(cursor)
         body = view.query_one("#token-body", Static).content
         assert "│call 2▸" in body.plain and "hello" in body.plain
+        legend = text_of(view.query_one("#token-legend", Static))
+        assert "sampled, by p" in legend and "inserted (mask 0)" in legend and "│call N▸" in legend
+        # neighbouring tokens of one colour still read apart: every other token is a shade darker
+        styles = [str(span.style) for span in body.spans if "on rgb" in str(span.style) and "reverse" not in str(span.style)]
+        assert len(set(styles[:2])) == 2 or len(styles) < 2
         screen.query_one("#rollout-tabs", TabbedContent).active = "tab-raw"
         raw = screen.query_one(CallJson)
         await until(pilot, lambda: '"call_id": "eval-run/task-0/0#c0"' in raw.text, "the first call's JSON")
@@ -186,9 +205,11 @@ async def test_token_view_cursor_and_raw_json(home: Path) -> None:
 async def test_rollouts_tab_enter_opens_the_rollout(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(160, 48)) as pilot:
-        table = app.query_one("#rollouts", DataTable)
-        await pilot.press("o")  # a store's rollouts load when their tab is shown
-        await until(pilot, lambda: table.row_count > 0, "the store's rollouts")
+        table = app.query_one("#rollouts-table", RolloutLines)
+        await until(pilot, lambda: app.home_screen.in_focus is not None, "a run in focus")
+        await pilot.press("3")  # a run's rollouts load when their tab is shown
+        await until(pilot, lambda: table.row_count > 0, "the run's rollouts")
+        assert table.border_title == f"Rollouts of {app.home_screen.in_focus[1]}"
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the Rollout screen")
 
@@ -196,7 +217,8 @@ async def test_rollouts_tab_enter_opens_the_rollout(home: Path) -> None:
 async def test_filter_input_is_hidden_until_slash(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(80, 24)) as pilot:
-        box = app.query_one("#runs-filter", Input)
+        await until(pilot, lambda: app.query_one(RunsTable).row_count == 2, "the runs")
+        box = app.query_one("#tab-runs").query_one(FilterBar)
         assert box.size.height == 0
         await pilot.press("slash")
         await pilot.pause()
@@ -210,13 +232,15 @@ async def test_a_long_conversation_shows_its_first_calls_then_all(home: Path, to
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        await app.push_screen(RolloutScreen(run_data.RunSource(home / "runs" / "long-run"), "long-run/task-0/0"))
+        await app.push_screen(RolloutScreen(RunSource(home / "runs" / "long-run"), "long-run/task-0/0"))
         conv = app.screen.query_one("#conv", Static)
         await until(pilot, lambda: "more calls" in text_of(conv), "the first calls")
         assert f"call {FIRST_CALLS}/{FIRST_CALLS + 5}" in text_of(conv) and "… 5 more calls" in text_of(conv)
+        assert app.screen.check_action("all_calls", ()) is True
         await pilot.press("m")
         await until(pilot, lambda: f"call {FIRST_CALLS + 5}/{FIRST_CALLS + 5}" in text_of(conv), "every call")
         assert "more calls" not in text_of(conv)
+        assert app.screen.check_action("all_calls", ()) is False  # shown: the key leaves the footer
 
 
 def test_the_sandbox_log_shown_is_the_last_attempt_counted_as_numbers(tmp_path: Path) -> None:
@@ -225,6 +249,6 @@ def test_the_sandbox_log_shown_is_the_last_attempt_counted_as_numbers(tmp_path: 
     for n in (0, 2, 10):
         (logs / f"hello.0.attempt{n}.log").write_text(f"attempt {n}")
     (logs / "hello.0.s1.attempt0.log").write_text("another step's")
-    assert run_data.rollout_log(tmp_path, {"task_id": "hello", "sample_index": 0, "step": 0}) == "attempt 10"
-    assert run_data.rollout_log(tmp_path, {"task_id": "hello", "sample_index": 0, "step": 1}) == "another step's"
-    assert run_data.rollout_log(tmp_path, {"task_id": "hello", "sample_index": 1, "step": 0}) is None
+    assert rollout_log(tmp_path, {"task_id": "hello", "sample_index": 0, "step": 0}) == "attempt 10"
+    assert rollout_log(tmp_path, {"task_id": "hello", "sample_index": 0, "step": 1}) == "another step's"
+    assert rollout_log(tmp_path, {"task_id": "hello", "sample_index": 1, "step": 0}) is None

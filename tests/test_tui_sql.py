@@ -12,9 +12,9 @@ import pytest
 from textual.widgets import Static
 
 from core.store.writer import Store
-from forgetui.tui import run_data
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.cell_viewer import CellViewer
+from forgetui.tui.source import RunSource
 from forgetui.tui.widgets.result_table import CELL_CHARS, ResultTable
 from forgetui.tui.widgets.schema_tree import SchemaTree
 from forgetui.tui.widgets.sql_console import SqlConsole
@@ -43,16 +43,19 @@ async def until(pilot, cond, what: str, tries: int = 400) -> None:
 
 
 async def open_console(app: ForgetuiApp, pilot) -> tuple[SqlConsole, ResultTable]:
-    await until(pilot, lambda: app.store is not None, "a store selected")
-    await pilot.press("e")
-    return app.query_one(SqlConsole), app.query_one(ResultTable)
+    """The SQL tab (key 4), on the run in focus (the newest: the Runs list's cursor starts on it)."""
+    await until(pilot, lambda: app.home_screen.in_focus is not None, "a run in focus")
+    await pilot.press("4")
+    console = app.screen.query_one(SqlConsole)
+    await until(pilot, lambda: console.source is not None, "the console on the run in focus")
+    return console, app.screen.query_one(ResultTable)
 
 
 async def test_f5_and_ctrl_r_run_and_the_footer_shows_f5(home: Path) -> None:
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
         console, table = await open_console(app, pilot)
-        shown = {b.binding.key for b in app.active_bindings.values() if b.binding.show}
+        shown = {b.binding.key for b in app.screen.active_bindings.values() if b.binding.show}
         assert "f5" in shown  # in the footer while the editor has focus
         console.sql = "SELECT count(*) AS n FROM rollouts"
         await pilot.press("f5")
@@ -134,13 +137,14 @@ async def test_history_survives_a_restart_and_schema_inserts_names(home: Path) -
 
 async def test_cancel_drops_the_answer(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
-    real = run_data.query_store
+    real = RunSource.query
 
-    def slow(path, sql, max_rows=100_000, cancel=None):
-        release.wait(10)
-        return real(path, sql, max_rows)
+    def slow(self, sql, max_rows=100_000, cancel=None):
+        if cancel is not None:  # the console's query (the Runs list's are not held)
+            release.wait(10)
+        return real(self, sql, max_rows)
 
-    monkeypatch.setattr(run_data, "query_store", slow)
+    monkeypatch.setattr(RunSource, "query", slow)
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
         console, table = await open_console(app, pilot)
@@ -161,16 +165,17 @@ async def test_cancel_drops_the_answer(home: Path, monkeypatch: pytest.MonkeyPat
 async def test_cancel_interrupts_a_query_running_on_a_store_file(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Esc stops the query itself, not only the wait for it: DuckDB interrupts the connection it runs on."""
     ended: list[str] = []
-    real = run_data.query_store
+    real = RunSource.query
 
-    def recorded(path, sql, max_rows=100_000, cancel=None):
+    def recorded(self, sql, max_rows=100_000, cancel=None):
         try:
-            return real(path, sql, max_rows, cancel)
+            return real(self, sql, max_rows, cancel)
         except Exception as exc:
-            ended.append(str(exc))
+            if cancel is not None:  # the console's query (not the Runs list's)
+                ended.append(str(exc))
             raise
 
-    monkeypatch.setattr(run_data, "query_store", recorded)
+    monkeypatch.setattr(RunSource, "query", recorded)
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(120, 40)) as pilot:
         console, table = await open_console(app, pilot)
@@ -178,7 +183,7 @@ async def test_cancel_interrupts_a_query_running_on_a_store_file(home: Path, mon
         await pilot.press("f5")
         await until(pilot, lambda: "running" in status_of(console), "running")
         # the query is under way in its thread: its connection is watched by the cancel
-        await until(pilot, lambda: app._sql_cancel is not None and bool(app._sql_cancel._cons), "the query running on its connection")
+        await until(pilot, lambda: console._cancel is not None and bool(console._cancel._cons), "the query running on its connection")
         await pilot.press("escape")
         await until(pilot, lambda: bool(ended), "the interrupted query to end", tries=1000)
         assert len(ended) == 1 and ended[0].startswith("query interrupted: cancelled") and table.row_count == 0

@@ -1,17 +1,20 @@
-"""The new-run form's model: which config keys it edits, and validation errors mapped back to them."""
+"""The new-run form's model: which config keys it edits, and the config checked exactly as `forgetui run` loads it.
+
+The form's values are `--set key=value` overrides on an optional base file, given to core's own loader
+(`core.config.load_config`, as `forgetui run BASE --set ...` does, which also parses the backend spec); then
+the names a run resolves only when it starts — env (and its options), harness, trainer, a scripted backend's
+file — are looked up in core's registries, so a typo is an error under its field before anything launches.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import tomllib
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
-# the form sets keys exactly as `--set key=value` does: core.config's own parsing, not a copy of it
-from core.config import RunConfig, _parse_value, _set_path, dump_toml, load_config
-from core.errors import ConfigError
+from core.config import RunConfig, dump_toml, load_config
+from core.errors import ConfigError, InvalidConfigError
+from core.registry import check_env_options, env_class, harness_class
+from core.train.trainers import trainer_for
 
 # (dotted key, label, placeholder): what a new run most often sets; everything else comes from the base config
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -34,51 +37,81 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("train.save_every", "checkpoint every N steps", "0 = at the end"),
     ("train.from_runs", "SFT: teacher runs", '["RUN_ID"]'),
 )
+KEYS = tuple(key for key, _, _ in FIELDS)
 BASE = "base"  # the form's field for a config file to start from
 
 
-def form_data(base: str, values: dict[str, str]) -> dict[str, Any]:
-    """The config dict: the base TOML (if any) with every non-empty field set (TOML scalars where they parse)."""
-    data: dict[str, Any] = {}
-    if base.strip():
-        path = Path(base.strip()).expanduser()
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"no config file at {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    for key, raw in values.items():
-        if raw.strip():
-            _set_path(data, key, _parse_value(raw.strip()))
-    return data
+def overrides(values: dict[str, str]) -> list[str]:
+    """The form's non-empty fields as `--set` overrides."""
+    return [f"{key}={raw.strip()}" for key, raw in values.items() if raw.strip()]
 
 
-def field_errors(base: str, values: dict[str, str]) -> dict[str, str]:
-    """Pydantic's complaints per form key (BASE for the file, or for keys the form does not show); {} when valid."""
+def field_of(loc: str) -> str:
+    """The form field a config key's problem belongs under (BASE for keys the form does not show)."""
+    return next((key for key in KEYS if loc == key or loc.startswith(key + ".")), BASE)
+
+
+def _add(errors: dict[str, str], key: str, message: str) -> None:
+    errors[key] = f"{errors[key]}; {message}" if key in errors else message
+
+
+def load(base: str, values: dict[str, str]) -> tuple[RunConfig | None, dict[str, str]]:
+    """The config as `forgetui run BASE --set ...` loads it, or the errors per form field ({} when it loaded)."""
     try:
-        data = form_data(base, values)
+        return load_config(base.strip() or None, overrides(values)), {}
+    except InvalidConfigError as exc:
+        errors: dict[str, str] = {}
+        for loc, message in exc.problems:
+            key = field_of(loc)
+            _add(errors, key, f"{loc}: {message}" if key == BASE else message)
+        return None, errors
+    except ConfigError as exc:  # the base file (missing, not TOML) or an override that is no key=value
+        return None, {BASE: str(exc)}
+
+
+def name_errors(config: RunConfig) -> dict[str, str]:
+    """What a run of `config` would fail on as it starts: an env (or env option), harness or trainer that is not
+    registered, a scripted backend's missing file, a config the trainer refuses (the backend spec itself was
+    parsed when the config loaded)."""
+    from core.session.setup import env_kwargs  # ~350 ms to import (the runtimes): only when a form is checked
+
+    errors: dict[str, str] = {}
+    try:
+        check_env_options(config.env.name, env_class(config.env.name), env_kwargs(config))
     except ConfigError as exc:
-        return {BASE: str(exc)}
+        errors["env.name"] = str(exc)
     try:
-        RunConfig.model_validate(data)
-    except ValidationError as exc:
-        out: dict[str, str] = {}
-        shown = {key for key, _, _ in FIELDS}
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            key = next((k for k in shown if loc == k or loc.startswith(k + ".")), BASE)
-            out[key] = (out.get(key, "") + "; " if key in out else "") + (f"{loc}: " if key == BASE else "") + err["msg"]
-        return out
-    return {}
+        harness_class(config.harness.name)
+    except ConfigError as exc:
+        errors["harness.name"] = str(exc)
+    spec = config.policy.spec
+    if spec.declared.config_relative and not Path(spec.target).expanduser().is_file():
+        errors["policy.backend"] = f"no file at {spec.target} (a relative path is relative to the base config)"
+    try:
+        trainer = trainer_for(config)
+        if trainer.trains(config):
+            trainer.check(config)
+    except ConfigError as exc:
+        errors["train.trainer"] = str(exc)
+    return errors
 
 
-def save_config(base: str, values: dict[str, str], folder: Path) -> Path:
-    """Validate and write the resolved config as TOML under `folder`; ConfigError when it is not valid."""
-    base_dir = Path(base.strip()).expanduser().parent if base.strip() else None
-    tmp = folder / f"new-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.toml"
+def check(base: str, values: dict[str, str]) -> tuple[RunConfig | None, dict[str, str]]:
+    """The config and {} when a run of it would start; else None and the errors per form field."""
+    config, errors = load(base, values)
+    if config is None:
+        return None, errors
+    errors = name_errors(config)
+    return (None, errors) if errors else (config, {})
+
+
+def save_config(config: RunConfig, folder: Path) -> Path:
+    """Write the resolved config as TOML under `folder`, then check that file as `forgetui run FILE` will load it;
+    ConfigError with what is wrong when it would not start."""
     folder.mkdir(parents=True, exist_ok=True)
-    overrides = [f"{k}={v.strip()}" for k, v in values.items() if v.strip()]
-    config = load_config(base.strip() or None, overrides, base_dir=base_dir)  # the same checks as the CLI
-    tmp.write_text(dump_toml(config))
-    return tmp
+    path = folder / f"new-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.toml"
+    path.write_text(dump_toml(config))
+    _, errors = check(str(path), {})
+    if errors:
+        raise ConfigError(f"the saved config {path} would not start: " + "; ".join(errors.values()))
+    return path

@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static, TextArea
 
+from forgetui.tui.widgets.key_footer import KeyFooter
+
 
 def cell_full_text(value: Any) -> tuple[str, str | None]:
     """(text, language): JSON text and lists/dicts indented as JSON; anything else as is."""
@@ -28,7 +30,8 @@ def cell_full_text(value: Any) -> tuple[str, str | None]:
 
 
 class CellViewer(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q", "dismiss", "Close"), Binding("y", "copy", "Copy")]
+    BINDINGS = [Binding("escape", "dismiss", "Close", key_display="esc/q"), Binding("q", "dismiss", "Close", show=False),
+                Binding("y", "copy", "Copy")]
 
     def __init__(self, column: str, value: Any) -> None:
         super().__init__()
@@ -39,6 +42,7 @@ class CellViewer(ModalScreen[None]):
         with Vertical(id="cell-box"):
             yield Static(f"{self.column} · {len(self.text)} characters · Esc closes · y copies", id="cell-title")
             yield TextArea(self.text, language=self.language, read_only=True, id="cell-text")
+        yield KeyFooter()
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.text)

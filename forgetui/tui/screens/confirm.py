@@ -6,13 +6,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Static
+
+from forgetui.tui.widgets.key_footer import KeyFooter
 
 
 class Confirm(ModalScreen[str | None]):
-    """`choices`: (id, label) buttons, the first focused; Esc answers None."""
+    """`choices`: (id, label) buttons, the first focused (←/→ move between them); Esc answers None."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("left", "app.focus_previous", show=False),
+                Binding("right", "app.focus_next", show=False)]
 
     def __init__(self, question: str, choices: tuple[tuple[str, str], ...] = (("yes", "Yes"), ("no", "No"))) -> None:
         super().__init__()
@@ -25,6 +28,7 @@ class Confirm(ModalScreen[str | None]):
             with Horizontal(classes="dialog-buttons"):
                 for n, (cid, label) in enumerate(self.choices):
                     yield Button(label, id=cid, variant="primary" if n == 0 else "default")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query(Button).first().focus()
@@ -32,23 +36,3 @@ class Confirm(ModalScreen[str | None]):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.dismiss(event.button.id)
-
-
-class Prompt(ModalScreen[str | None]):
-    """One line of text (e.g. a store's path); Enter answers it, Esc None."""
-
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
-
-    def __init__(self, question: str, placeholder: str = "") -> None:
-        super().__init__()
-        self.question = question
-        self.placeholder = placeholder
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
-            yield Static(self.question, classes="dialog-text")
-            yield Input(placeholder=self.placeholder)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value.strip() or None)

@@ -9,19 +9,22 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
 from core.errors import ForgetuiError
 from forgetui.tui import heap
+from forgetui.tui.closing import dropped_once_closed
 from forgetui.tui.conversation import request_turns, response_turns, tools_offered
-from forgetui.tui.messages import LoadFailed, RolloutLoaded
-from forgetui.tui.run_data import RolloutDetail, RunSource, fmt, load_rollout, parse_json
+from forgetui.tui.rows import RolloutDetail, fmt
+from forgetui.tui.source import RunSource, parse_json
 from forgetui.tui.widgets.call_inspector import heading, turns_text
 from forgetui.tui.widgets.call_json import CallJson
 from forgetui.tui.widgets.key_footer import KeyFooter
+from forgetui.tui.widgets.text_pane import TextPane
 from forgetui.tui.widgets.token_view import TokenView
 
 FIRST_CALLS = 40  # calls shown at first: laying out a 200-call conversation blocks the screen; `m` shows all
@@ -82,8 +85,28 @@ def verifier_text(d: RolloutDetail) -> Text:
 class RolloutScreen(Screen):
     """Tabs: Conversation, Tokens, Verifier & log, Raw JSON. `b` shows the next branch's sample."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("b", "next_branch", "Next branch"),
-                Binding("m", "all_calls", "All calls")]
+    class Loaded(Message):
+        """The rollout in full, its conversation and verifier texts already rendered (on the worker)."""
+
+        def __init__(self, detail: RolloutDetail, conversation: Text, verifier: Text) -> None:
+            super().__init__()
+            self.detail = detail
+            self.conversation = conversation
+            self.verifier = verifier
+
+    class Failed(Message):
+        def __init__(self, error: str) -> None:
+            super().__init__()
+            self.error = error
+
+    CSS_PATH = "rollout_screen.tcss"
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", key_display="esc/q"),
+                Binding("q", "app.pop_screen", "Back", show=False),
+                Binding("left", "step_tab(-1)", "Tabs", key_display="←→"),
+                Binding("right", "step_tab(1)", "Next tab", show=False),
+                Binding("b", "next_branch", "Next branch"), Binding("m", "all_calls", "All calls")]
+    TABS = ("tab-conv", "tab-tokens", "tab-verifier", "tab-raw")
+    AUTO_FOCUS = "#conv-scroll"
 
     def __init__(self, source: RunSource, rollout_id: str) -> None:
         super().__init__()
@@ -91,20 +114,36 @@ class RolloutScreen(Screen):
         self.rollout_id = rollout_id
         self.detail: RolloutDetail | None = None
         self.branch = 0
+        self.all_shown = False
 
     def compose(self) -> ComposeResult:
         yield Header()
         with TabbedContent(id="rollout-tabs"):
-            with TabPane("Conversation", id="tab-conv"), VerticalScroll(id="conv-scroll"):
+            with TabPane("Conversation", id="tab-conv"), TextPane(id="conv-scroll"):
                 yield Static(Text("loading…", style="dim"), id="conv")
             with TabPane("Tokens", id="tab-tokens"):
                 yield TokenView(id="tokens")
-            with TabPane("Verifier & log", id="tab-verifier"), VerticalScroll():
+            with TabPane("Verifier & log", id="tab-verifier"), TextPane(id="verifier-scroll"):
                 yield Static("", id="verifier")
             with TabPane("Raw JSON", id="tab-raw"), Horizontal():
                 yield OptionList(id="raw-calls")
                 yield CallJson(id="raw-json")
         yield KeyFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        d = self.detail
+        if action == "next_branch":
+            return d is not None and len(d.samples) > 1
+        if action == "all_calls":
+            return d is not None and len(d.calls) > FIRST_CALLS and not self.all_shown
+        return True
+
+    def action_step_tab(self, step: int) -> None:
+        tabs = self.query_one("#rollout-tabs", TabbedContent)
+        tabs.active = self.TABS[(self.TABS.index(tabs.active) + step) % len(self.TABS)]
+        target = {"tab-conv": "#conv-scroll", "tab-tokens": "#tokens", "tab-verifier": "#verifier-scroll",
+                  "tab-raw": "#raw-calls"}[tabs.active]
+        self.query_one(target).focus()
 
     def on_unmount(self) -> None:
         heap.thaw()
@@ -117,15 +156,16 @@ class RolloutScreen(Screen):
     def load(self) -> None:
         try:
             with heap.loading():
-                detail = load_rollout(self.source, self.rollout_id)
+                detail = self.source.rollout(self.rollout_id)
                 # the texts too are built here, off the event loop: a 200-call conversation is a lot of parsing
                 conversation = conversation_text(detail.calls, FIRST_CALLS)
-            self.post_message(RolloutLoaded(detail, conversation, verifier_text(detail)))
+            self.post_message(self.Loaded(detail, conversation, verifier_text(detail)))
         except ForgetuiError as exc:
-            self.post_message(LoadFailed("rollout", str(exc)))
+            self.post_message(self.Failed(str(exc)))
 
-    @on(RolloutLoaded)
-    def _loaded(self, message: RolloutLoaded) -> None:
+    @on(Loaded)
+    @dropped_once_closed
+    def _loaded(self, message: Loaded) -> None:
         d = self.detail = message.detail
         self.query_one("#conv", Static).update(message.conversation)
         self.query_one("#verifier", Static).update(message.verifier)
@@ -136,6 +176,7 @@ class RolloutScreen(Screen):
         if d.calls:
             calls.highlighted = 0
             self.query_one(CallJson).show_call(d.calls[0])
+        self.refresh_bindings()
         self.call_after_refresh(heap.freeze_loaded)
 
     def _show_branch(self) -> None:
@@ -150,7 +191,9 @@ class RolloutScreen(Screen):
 
     def action_all_calls(self) -> None:
         if self.detail is not None and len(self.detail.calls) > FIRST_CALLS:
+            self.all_shown = True
             self.query_one("#conv", Static).update(conversation_text(self.detail.calls))
+            self.refresh_bindings()
 
     def action_next_branch(self) -> None:
         self.branch += 1
@@ -161,7 +204,7 @@ class RolloutScreen(Screen):
         if self.detail is not None and event.option.id is not None:
             self.query_one(CallJson).show_call(self.detail.calls[int(event.option.id)])
 
-    @on(LoadFailed)
-    def _failed(self, message: LoadFailed) -> None:
-        message.stop()
+    @on(Failed)
+    @dropped_once_closed
+    def _failed(self, message: Failed) -> None:
         self.query_one("#conv", Static).update(Text(message.error, style="bold red"))

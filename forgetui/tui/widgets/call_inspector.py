@@ -10,21 +10,24 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from forgetui.tui.conversation import Turn, request_turns, response_turns
-from forgetui.tui.data import CallDetail
+from forgetui.tui.rows import CallDetail
 
 MAX_TOKENS_SHOWN = 4000
 MAX_TURN_CHARS = 20_000
 ROLE_STYLES = {"system": "magenta", "user": "cyan", "assistant": "green", "model": "green", "tool": "yellow"}
 
 
-def prob_colour(logprob: float) -> str:
+def prob_rgb(logprob: float) -> tuple[int, int, int]:
     """Red (unlikely) through yellow to green (certain) for a token's probability; grey when unknown."""
     if logprob is None or math.isnan(logprob):
-        return "rgb(128,128,128)"
+        return 128, 128, 128
     p = min(max(math.exp(logprob), 0.0), 1.0)
-    red = int(255 * min(1.0, 2 * (1 - p)))
-    green = int(255 * min(1.0, 2 * p))
-    return f"rgb({red},{green},60)"
+    return int(255 * min(1.0, 2 * (1 - p))), int(255 * min(1.0, 2 * p)), 60
+
+
+def prob_colour(logprob: float) -> str:
+    red, green, blue = prob_rgb(logprob)
+    return f"rgb({red},{green},{blue})"
 
 
 def token_text(ids: list[int], logprobs: list[float]) -> Text:

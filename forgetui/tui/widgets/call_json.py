@@ -8,7 +8,7 @@ from typing import Any
 from textual.binding import Binding
 from textual.widgets import TextArea
 
-from forgetui.tui.run_data import parse_json
+from forgetui.tui.source import parse_json
 
 
 def raw_json(call: dict[str, Any]) -> str:

@@ -20,6 +20,11 @@ class KeyFooter(Footer):
 
     _shown: tuple[Any, ...] | None = None
 
+    def __init__(self, **kwargs: Any) -> None:
+        # compact (one space between keys) and no palette key (Ctrl+P still opens it; ? lists it): a screen's own
+        # keys fit in 80 columns
+        super().__init__(compact=True, show_command_palette=False, **kwargs)
+
     def bindings_changed(self, screen: Screen) -> None:
         shown = _signature(screen)
         if self._bindings_ready and shown == self._shown:

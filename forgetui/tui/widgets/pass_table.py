@@ -1,41 +1,60 @@
-"""The pass@k / pass^k table of a run's eval report (one row per env × harness group)."""
+"""The pass@k / pass^k of a run's eval report: one row per k, a pass@k and a pass^k column per env × harness;
+drawn as one Rich table, so the box is exactly as tall and wide as its content."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from textual.widgets import DataTable
+from rich import box
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
 
-from forgetui.tui.run_data import fmt
+from forgetui.tui.rows import fmt
 
 
-def report_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """(columns, rows): env, harness, tasks, samples, mean score, pass@k… then pass^k…, timeouts, infra errors."""
+def report_table(report: dict[str, Any]) -> Table | None:
+    """k down, each group's pass@k and pass^k across; None without a scored group."""
+    groups = report.get("groups") or []
     ks = [str(k) for k in report.get("ks") or []]
-    columns = ["env", "harness", "tasks", "samples", "mean", *(f"pass@{k}" for k in ks), *(f"pass^{k}" for k in ks),
-               "timeouts", "infra"]
-    rows = []
-    for g in report.get("groups") or []:
-        rows.append([str(g["env"]), str(g["harness"]), str(g["tasks"]), str(g["samples"]), fmt(g.get("mean_score")),
-                     *(fmt(g["pass_at_k"].get(k)) for k in ks), *(fmt(g["pass_hat_k"].get(k)) for k in ks),
-                     str(g.get("timeouts", 0)), str(g.get("infra_errors", 0))])
-    return columns, rows
+    if not groups or not ks:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    table.add_column("k", justify="right", style="bold")
+    many = len(groups) > 1
+    for g in groups:
+        prefix = f"{g['env']}×{g['harness']} " if many else ""
+        table.add_column(f"{prefix}pass@k", justify="right")
+        table.add_column(f"{prefix}pass^k", justify="right")
+    for k in ks:
+        table.add_row(k, *(cell for g in groups for cell in (fmt(g["pass_at_k"].get(k)) or "-", fmt(g["pass_hat_k"].get(k)) or "-")))
+    return table
 
 
-class PassTable(DataTable):
-    """pass@k (unbiased) and pass^k per env × harness; a k with too few samples per task shows blank."""
+def scores_line(report: dict[str, Any]) -> str:
+    """Per group: mean score over its samples and tasks (timeouts count as 0; infra errors are left out)."""
+    return " · ".join(f"mean score {fmt(g.get('mean_score'))} over {g['samples']} samples of {g['tasks']} tasks"
+                      for g in report.get("groups") or [])
+
+
+class PassTable(Static):
+    """pass@k (unbiased) and pass^k per k; a k with too few samples per task shows -."""
 
     BORDER_TITLE = "pass@k / pass^k"
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="none", show_cursor=False, **kwargs)  # type: ignore[arg-type]
-        self._shown: tuple | None = None
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(Text("no scored rollouts yet", style="dim"), **kwargs)
+        self.report: dict[str, Any] = {}
 
     def show_report(self, report: dict[str, Any]) -> None:
-        columns, rows = report_rows(report)
-        if (columns, rows) == self._shown:
+        if report == self.report:
             return
-        self._shown = (columns, rows)
-        self.clear(columns=True)
-        self.add_columns(*columns)
-        self.add_rows(rows)
+        self.report = report
+        table = report_table(report)
+        self.update(table if table is not None else Text("no scored rollouts yet", style="dim"))
+
+    def rows(self) -> list[list[str]]:
+        """(k, pass@k, pass^k, ...) as shown, one list per k."""
+        groups = self.report.get("groups") or []
+        return [[str(k), *(fmt(g[key].get(str(k))) or "-" for g in groups for key in ("pass_at_k", "pass_hat_k"))]
+                for k in self.report.get("ks") or []]

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from core.store.query import QueryResult
-from forgetui.tui.data import cell_text
+from forgetui.tui.rows import cell_text
 from forgetui.tui.screens.cell_viewer import CellViewer
 from forgetui.tui.widgets.windowed_table import WindowedTable
 

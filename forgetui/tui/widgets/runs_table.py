@@ -1,74 +1,83 @@
-"""Every run under FORGETUI_HOME, one row each (key = run id): status, env, harness, model, progress, scores, step."""
+"""Every run under FORGETUI_HOME, one line each: its status and scores first, then where it ran and why it failed."""
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.widgets import DataTable
+from typing import Any
 
-from forgetui.tui.messages import RunOpened
-from forgetui.tui.run_data import RUN_COLUMNS, RunInfo, filter_runs, sort_runs
+from rich.style import Style
+from textual import events
 
-STATUS_STYLES = {"running": "cyan", "done": "green", "failed": "red", "interrupted": "yellow", "stale": "magenta",
-                 "starting": "cyan"}
+from forgetui.tui.rows import RUN_COLUMNS, RunInfo, one_line, sort_runs
+from forgetui.tui.widgets.line_table import Cell, Column, LineTable
+
+STATUS_STYLES = {"running": "cyan", "done": "green", "failed": "bold red", "interrupted": "yellow", "stale": "magenta",
+                 "starting": "cyan", "refused": "bold red", "unreadable": "red", "ending": "cyan"}
+# the run column keeps a whole run id (date-time-suffix): its end is what tells two runs of a minute apart
+WIDTHS = {"run": Column("run", 24, shrink=True, min_width=20), "status": Column("status", 11),
+          "pass rate": Column("pass rate", 9), "reward": Column("reward", 6), "pass@k": Column("pass@k", 9),
+          "progress": Column("progress", 11), "step": Column("step", 7),
+          "env": Column("env", 24, shrink=True, min_width=8), "harness": Column("harness", 20, shrink=True, min_width=8),
+          "model": Column("model", 32, shrink=True, min_width=10), "created": Column("created", 16, shrink=True, min_width=10),
+          "why": Column("why", 120, shrink=True, min_width=12)}
 
 
-class RunsTable(DataTable):
-    """Shows the catalog's runs filtered by `filter_text` and sorted by `sort_key`; Enter posts RunOpened."""
+class RunsTable(LineTable):
+    """Runs sorted by `sort_key` and filtered by `/`; Enter posts Selected with the RunInfo."""
 
-    BORDER_TITLE = "Runs"
+    COLUMNS = tuple(WIDTHS[name] for name in RUN_COLUMNS)
+    NOUN = "runs"
+    EMPTY = "no runs yet"
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
-        self.runs: list[RunInfo] = []
-        self.shown: list[RunInfo] = []
-        self.filter_text = ""
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.sort_key = "created"
+        self.marked: RunInfo | None = None  # run A of a comparison, once chosen
 
-    def on_mount(self) -> None:
+    def row_key(self, row: RunInfo) -> str:
+        return row.key
+
+    def cells_of(self, row: RunInfo) -> list[Cell]:
+        cells = row.cells()
+        out: list[Cell] = []
         for name in RUN_COLUMNS:
-            self.add_column(name, key=name)
+            style = None
+            if name == "status":
+                style = STATUS_STYLES.get(cells[name])
+            elif name == "run" and row.kind != "run":
+                style = "dim" if row.kind == "proxy" else "italic"
+            elif name == "why" and cells[name]:
+                style = "red"
+            value = cells[name]
+            if name == "run" and self.marked is not None and row.key == self.marked.key:
+                value, style = "A▸" + value, "bold magenta"
+            out.append((value, Style.parse(style) if style else None))
+        return out
 
     def show_runs(self, runs: list[RunInfo]) -> None:
-        self.runs = list(runs)
-        self._redraw()
-
-    def set_filter(self, text: str) -> None:
-        self.filter_text = text
-        self._redraw()
+        self.set_rows(sort_runs(runs, self.sort_key))
 
     def set_sort(self, key: str) -> None:
         self.sort_key = key
-        self._redraw()
+        self.set_rows(sort_runs(self.rows, key))
 
-    def selected(self) -> RunInfo | None:
-        if not self.shown or self.cursor_row is None or not 0 <= self.cursor_row < len(self.shown):
-            return None
-        return self.shown[self.cursor_row]
+    def mark(self, info: RunInfo | None) -> None:
+        """Mark `info` as run A of a comparison (None: no mark)."""
+        self.marked = info
+        self.set_rows(self.rows)
 
-    def _redraw(self) -> None:
-        keep = self.selected()
-        shown = sort_runs(filter_runs(self.runs, self.filter_text), self.sort_key)
-        if [r.cells() for r in shown] == [r.cells() for r in self.shown]:
-            self.shown = shown
-            return
-        self.shown = shown
-        self.clear()
-        for info in shown:
-            cells = info.cells()
-            row = [Text(cells[c], style=STATUS_STYLES.get(cells[c], "")) if c == "status" else cells[c]
-                   for c in RUN_COLUMNS]
-            if info.kind == "proxy":
-                row[0] = Text(cells["run"] + " (proxy)", style="dim")
-            self.add_row(*row, key=f"{info.path}::{info.run_id}")
-        if keep is not None:
-            for i, info in enumerate(shown):
-                if (info.path, info.run_id) == (keep.path, keep.run_id):
-                    self.move_cursor(row=i)
-        filt = f" · filter “{self.filter_text}”" if self.filter_text else ""
-        self.border_subtitle = f"{len(shown)}/{len(self.runs)} runs · sorted by {self.sort_key}{filt}"
+    def subtitle(self) -> str:
+        """Counts and sort; run A of a comparison; why the run under the cursor failed (the why column is the
+        last one, off-screen on a narrow terminal)."""
+        text = super().subtitle() + f" · sorted by {self.sort_key}"
+        if self.marked is not None:
+            text += f" · A = {self.marked.run_id}: c on run B compares"
+        row = self.selected
+        if row is not None and row.reason:
+            text = f"why: {one_line(row.reason, 200)} · " + text
+        return text
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        event.stop()
-        info = self.selected()
-        if info is not None:
-            self.post_message(RunOpened(info))
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        """Hovering a run that failed shows why in full."""
+        index = self.row_at(event)
+        reason = self.shown[index].reason if index is not None else None
+        self.tooltip = reason or None

@@ -1,5 +1,5 @@
 """The store's schema as a tree: tables and views, their columns with types and the README's meanings.
-Selecting a node posts SchemaPicked with the name to insert into the query."""
+Selecting a node posts Picked with the name to insert into the query."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from textual.widgets import Tree
 from core.store.schema import TABLES, VIEWS
 
 
-class SchemaPicked(Message):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name = name
-
-
 class SchemaTree(Tree[str]):
     """Tables → columns; Enter on a table or column inserts its name into the editor."""
+
+    class Picked(Message):
+        """A table or column name was chosen."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
 
     BORDER_TITLE = "Schema"
 
@@ -39,4 +40,4 @@ class SchemaTree(Tree[str]):
     def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
         event.stop()
         if event.node.data:
-            self.post_message(SchemaPicked(event.node.data))
+            self.post_message(self.Picked(event.node.data))

@@ -1,42 +1,55 @@
-"""A SQL console on the selected store: editor, schema browser, status line and a paged result.
+"""A SQL console on the run in focus: editor, schema browser, status line and a paged result.
 
 Run keys: F5, Ctrl+R and Ctrl+Enter (the last only where the terminal reports it: kitty protocol); Esc cancels a
-running query; Ctrl+↑/↓ step through the history; F8/F9 export the result as CSV/Parquet (F6/F7 select in the editor)."""
+running query; Ctrl+↑/↓ step through the history; Ctrl+A selects all; F8/F9 export the result as CSV/Parquet."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Any
+
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import Button, Static, TextArea
+from textual.widgets import Button, Static
 
-from core.store.query import QueryResult
-from forgetui.tui.messages import RunSql
+from core.errors import ForgetuiError
+from core.store.query import QueryCancel, QueryResult
+from forgetui.tui.closing import dropped_once_closed
+from forgetui.tui.export import export_path, export_result
+from forgetui.tui.source import SQL_MAX_ROWS, RunSource
 from forgetui.tui.sql_history import SqlHistory
 from forgetui.tui.widgets.result_table import ResultTable
-from forgetui.tui.widgets.schema_tree import SchemaPicked, SchemaTree
+from forgetui.tui.widgets.schema_tree import SchemaTree
+from forgetui.tui.widgets.sql_editor import SqlEditor
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SQL = "SELECT api, status, count(*) AS calls FROM calls GROUP BY ALL ORDER BY calls DESC"
-HINT = "F5 / Ctrl+R run · Esc cancels · Ctrl+↑↓ history · Enter on a cell shows it · F8 CSV · F9 Parquet"
-
-
-class CancelSql(Message):
-    """The user cancelled the running query."""
-
-
-class ExportSql(Message):
-    """Export the shown result as `fmt` (csv or parquet)."""
-
-    def __init__(self, fmt: str) -> None:
-        super().__init__()
-        self.fmt = fmt
+HINT = "F5 / Ctrl+R run · Esc cancels · Ctrl+↑↓ history · Ctrl+A all · Enter on a cell shows it · F8 CSV · F9 Parquet"
 
 
 class SqlConsole(Vertical):
-    """Posts RunSql / CancelSql / ExportSql; the app answers through show_result / show_error / set_status."""
+    """Runs the editor's query on `source` (set by the screen: the run in focus) on a worker thread."""
+
+    class Finished(Message):
+        """A query finished: a result, or the error to show; `seq` says which run of the console it answers."""
+
+        def __init__(self, seq: int, result: QueryResult | None = None, error: str | None = None) -> None:
+            super().__init__()
+            self.seq = seq
+            self.result = result
+            self.error = error
+
+    class Exported(Message):
+        def __init__(self, note: str, error: bool = False) -> None:
+            super().__init__()
+            self.note = note
+            self.error = error
 
     BORDER_TITLE = "SQL"
     BINDINGS = [
@@ -51,15 +64,18 @@ class SqlConsole(Vertical):
         Binding("f9", "export('parquet')", "Parquet"),
     ]
 
-    def __init__(self, history: SqlHistory | None = None, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, history: SqlHistory | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.history = history or SqlHistory()
+        self.source: RunSource | None = None
         self.running = False
+        self._seq = 0
+        self._cancel: QueryCancel | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="sql-top"):
             with Vertical(id="sql-edit"):
-                yield TextArea(DEFAULT_SQL, id="sql-input", soft_wrap=True, tab_behavior="indent", language="sql")
+                yield SqlEditor(DEFAULT_SQL, id="sql-input")
                 with Horizontal(id="sql-bar"):
                     yield Button("Run (F5)", id="sql-run", variant="primary")
                     yield Static(HINT, id="sql-hint")
@@ -69,26 +85,75 @@ class SqlConsole(Vertical):
 
     @property
     def sql(self) -> str:
-        return self.query_one("#sql-input", TextArea).text
+        return self.query_one(SqlEditor).text
 
     @sql.setter
     def sql(self, value: str) -> None:
-        self.query_one("#sql-input", TextArea).text = value
+        self.query_one(SqlEditor).text = value
+
+    def show_source(self, source: RunSource | None) -> None:
+        """Follow the run in focus: the next query runs on it."""
+        if source != self.source:
+            self.source = source
+            self.border_title = f"SQL on {source.run_id}" if source is not None else "SQL"
 
     def action_run(self) -> None:
+        if self.source is None:
+            self.show_error("no run to query yet: start one with n")
+            return
+        self._seq += 1
+        if self._cancel is not None:
+            self._cancel.cancel()  # a newer query replaces it
+        self._cancel = QueryCancel()
         self.running = True
-        self.set_status(Text("running… (Esc cancels)", style="yellow"))
+        self.set_status(Text(f"running on {self.source.run_id}… (Esc cancels)", style="yellow"))
         self.history.add(self.sql)
-        self.post_message(RunSql(self.sql))
+        self.run_query(self.source, self.sql, self._seq, self._cancel)
+
+    @work(thread=True, exclusive=True, group="sql", exit_on_error=False)
+    def run_query(self, source: RunSource, sql: str, seq: int, cancel: QueryCancel) -> None:
+        """A console query on a worker thread; a run's store reads together with its veRL shards."""
+        try:
+            if not sql.strip():
+                raise ForgetuiError("type a query first, e.g. SELECT count(*) FROM calls")
+            self.post_message(self.Finished(seq, result=source.query(sql, max_rows=SQL_MAX_ROWS, cancel=cancel)))
+        except ForgetuiError as exc:
+            self.post_message(self.Finished(seq, error=str(exc)))
+        except Exception as exc:
+            log.exception("console query failed")
+            self.post_message(self.Finished(seq, error=f"{type(exc).__name__}: {exc}"))
+
+    @on(Finished)
+    @dropped_once_closed
+    def _finished(self, message: Finished) -> None:
+        message.stop()
+        if message.seq != self._seq:
+            return  # cancelled, or a newer query is running
+        if message.result is not None:
+            self.show_result(message.result)
+        else:
+            self.show_error(message.error or "query failed")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return self.running if action == "cancel" else True  # Esc means something else while nothing runs
+        if action == "cancel":
+            return self.running  # Esc means something else while nothing runs
+        if action == "export":
+            return self.query_one(ResultTable).result is not None  # in the footer once there is a result
+        return True
 
     def action_cancel(self) -> None:
-        if self.running:
-            self.running = False
-            self.post_message(CancelSql())
-            self.set_status(Text("cancelled", style="yellow"))
+        """Stop the query: its connection is interrupted (a store file or a run's shards) and its answer dropped
+        (a query sent to a live writer's endpoint runs on there, within that endpoint's time limit)."""
+        if not self.running:
+            return
+        self.running = False
+        self._seq += 1
+        if self._cancel is not None:
+            self._cancel.cancel()
+            self._cancel = None
+        self.workers.cancel_group(self, "sql")
+        self.set_status(Text("cancelled", style="yellow"))
+        self.refresh_bindings()
 
     def action_history(self, direction: int) -> None:
         sql = self.history.older() if direction < 0 else self.history.newer()
@@ -96,17 +161,36 @@ class SqlConsole(Vertical):
             self.sql = sql
 
     def action_export(self, fmt: str) -> None:
-        self.post_message(ExportSql(fmt))
+        result = self.query_one(ResultTable).result
+        if result is None or self.source is None:
+            return
+        self.export(result, export_path(self.source.exports_dir, fmt))
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    def export(self, result: QueryResult, path: Path) -> None:
+        try:
+            written = export_result(result, path)
+        except (ForgetuiError, OSError) as exc:
+            self.post_message(self.Exported(f"export failed: {exc}", error=True))
+        else:
+            self.post_message(self.Exported(f"exported {len(result.rows)} rows → {written}"))
+
+    @on(Exported)
+    @dropped_once_closed
+    def _exported(self, message: Exported) -> None:
+        message.stop()
+        self.set_status(Text(message.note, style="bold red" if message.error else "green"))
+        self.notify(message.note, title="export", severity="error" if message.error else "information", markup=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "sql-run":
             event.stop()
             self.action_run()
 
-    @on(SchemaPicked)
-    def _insert(self, event: SchemaPicked) -> None:
+    @on(SchemaTree.Picked)
+    def _insert(self, event: SchemaTree.Picked) -> None:
         event.stop()
-        editor = self.query_one("#sql-input", TextArea)
+        editor = self.query_one(SqlEditor)
         editor.insert(event.name)
         editor.focus()
 
@@ -118,9 +202,11 @@ class SqlConsole(Vertical):
         self.query_one(ResultTable).show_result(result)
         note = f"{len(result.rows)} rows" + (" (truncated)" if result.truncated else "")
         self.set_status(Text(note, style="green"))
+        self.refresh_bindings()
 
     def show_error(self, message: str) -> None:
         """The error replaces the previous result: a stale table under an error reads as the answer."""
         self.running = False
         self.query_one(ResultTable).clear_result()
         self.set_status(Text(message, style="bold red"))
+        self.refresh_bindings()

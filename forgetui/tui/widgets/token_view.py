@@ -1,5 +1,6 @@
 """A sample's tokens, decoded: sampled tokens (loss mask 1) coloured by probability, inserted ones shaded grey,
-call boundaries marked; the cursor's token shows its id, logprob, mask and call below."""
+every other token a shade darker (so neighbours of one colour still read as separate tokens), call boundaries
+marked, a legend on top; the cursor's token shows its id, logprob, mask and call below the legend."""
 
 from __future__ import annotations
 
@@ -12,11 +13,32 @@ from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from forgetui.tui.run_data import SampleView
-from forgetui.tui.widgets.call_inspector import prob_colour
+from forgetui.tui.rows import SampleView
+from forgetui.tui.widgets.call_inspector import prob_colour, prob_rgb
 
 WINDOW = 400  # tokens rendered at once around the cursor: a 50k-token sample costs the same few ms per key
-INSERTED = "rgb(150,150,150) on rgb(40,40,40)"
+INSERTED = ("rgb(150,150,150) on rgb(40,40,40)", "rgb(150,150,150) on rgb(62,62,62)")  # even, odd token
+ODD_SHADE = 0.72  # an odd token's colour, darkened: the boundary between two tokens of one colour
+
+
+def sampled_style(logprob: float, odd: bool) -> str:
+    red, green, blue = prob_rgb(logprob)
+    if odd:
+        red, green, blue = (int(c * ODD_SHADE) for c in (red, green, blue))
+    return f"black on rgb({red},{green},{blue})"
+
+
+def legend_text() -> Text:
+    """What the colours and marks mean."""
+    text = Text("sampled, by p: ", style="dim")
+    for p in (0.05, 0.25, 0.5, 0.75, 0.99):
+        text.append(f"{p:g}", style=f"black on {prob_colour(math.log(p))}")
+        text.append(" ")
+    text.append(" inserted (mask 0) ", style=INSERTED[0])
+    text.append("  ")
+    text.append("│call N▸", style="bold magenta")
+    text.append(" a call's completion · every other token darker · ↵ newline", style="dim")
+    return text
 
 
 def piece_text(sample: SampleView, i: int) -> str:
@@ -46,7 +68,7 @@ def tokens_text(sample: SampleView, cursor: int, size: int = WINDOW) -> Text:
         if i in starts:
             text.append(f"│call {starts[i] + 1}▸", style="bold magenta")
         sampled = i < len(sample.loss_mask) and sample.loss_mask[i] == 1
-        style = f"black on {prob_colour(sample.logprobs[i])}" if sampled else INSERTED
+        style = sampled_style(sample.logprobs[i], bool(i % 2)) if sampled else INSERTED[i % 2]
         if i == cursor:
             style += " reverse underline"
         text.append(piece_text(sample, i), style=style)
@@ -98,6 +120,7 @@ class TokenView(Vertical, can_focus=True):
         self._window: tuple[str, int] | None = None  # (sample, first token) of the text shown
 
     def compose(self) -> ComposeResult:
+        yield Static(legend_text(), id="token-legend")
         yield Static("", id="token-cursor")
         with VerticalScroll(id="token-scroll"):
             yield Static("", id="token-body")

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
-from forgetui.tui.run_data import CURVES, curve
+from forgetui.tui.rows import CURVES, curve
 
 
 class TrainCurves(Grid, can_focus=True):

@@ -1,0 +1,319 @@
+"""A table drawn line by line (Textual's line API), the base of the Runs, Rollouts and Calls tables.
+
+Each visible row is one strip of plain segments, so a list of 10,000 rows costs only the rows on screen (a
+DataTable rendered every visible cell through Rich's console pipeline, again after any change, and measured
+every row it held). Column widths are computed afresh on every refresh and resize: each column as wide as
+its widest cell (up to its cap), then the columns marked `shrink` give up width, their cells cut with "…",
+until the table fits the screen — the columns before them (scores, statuses) stay on screen at 80 columns.
+`/` filters the rows (any column, every word); the cursor stays on the same row through refreshes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+GAP = 2
+WIDTH_SAMPLE = 2000  # rows whose cells size the columns (the first and last ones): no pass over 10,000 rows
+
+Cell = tuple[str, Style | None]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its header, its widest (`max_width`), and whether it shrinks to fit (never under `min_width`)."""
+
+    name: str
+    max_width: int = 40
+    shrink: bool = False
+    min_width: int = 6
+
+
+def fit_widths(natural: list[int], columns: Sequence[Column], room: int) -> list[int]:
+    """Widths that fit `room` cells (gaps included): the widest shrinkable column gives up a cell at a time."""
+    widths = list(natural)
+    excess = sum(widths) + GAP * len(widths) + 1 - room
+    while excess > 0:
+        candidates = [i for i, c in enumerate(columns) if c.shrink and widths[i] > min(c.min_width, natural[i])]
+        if not candidates:
+            break
+        widest = max(candidates, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in `width` cells: cut with an ellipsis when longer."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
+    """Rows of any kind: subclasses say each row's key and cells; `set_rows` keeps the cursor on its row.
+
+    ←/→ are not bound here (the table fits the screen): they reach the screen, which switches tabs with them."""
+
+    class Highlighted(Message):
+        """The cursor moved to `row` (None: the table is empty)."""
+
+        def __init__(self, table: LineTable, row: Any | None) -> None:
+            super().__init__()
+            self.table = table
+            self.row = row
+
+        @property
+        def control(self) -> LineTable:
+            return self.table
+
+    class Selected(Message):
+        """Enter (or a click on the cursor's row) on `row`."""
+
+        def __init__(self, table: LineTable, row: Any) -> None:
+            super().__init__()
+            self.table = table
+            self.row = row
+
+        @property
+        def control(self) -> LineTable:
+            return self.table
+
+    BINDINGS: ClassVar[list[Any]] = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home,ctrl+home", "to_start", "First", show=False),
+        Binding("end,ctrl+end", "to_end", "Last", show=False),
+        Binding("enter", "select", "Open", show=False),
+    ]
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"line-table--header", "line-table--cursor", "line-table--even",
+                                             "line-table--empty"}
+    DEFAULT_CSS = """
+    LineTable {
+        background: $surface;
+        color: $foreground;
+        & > .line-table--header { text-style: bold; background: $panel; color: $foreground; }
+        & > .line-table--even { background: $surface-lighten-1 50%; }
+        & > .line-table--empty { color: $text-muted; }
+        & > .line-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        &:focus > .line-table--cursor {
+            background: $block-cursor-background;
+            color: $block-cursor-foreground;
+            text-style: $block-cursor-text-style;
+        }
+        &:dark > .line-table--even { background: $surface-darken-1 40%; }
+    }
+    """
+    COLUMNS: ClassVar[tuple[Column, ...]] = ()
+    NOUN = "rows"  # what the subtitle counts
+    EMPTY = "nothing here yet"
+
+    cursor = reactive(0, init=False)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.columns: tuple[Column, ...] = self.COLUMNS
+        self.rows: list[Any] = []
+        self.shown: list[Any] = []
+        self.filter_text = ""
+        self.empty_text = self.EMPTY
+        self.natural = [len(c.name) for c in self.columns]
+        self.widths = list(self.natural)
+        self._cells: dict[int, list[Cell]] = {}  # shown index → its cells, for the rows drawn so far
+        self._search: list[str] | None = None  # each row's text the filter looks in, built on the first filter
+
+    # -- what subclasses give
+    def row_key(self, row: Any) -> str:
+        raise NotImplementedError
+
+    def cells_of(self, row: Any) -> list[Cell]:
+        """The row's cells (text, style), one per column."""
+        raise NotImplementedError
+
+    def subtitle(self) -> str:
+        """The border's subtitle: how many rows, the filter, what Enter does."""
+        counted = f"{len(self.shown)}/{len(self.rows)}" if self.filter_text else f"{len(self.rows)}"
+        return f"{counted} {self.NOUN}" + (f" · filter “{self.filter_text}”" if self.filter_text else "")
+
+    # -- what callers read
+    @property
+    def row_count(self) -> int:
+        return len(self.shown)
+
+    @property
+    def total(self) -> int:
+        return len(self.rows)
+
+    @property
+    def absolute_row(self) -> int:
+        return self.cursor
+
+    @property
+    def selected(self) -> Any | None:
+        return self.shown[self.cursor] if 0 <= self.cursor < len(self.shown) else None
+
+    def row_cells(self, index: int) -> list[str]:
+        """The texts shown row `index` has, one per column (uncut)."""
+        return [cell for cell, _ in self._row(index)]
+
+    # -- data
+    def set_rows(self, rows: Sequence[Any]) -> None:
+        """Show `rows` (filtered); the cursor stays on the row with the same key, or the same index."""
+        keep = self.selected
+        self.rows = list(rows)
+        self._search = None
+        self._refilter(None if keep is None else self.row_key(keep))
+
+    def set_filter(self, text: str) -> None:
+        keep = self.selected
+        self.filter_text = text.strip()
+        self._refilter(None if keep is None else self.row_key(keep))
+
+    def _refilter(self, keep: str | None) -> None:
+        words = self.filter_text.lower().split()
+        if words:
+            if self._search is None:
+                self._search = [" ".join(c for c, _ in self.cells_of(r)).lower() for r in self.rows]
+            self.shown = [r for r, s in zip(self.rows, self._search, strict=True) if all(w in s for w in words)]
+        else:
+            self.shown = list(self.rows)
+        self._cells.clear()
+        self._measure()
+        old = self.cursor
+        index = next((i for i, r in enumerate(self.shown) if self.row_key(r) == keep), None) if keep is not None else None
+        self.set_reactive(LineTable.cursor, max(0, min(index if index is not None else old, len(self.shown) - 1)))
+        self._scroll_to_cursor()
+        self.border_subtitle = self.subtitle()
+        self.refresh()
+        if keep is None or index is None or index != old:
+            self.post_message(self.Highlighted(self, self.selected))
+
+    def _measure(self) -> None:
+        """Natural widths from the rows (a sample of a long list), then widths that fit the screen."""
+        n = len(self.shown)
+        indices = range(n) if n <= 2 * WIDTH_SAMPLE else [*range(WIDTH_SAMPLE), *range(n - WIDTH_SAMPLE, n)]
+        natural = [len(c.name) for c in self.columns]
+        for index in indices:
+            for i, (cell, _) in enumerate(self._row(index)):
+                if len(cell) > natural[i]:
+                    natural[i] = min(len(cell), self.columns[i].max_width)
+        self.natural = natural
+        self._fit()
+
+    def _fit(self) -> None:
+        room = self.scrollable_content_region.width or self.size.width or 200
+        self.widths = fit_widths(self.natural, self.columns, room)
+        self.virtual_size = Size(sum(self.widths) + GAP * len(self.widths) + 1, len(self.shown) + 1)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit()
+        self.refresh()
+
+    def _row(self, index: int) -> list[Cell]:
+        cells = self._cells.get(index)
+        if cells is None:
+            cells = self._cells[index] = self.cells_of(self.shown[index])
+        return cells
+
+    # -- drawing
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        if y == 0:
+            base = self.get_component_rich_style("line-table--header")
+            cells: list[Cell] = [(c.name, None) for c in self.columns]
+        else:
+            index = scroll_y + y - 1
+            if index >= len(self.shown):
+                if index == 0:
+                    style = self.get_component_rich_style("line-table--empty")
+                    return Strip([Segment(" " + self.empty_text, style)]).crop(0, width).extend_cell_length(width, self.rich_style)
+                return Strip.blank(width, self.rich_style)
+            base = self.rich_style
+            if index == self.cursor:
+                base = base + self.get_component_rich_style("line-table--cursor")
+            elif index % 2:
+                base = base + self.get_component_rich_style("line-table--even")
+            cells = self._row(index)
+        segments = [Segment(" ", base)]
+        for (cell, style), size in zip(cells, self.widths, strict=True):
+            segments.append(Segment(cut(cell, size).ljust(size + GAP), base + style if style is not None else base))
+        return Strip(segments).crop(scroll_x, scroll_x + width).extend_cell_length(width, base)
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        self.border_subtitle = self.subtitle()
+        self._refresh_row(old)
+        self._refresh_row(new)
+        self._scroll_to_cursor()
+        self.post_message(self.Highlighted(self, self.selected))
+
+    def _refresh_row(self, index: int) -> None:
+        y = index - self.scroll_offset.y + 1
+        if 1 <= y < self.size.height:
+            self.refresh_line(y)
+
+    def _scroll_to_cursor(self) -> None:
+        rows = max(1, self.scrollable_content_region.height - 1)  # below the header
+        top = self.scroll_offset.y
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + rows:
+            self.scroll_to(y=self.cursor - rows + 1, animate=False, immediate=True)
+
+    # -- keys and mouse
+    def action_cursor(self, delta: int) -> None:
+        if self.shown:
+            self.cursor = max(0, min(self.cursor + delta, len(self.shown) - 1))
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * max(1, self.scrollable_content_region.height - 2))
+
+    def action_to_start(self) -> None:
+        self.action_cursor(-len(self.shown))
+        self.scroll_to(x=0, y=0, animate=False, immediate=True)
+
+    def action_to_end(self) -> None:
+        self.action_cursor(len(self.shown))
+
+    def action_select(self) -> None:
+        row = self.selected
+        if row is not None:
+            self.post_message(self.Selected(self, row))
+
+    def row_at(self, event: events.MouseEvent) -> int | None:
+        """The shown index of the row under the pointer (None on the header, border or below the rows)."""
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y < 1:
+            return None
+        index = self.scroll_offset.y + offset.y - 1
+        return index if 0 <= index < len(self.shown) else None
+
+    def on_click(self, event: events.Click) -> None:
+        index = self.row_at(event)
+        if index is None:
+            return
+        if index == self.cursor:  # a click on the highlighted row opens it, as in Textual's tables
+            self.action_select()
+        self.cursor = index
+
+
+def styled(text: str | Text, style: str | None = None) -> Cell:
+    """A cell from text and a style string (None: the row's own style)."""
+    plain = text.plain if isinstance(text, Text) else text
+    return plain, Style.parse(style) if style else None
