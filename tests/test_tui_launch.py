@@ -71,7 +71,7 @@ async def open_form(app: ForgetuiApp, pilot, home: Path, answers: list[Path | No
     """The New run form; what it answers (the saved config, or None) goes to `answers`."""
     await pilot.pause()
     app.push_screen(NewRunScreen(home / "tui" / "configs"), answers.append)
-    await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+    await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form")
     return app.screen
 
 
@@ -88,12 +88,11 @@ async def test_new_run_form_shows_errors_inline_and_saves_valid_toml(home: Path)
     answers: list[Path | None] = []
     async with app.run_test(size=(120, 48)) as pilot:
         form = await open_form(app, pilot, home, answers)
-        await fill(pilot, form, {"run.n_samples": "0", "runtime.kind": "bogus", "env.name": "toy", "train.trainer": "ppo"})
+        await fill(pilot, form, {"run.n_samples": "0", "runtime.kind": "bogus", "env.name": "toy"})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: error_of(form, "run.n_samples"), "the errors shown")
         assert "greater than or equal to 1" in error_of(form, "run.n_samples")
         assert "auto" in error_of(form, "runtime.kind")  # pydantic lists the choices
-        assert "sft" in error_of(form, "train.trainer")
         assert error_of(form, "env.name") == ""
         assert isinstance(app.screen, NewRunScreen) and not answers
         await fill(pilot, form, {"run.n_samples": "3", "runtime.kind": "local", "env.tasks": '["hello"]', "train.trainer": "local",
@@ -112,14 +111,16 @@ async def test_the_form_refuses_names_a_run_would_fail_on(home: Path, tmp_path: 
     answers: list[Path | None] = []
     async with app.run_test(size=(120, 48)) as pilot:
         form = await open_form(app, pilot, home, answers)
-        await fill(pilot, form, {"env.name": "toyy", "harness.name": "reactt", "policy.backend": "scripted:no-such.json"})
+        await fill(pilot, form, {"env.name": "toyy", "harness.name": "reactt", "policy.backend": "scripted:no-such.json",
+                                 "train.trainer": "ppo"})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: error_of(form, "env.name"), "the name errors")
         assert "no env named 'toyy'" in error_of(form, "env.name") and "toy" in error_of(form, "env.name")
         assert "no harness named 'reactt'" in error_of(form, "harness.name")
         assert "no file at no-such.json" in error_of(form, "policy.backend")
+        assert "no trainer named 'ppo'" in error_of(form, "train.trainer") and "sft" in error_of(form, "train.trainer")
         assert form.query_one("#in-env-name").has_focus  # the first field in error
-        await fill(pilot, form, {"env.name": "toy", "harness.name": "react", "policy.backend": "vllm"})
+        await fill(pilot, form, {"env.name": "toy", "harness.name": "react", "policy.backend": "vllm", "train.trainer": ""})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "backend spec" in error_of(form, "policy.backend"), "the backend spec error")
         assert error_of(form, "env.name") == "" and error_of(form, "harness.name") == ""
@@ -138,8 +139,9 @@ async def test_typed_fast_and_pasted_every_field_holds_its_own_text(home: Path) 
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.home_screen.query_one("#empty-home").display, "the empty home")
         await pilot.press("n")
-        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form")
         form = app.screen
+        assert form.focused is field(form, "env.name")  # the first field has the focus as the form opens
         typed = {"env.name": "toy", "env.tasks": '["hello", "rename"]', "env.limit": "2", "harness.name": "react",
                  "policy.backend": "builtin:tiny"}
         keys: list[str] = []
@@ -171,7 +173,7 @@ async def test_a_failed_launch_says_why(home: Path) -> None:
     app = ForgetuiApp(refresh_s=0.5, stores_refresh_s=0.5)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("n")
-        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form")
         await fill(pilot, app.screen, {"env.name": "toy", "env.tasks": '["no-such-task"]', "harness.name": "oracle",
                                        "runtime.kind": "local"})
         await pilot.press("ctrl+s")
@@ -247,7 +249,7 @@ async def test_launch_watch_quit_reattach_and_stop(home: Path, base_image: str, 
     app = ForgetuiApp(refresh_s=0.5, stores_refresh_s=0.5)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("n")
-        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form")
         await fill(pilot, app.screen, {**form_values, "policy.backend": f"scripted:{quick}"})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: len(app.launched) == 1, "the first run launched")
@@ -257,7 +259,7 @@ async def test_launch_watch_quit_reattach_and_stop(home: Path, base_image: str, 
         assert app.launched[0].process.wait(60) == 0
 
         await pilot.press("n")
-        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form again")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form again")
         await fill(pilot, app.screen, {**form_values, "policy.backend": f"scripted:{slow}"})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: len(app.launched) == 2, "the second run launched")

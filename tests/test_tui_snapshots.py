@@ -83,6 +83,8 @@ async def until(pilot, cond) -> None:
             met = False
         if met:
             await pilot.pause(0.3)
+            for editor in pilot.app.screen.query("Input, TextArea"):  # a blinking cursor would be on or off by chance
+                editor.cursor_blink = False
             await pilot.wait_for_scheduled_animations()
             await pilot.pause(0.2)
             return
@@ -166,7 +168,7 @@ def test_new_run_form(snap_compare, app: ForgetuiApp, size: str) -> None:
     async def opened(pilot) -> None:
         await until(pilot, lambda: runs_listed(app))
         app.push_screen(NewRunScreen(HOME / "tui" / "configs"))
-        await until(pilot, lambda: isinstance(app.screen, NewRunScreen))
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"))
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=opened)
 

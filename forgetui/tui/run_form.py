@@ -46,9 +46,13 @@ def overrides(values: dict[str, str]) -> list[str]:
     return [f"{key}={raw.strip()}" for key, raw in values.items() if raw.strip()]
 
 
+# a section-wide validator's problem that is about one field: the policy section parses `backend` as a whole
+SECTION_FIELD = {"policy": "policy.backend"}
+
+
 def field_of(loc: str) -> str:
     """The form field a config key's problem belongs under (BASE for keys the form does not show)."""
-    return next((key for key in KEYS if loc == key or loc.startswith(key + ".")), BASE)
+    return SECTION_FIELD.get(loc) or next((key for key in KEYS if loc == key or loc.startswith(key + ".")), BASE)
 
 
 def _add(errors: dict[str, str], key: str, message: str) -> None:
@@ -63,6 +67,7 @@ def load(base: str, values: dict[str, str]) -> tuple[RunConfig | None, dict[str,
         errors: dict[str, str] = {}
         for loc, message in exc.problems:
             key = field_of(loc)
+            message = message.removeprefix("Value error, ")  # pydantic's prefix on a validator's own words
             _add(errors, key, f"{loc}: {message}" if key == BASE else message)
         return None, errors
     except ConfigError as exc:  # the base file (missing, not TOML) or an override that is no key=value
