@@ -136,6 +136,35 @@ def test_unreadable_store_is_listed_with_its_error(home: Path) -> None:
     assert runs["run-b"].total == 2
 
 
+def test_why_is_said_for_runs_that_stopped_not_for_one_still_going(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Runs list's why: a failed run, and one left `running` by a writer that died, give their last rollout
+    error; a run still running (its writer serves it live) or done does not: a rollout that errored there is
+    that rollout's story, not why the run stopped."""
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+
+    def write(store: Store, run_id: str, status: str) -> None:
+        store.insert_run(run_id, {}, status=status)
+        store.upsert_rollout({"rollout_id": f"{run_id}-1", "run_id": run_id, "status": "infra_error",
+                              "error": f"{run_id}: sandbox image pull failed"})
+        store.upsert_rollout({"rollout_id": f"{run_id}-2", "run_id": run_id, "status": "done", "reward": 1.0})
+        store.flush()
+
+    for run_id, status in (("failed", "failed"), ("died", "running"), ("done", "done")):
+        with Store.open(tmp_path / "runs" / run_id / "store.duckdb") as s:
+            write(s, run_id, status)
+    live = Store.open(tmp_path / "runs" / "going" / "store.duckdb")
+    try:
+        live.serve_queries()
+        write(live, "going", "running")
+        runs = {r.run_id: r for r in RunCatalog().list()}
+    finally:
+        live.close()
+    assert runs["going"].live and runs["going"].reason is None
+    assert runs["done"].reason is None
+    assert runs["failed"].reason == "failed: sandbox image pull failed"
+    assert runs["died"].reason == "died: sandbox image pull failed" and not runs["died"].live
+
+
 def _api_for(path: str) -> str | None:
     if "/messages" in path and "count_tokens" not in path:
         return "messages"

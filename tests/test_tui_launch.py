@@ -132,6 +132,31 @@ async def test_the_form_refuses_names_a_run_would_fail_on(home: Path, tmp_path: 
         assert not answers and not list((home / "tui" / "launched").glob("*.json"))  # nothing launched
 
 
+async def test_the_form_checks_adapter_options_as_a_run_would(home: Path, tmp_path: Path) -> None:
+    """The base config's harness and env options are checked against the adapters' typed Options
+    (core.registry.check_options, building nothing) before anything launches: a bad value names its option under
+    the harness field, an option the env does not take under the env field; the same options for the adapter they
+    fit are accepted."""
+    base = tmp_path / "base.toml"
+    base.write_text('[env]\nname = "toy"\n[env.options]\npath = "/x"\n'
+                    '[harness]\nname = "react"\n[harness.options]\nmax_steps = "many"\n')
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    answers: list[Path | None] = []
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot, home, answers)
+        await fill(pilot, form, {"base": str(base), "runtime.kind": "local"})
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: error_of(form, "harness.name"), "the option errors")
+        assert "harness.options.max_steps" in error_of(form, "harness.name") and "integer" in error_of(form, "harness.name")
+        assert "env 'toy' has no option 'path'" in error_of(form, "env.name") and "seed" in error_of(form, "env.name")
+        assert not answers
+        base.write_text('[env]\nname = "toy"\n[env.options]\nseed = 3\n[harness]\nname = "react"\n[harness.options]\nmax_steps = 4\n')
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: answers, "the form closed")
+    config = load_config(answers[0])
+    assert (config.env.options, config.harness.options) == ({"seed": 3}, {"max_steps": 4})
+
+
 async def test_typed_fast_and_pasted_every_field_holds_its_own_text(home: Path) -> None:
     """Keys delivered all at once (tmux, a paste, a quick typist) land in the field they were typed in: the first
     field has the focus when the form opens, and Tab moves it before the next keys are delivered."""

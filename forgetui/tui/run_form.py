@@ -2,18 +2,20 @@
 
 The form's values are `--set key=value` overrides on an optional base file, given to core's own loader
 (`core.config.load_config`, as `forgetui run BASE --set ...` does, which also parses the backend spec); then
-the names a run resolves only when it starts — env (and its options), harness, trainer, a scripted backend's
-file — are looked up in core's registries, so a typo is an error under its field before anything launches.
+the names a run resolves only when it starts — env and harness (and their options, through
+`core.registry.check_options`, which builds nothing), trainer, a scripted backend's file — are looked up in
+core's registries, so a typo is an error under its field before anything launches.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any, Literal
 
 from core.config import RunConfig, dump_toml, load_config
 from core.errors import ConfigError, InvalidConfigError
-from core.registry import check_env_options, env_class, harness_class
+from core.registry import check_options
 from core.train.trainers import trainer_for
 
 # (dotted key, label, placeholder): what a new run most often sets; everything else comes from the base config
@@ -80,15 +82,8 @@ def name_errors(config: RunConfig) -> dict[str, str]:
     parsed when the config loaded)."""
     from core.session.setup import env_kwargs  # ~350 ms to import (the runtimes): only when a form is checked
 
-    errors: dict[str, str] = {}
-    try:
-        check_env_options(config.env.name, env_class(config.env.name), env_kwargs(config))
-    except ConfigError as exc:
-        errors["env.name"] = str(exc)
-    try:
-        harness_class(config.harness.name)
-    except ConfigError as exc:
-        errors["harness.name"] = str(exc)
+    errors = adapter_errors("env", config.env.name, env_kwargs(config))
+    errors |= adapter_errors("harness", config.harness.name, config.harness.adapter_options())
     spec = config.policy.spec
     if spec.declared.config_relative and not Path(spec.target).expanduser().is_file():
         errors["policy.backend"] = f"no file at {spec.target} (a relative path is relative to the base config)"
@@ -99,6 +94,16 @@ def name_errors(config: RunConfig) -> dict[str, str]:
     except ConfigError as exc:
         errors["train.trainer"] = str(exc)
     return errors
+
+
+def adapter_errors(kind: Literal["env", "harness"], name: str, options: dict[str, Any]) -> dict[str, str]:
+    """The env's (or harness's) name and options as building it would check them, building nothing; a problem goes
+    under the field that names the adapter (its options come from the base config: the form shows none)."""
+    try:
+        check_options(kind, name, options)
+    except ConfigError as exc:  # no such adapter, an option it does not take, a bad value (naming the option)
+        return {f"{kind}.name": str(exc)}
+    return {}
 
 
 def check(base: str, values: dict[str, str]) -> tuple[RunConfig | None, dict[str, str]]:

@@ -87,7 +87,8 @@ WITH agg AS (
            count(*) FILTER (WHERE status IN {SCORED_SQL}) AS scored,
            avg(coalesce(reward, 0)) FILTER (WHERE status IN {SCORED_SQL}) AS mean_reward,
            any_value(env) AS env, any_value(harness) AS harness,
-           arg_max(error, coalesce(ended_at, started_at)) FILTER (WHERE error IS NOT NULL) AS last_error
+           -- an error written before any time was (a rollout refused before it started) still counts, as the oldest
+           arg_max(error, coalesce(ended_at, started_at, TIMESTAMP '-infinity')) FILTER (WHERE error IS NOT NULL) AS last_error
     FROM rollouts GROUP BY run_id
 ), steps AS (SELECT run_id, max(step) AS step FROM train_steps GROUP BY run_id)
 SELECT r.run_id, r.status, r.created_at, r.config, a.total, a.done, a.passed, a.scored, a.mean_reward,
@@ -224,6 +225,8 @@ class RunSource:
         env, harness, policy, train = (config.get(k) or {} for k in ("env", "harness", "policy", "train"))
         harness_name = str(row.get("harness") or harness.get("name") or "")
         status = text(row.get("status"))
+        # a run that stopped short (or whose writer died) says why with its last rollout error, if it has one
+        stopped = status in ("failed", "interrupted") or status == "running" and not live and kind == "run" and not shards
         return RunInfo(
             run_id=str(row["run_id"]), kind=kind, source=self, status=status,
             created_at=_time(row.get("created_at")), env=str(row.get("env") or env.get("name") or ""),
@@ -232,7 +235,7 @@ class RunSource:
             scored=int(row.get("scored") or 0),
             mean_reward=None if row.get("mean_reward") is None else float(row["mean_reward"]), pass_k=pass_k,
             train_step=row.get("step"), train_steps=int(train.get("steps") or 0), live=live, shards=shards,
-            reason=None if status == "done" else one_line(row.get("last_error"), 300) or None,
+            reason=(one_line(row.get("last_error"), 300) or None) if stopped else None,
         )
 
     # -- the Run screen, the Rollouts tab
