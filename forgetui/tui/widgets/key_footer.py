@@ -15,7 +15,9 @@ class KeyFooter(Footer):
     update of its screen, and a screen publishes one on each focus move and each widget that
     refreshes its bindings: about ten times while the Run screen opens, most of them with the same
     keys, which made the Footer the largest single cost on the event loop there (the TUI benchmark's
-    worst stall). Here an update that leaves the shown keys as they were is dropped.
+    worst stall). Here an update that leaves the shown keys as they were is dropped, and so is one for a
+    screen that another covers (working out its keys asks its `check_action` for each binding: the
+    Home screen's looked up the Runs list on each, ~0.1 s of CPU while a Run screen opened over it).
     """
 
     _shown: tuple[Any, ...] | None = None
@@ -26,6 +28,9 @@ class KeyFooter(Footer):
         super().__init__(compact=True, show_command_palette=False, **kwargs)
 
     def bindings_changed(self, screen: Screen) -> None:
+        if screen is not screen.app.screen:  # a screen under another (the Home under a Run screen) shows no footer;
+            self._shown = None  # its keys are worked out when it is back on top (Textual publishes them then)
+            return
         shown = _signature(screen)
         if self._bindings_ready and shown == self._shown:
             return
