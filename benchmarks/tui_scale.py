@@ -13,6 +13,8 @@ action to the screen showing its result:
 * opening the largest rollout (conversation and token view filled), then 50 cursor moves in its token view;
 * the largest event-loop stall while doing all that: a task on the app's loop sleeps 5 ms at a time and
   records how late it wakes. Floor: no stall over 100 ms.
+* each step's CPU seconds beside its wall time (`*_cpu_s`: the process's, every thread's; on a machine shared with
+  other jobs the wall clock also waits for a core, the CPU seconds do not);
 * the baseline: the same meter on an idle one-widget Textual app for 5 s before and after (on a machine
   shared with other jobs the loop wakes late for reasons of its own), and the load average.
 
@@ -125,7 +127,7 @@ async def drive(home: Path, rollouts: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     meter = StallMeter()
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     app = ForgetuiApp(refresh_s=3600, stores_refresh_s=3600)
     async with app.run_test(size=(160, 48)) as pilot:
         meter.start()
@@ -134,30 +136,34 @@ async def drive(home: Path, rollouts: int) -> dict[str, float]:
         await until(pilot, lambda: app.home_screen.query(RunsTable) and app.home_screen.query_one(RunsTable).row_count == 1,
                     "the runs list")
         out["runs_listed_s"] = time.perf_counter() - started
+        out["start_cpu_s"] = time.process_time() - started_cpu
 
         meter.phase = "open run"
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         await app.push_screen(RunScreen(RunSource(home / "runs" / "big-run"), refresh_s=3600))
         lines = app.screen.query_one(RolloutLines)
         await until(pilot, lambda: lines.total == rollouts + 1, "the run's rollouts")
         await pilot.pause()
         out["open_run_s"] = time.perf_counter() - t
+        out["open_run_cpu_s"] = time.process_time() - c
 
         meter.phase = "scroll to end"
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         lines.focus()
         await pilot.press("end")
         await until(pilot, lambda: lines.absolute_row == rollouts, "the last row")
         await pilot.pause()
         out["scroll_to_end_s"] = time.perf_counter() - t
+        out["scroll_to_end_cpu_s"] = time.process_time() - c
 
         meter.phase = "open largest rollout"
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         await app.push_screen(RolloutScreen(RunSource(home / "runs" / "big-run"), "big-run/largest-0/0"))
         view = app.screen.query_one(TokenView)
         await until(pilot, lambda: view.sample is not None, "the largest rollout")
         await pilot.pause()
         out["open_largest_rollout_s"] = time.perf_counter() - t
+        out["open_largest_rollout_cpu_s"] = time.process_time() - c
         out["largest_sample_tokens"] = float(len(view.sample.token_ids))
 
         meter.phase = "tokens tab"
@@ -165,11 +171,12 @@ async def drive(home: Path, rollouts: int) -> dict[str, float]:
         view.focus()
         await pilot.pause(0.5)
         meter.phase = "token cursor"
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(25):
             await pilot.press("n", "pagedown")
         await pilot.pause()
         out["token_moves_50_s"] = time.perf_counter() - t
+        out["token_moves_50_cpu_s"] = time.process_time() - c
         meter.stop()
     out["max_stall_ms"] = meter.worst * 1000
     out["max_stall_during"] = meter.worst_phase  # type: ignore[assignment]
