@@ -237,3 +237,14 @@ async def test_window_cells_that_look_like_markup_are_shown_as_written() -> None
     async with app.run_test(size=(60, 6)) as pilot:
         await pilot.pause()
         assert value in app.export_screenshot().replace("&#160;", " ")  # drawn as written, not parsed as markup
+
+
+def test_schema_tree_lists_what_the_console_can_query(tmp_path: Path) -> None:
+    """The Schema pane names every table, view and macro a query in the console can use: the behaviour views too,
+    though since schema 6 they are TEMP views made per query (not in the file), and each one answers there."""
+    names = [node.data for node in SchemaTree().root.children]
+    assert {"calls", "token_ids", "full_prompt", "tool_uses", "rollout_behaviour", "behaviour_summary"} <= set(names)
+    build_run(tmp_path, "r", tasks=1, samples=1, calls=2, seed=1)
+    source = RunSource(tmp_path / "runs" / "r")
+    for view in ("tool_uses", "rollout_behaviour", "behaviour_summary"):
+        assert source.query(f"SELECT count(*) FROM {view}").rows  # binds: the pane names nothing the console refuses

@@ -32,6 +32,7 @@ from core.store.query import (
     run_query,
     run_query_shards,
 )
+from core.store.tokens import id_list
 from forgetui.tui.launcher import LaunchRecord, find_launch, read_launches
 from forgetui.tui.rows import (
     CallDetail,
@@ -314,8 +315,8 @@ class RunSource:
             model=text(row.get("model")), status=text(row.get("status")), error=row.get("error"),
             finish_reason=row.get("finish_reason"), request=parse_json(row.get("request")),
             response=parse_json(row.get("response")),
-            prompt_token_ids=list(row.get("prompt_token_ids") or []),
-            completion_token_ids=list(row.get("completion_token_ids") or []),
+            prompt_token_ids=id_list(row.get("prompt_token_ids")) or [],  # token text (schema 6 on) or a list
+            completion_token_ids=id_list(row.get("completion_token_ids")) or [],
             completion_logprobs=[float(x) if x is not None else math.nan for x in row.get("completion_logprobs") or []],
             prefix_tokens=row.get("prefix_tokens"), branch=row.get("branch"), extends_parent=row.get("extends_parent"),
             latency_ms=row.get("latency_ms"),
@@ -334,6 +335,8 @@ class RunSource:
             f"SELECT call_id, seq, attempt, api, model, status, error, finish_reason, {REQUEST_COLUMNS_SQL}, response, "
             "branch, extends_parent, prefix_tokens, latency_ms, completion_token_ids, completion_logprobs, tool_parse_error "
             f"FROM calls WHERE {final_attempt_calls(rollout)} ORDER BY seq, started_at"))
+        for call in calls:  # token text (schema 6 on) or a list
+            call["completion_token_ids"] = id_list(call.get("completion_token_ids"))
         fill_requests(calls, self._bodies)  # bodies stored as deltas rebuilt (core.store.bodies); a base elsewhere asked for
         # request/response stay JSON text: a 200-call rollout resends its history each call, and parsed that is
         # ~100,000 long-lived dicts for Python's GC to walk on every full collection (visible stalls). Parse on use.

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import Tree
 
-from core.store.schema import TABLES, VIEWS
+from core.store.schema import BEHAVIOUR_VIEWS, TABLES, VIEWS
 
 
 class SchemaTree(Tree[str]):
@@ -33,7 +33,8 @@ class SchemaTree(Tree[str]):
                 label.append(f" {kind}", style="cyan")
                 label.append(f"  {meaning}", style="dim")
                 node.add_leaf(label, data=column)
-        for name, about, _ in VIEWS:
+        # the behaviour views are TEMP views since schema 6 (not in the file), made for any query that names them
+        for name, about, _ in (*VIEWS, *BEHAVIOUR_VIEWS):
             node = self.root.add(Text(name, style="bold magenta"), data=name)
             node.add_leaf(Text(about, style="dim italic"), data=None)
 
