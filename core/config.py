@@ -69,6 +69,7 @@ class PolicyConfig(_Section):
     parser: str = "hermes"
     model_name: str = Field("policy", description="the model name harnesses are told to request")
     max_tokens: int | None = Field(None, ge=1, description="default completion cap when a harness asks for none")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="builtin: what the sampler computes in (auto: bfloat16 on a CUDA GPU, float32 on a CPU); keep it equal to train.dtype")
     _spec: PolicySpec = PrivateAttr()
 
     @model_validator(mode="after")
@@ -78,6 +79,8 @@ class PolicyConfig(_Section):
             self._spec = PolicySpec.parse(self.backend)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        if self.dtype != "auto" and self._spec.kind == "builtin" and "dtype" not in self._spec.options:
+            self._spec = self._spec.with_option("dtype", self.dtype)  # a spec's own `?dtype=` wins
         return self
 
     @property
@@ -169,7 +172,9 @@ class TrainConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0)
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
     lora_alpha: float = Field(32.0, gt=0)
-    dtype: str = Field("float32", description="the trainer's weights (float32 gives exact logprob agreement on CPU)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: bfloat16 on a CUDA GPU, float32 on a CPU: exact logprob agreement); keep it equal to policy.dtype")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: far less memory for long samples, ~30% more time")
+    rollout_correction: Literal["auto", "token", "sequence", "off"] = Field("auto", description="veRL's truncated importance sampling of the sampler/trainer mismatch (auto: where they disagree by > 1e-3)")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
     seed: int | None = None
     from_runs: list[str] = Field(default_factory=list, description="sft: earlier runs whose passing rollouts to learn from")

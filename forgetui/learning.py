@@ -234,7 +234,9 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
     def on_step(m: dict[str, Any]) -> None:
         steps.append(m)
         report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f} over {m['samples']} samples, trained on "
-               f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}")
+               f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}; "
+               f"rollouts {m.get('rollout_s', 0):.0f} s (prefill {m.get('prefill_s', 0):.0f} s, decode {m.get('decode_s', 0):.0f} s, "
+               f"{m.get('reused_tokens', 0):.0f} prompt tokens reused), update {m.get('update_s', 0):.0f} s")
 
     summary = run(config, "grpo-train", plan, on_step)
     return summary.extra["checkpoint"], steps

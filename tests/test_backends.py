@@ -179,6 +179,31 @@ async def test_builtin_reload_weights(tiny_dir: Path) -> None:
     await backend.aclose()
 
 
+async def test_builtin_dtype_and_prefix_cache_come_from_the_spec(tiny_dir: Path) -> None:
+    import torch
+
+    from core.backends.kinds import build_token_backend
+    from core.backends.spec import PolicySpec
+    from core.config import PolicyConfig
+
+    default = build_token_backend(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu"))
+    assert default.model.dtype == torch.float32 and default._loop._batch.prefix is not None  # auto on a CPU
+    policy = PolicyConfig(backend=f"builtin:{tiny_dir}?device=cpu&prefix_cache_mb=0", dtype="bfloat16")  # policy.dtype
+    half = build_token_backend(policy.spec)
+    assert half.model.dtype == torch.bfloat16 and half._loop._batch.prefix is None
+    p = prompt_ids(half)
+    ids, lps, _ = await collect(half.generate(p, SamplingParams(max_tokens=6, temperature=1.0, seed=2), ctx()))
+    with torch.inference_mode():  # bfloat16 end to end: the logprobs are the bfloat16 model's own
+        logits = half.model(input_ids=torch.tensor([p + ids])).logits[0].float()
+    expected = torch.log_softmax(logits[len(p) - 1 : -1], dim=-1)[torch.arange(len(ids)), torch.tensor(ids)]
+    assert lps == pytest.approx(expected.tolist(), abs=0.05)
+    with pytest.raises(ConfigError, match="unknown dtype"):
+        build_token_backend(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&dtype=bf16"))
+    assert PolicyConfig(backend=f"builtin:{tiny_dir}?dtype=float32", dtype="bfloat16").spec.options["dtype"] == "float32"  # the spec's own wins
+    for backend in (default, half):
+        await backend.aclose()
+
+
 # ---------------------------------------------------------------- scripted
 
 

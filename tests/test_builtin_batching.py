@@ -266,3 +266,154 @@ async def test_max_batch_queues_the_rest_and_a_cancelled_queued_request_leaves(t
     tokens, _, _ = await run(backend, p, SamplingParams(max_tokens=3, temperature=0.0))
     assert len(tokens) == 3
     await backend.aclose()
+
+
+# ------------------------------------------------------------------ prefix reuse
+
+
+def _long_prompt(backend: BuiltinBackend, system: str, user: str) -> list[int]:
+    rendered = backend.tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+    )
+    return list(backend.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+
+SYSTEM = " ".join(TEXTS * 6)  # a long shared start, as a harness's system prompt and tool schema are
+
+
+@pytest.fixture(scope="module")
+def cold(tiny_dir: Path) -> BuiltinBackend:
+    """The same model with prefix reuse off: every prompt prefilled from scratch."""
+    return BuiltinBackend(str(tiny_dir), device="cpu", prefix_cache_mb=0)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(max_tokens=12, temperature=0.0), SamplingParams(max_tokens=12, temperature=1.0, seed=7)],
+    ids=["greedy", "seeded"],
+)
+async def test_a_later_call_reuses_its_history_and_samples_what_a_cold_prefill_samples(
+    tiny_dir: Path, cold: BuiltinBackend, sampling: SamplingParams
+) -> None:
+    warm = BuiltinBackend(str(tiny_dir), device="cpu")
+    try:
+        first = _long_prompt(warm, SYSTEM, TEXTS[2])
+        tokens, _, _ = await run(warm, first, sampling)
+        tool = warm.tokenizer("<tool_response>\nhello.txt 12 bytes\n</tool_response>", add_special_tokens=False)["input_ids"]
+        second = first + tokens + tool  # the harness's next call: prompt + completion + the tool's answer
+        before = warm.stats()["reused_tokens"]
+        reused = await run(warm, second, sampling)
+        fresh = await run(cold, second, sampling)
+        assert warm.stats()["reused_tokens"] - before == len(first) + len(tokens) - 1  # all but the last sampled token was fed
+        assert reused[0] == fresh[0] and reused[2] == fresh[2]
+        assert reused[1] == pytest.approx(fresh[1], abs=1e-5)
+        assert full_forward_gap(warm, second, reused[0], reused[1], max(sampling.temperature, 0.0)) <= 1e-4
+    finally:
+        await warm.aclose()
+
+
+async def test_concurrent_rollouts_prefill_their_shared_start_once(tiny_dir: Path, cold: BuiltinBackend) -> None:
+    warm = BuiltinBackend(str(tiny_dir), device="cpu")
+    try:
+        prompts = [_long_prompt(warm, SYSTEM, t) for t in TEXTS[:4]]
+        shared = min(
+            next(k for k, (a, b) in enumerate(zip(p, prompts[0], strict=False)) if a != b) for p in prompts[1:]
+        )
+        assert shared > 200
+        settings = [SamplingParams(max_tokens=10, temperature=1.0, seed=s) for s in range(4)]
+        together = await asyncio.gather(*(run(warm, p, s) for p, s in zip(prompts, settings, strict=True)))
+        stats = warm.stats()
+        # the shared start ran through the model once; each prompt's own rest once
+        assert stats["prefill_tokens"] <= shared + sum(len(p) - shared for p in prompts) + 4
+        assert stats["reused_tokens"] >= 3 * (shared - 1)
+        alone = [await run(cold, p, s) for p, s in zip(prompts, settings, strict=True)]
+        for (a, la, _), (b, lb, _) in zip(together, alone, strict=True):
+            assert a == b and la == pytest.approx(lb, abs=1e-5)
+    finally:
+        await warm.aclose()
+
+
+async def test_the_prefix_cache_stays_within_its_bound(tiny_dir: Path) -> None:
+    bound_mb = 0.1  # the tiny model's states take 512 bytes a token: ~200 tokens
+    warm = BuiltinBackend(str(tiny_dir), device="cpu", prefix_cache_mb=bound_mb)
+    try:
+        for text in TEXTS:
+            await run(warm, prompt(warm, text * 3), SamplingParams(max_tokens=8, temperature=1.0, seed=1))
+            assert 0 < warm.stats()["prefix_cache_bytes"] <= bound_mb * 2**20
+        assert warm._loop._batch.prefix.evicted > 0
+    finally:
+        await warm.aclose()
+
+
+async def test_new_weights_empty_the_prefix_cache(tiny_dir: Path) -> None:
+    import torch
+
+    warm = BuiltinBackend(str(tiny_dir), device="cpu")
+    try:
+        p = prompt(warm, TEXTS[3])
+        await run(warm, p, SamplingParams(max_tokens=6, temperature=0.0))
+        assert warm.stats()["prefix_cache_bytes"] > 0
+        changed = {k: v + torch.randn_like(v) * 0.5 for k, v in warm.model.state_dict().items()}
+        await asyncio.to_thread(warm.reload_weights, changed)
+        assert warm.stats()["prefix_cache_bytes"] == 0
+        tokens, lps, _ = await run(warm, p, SamplingParams(max_tokens=6, temperature=1.0, seed=3))
+        assert full_forward_gap(warm, p, tokens, lps, 1.0) <= 1e-4
+    finally:
+        await warm.aclose()
+
+
+def _states(ids: list[int]):
+    """Stand-in kv states [layers 1, 2, heads 1, tokens, dim 1] whose values are the token ids themselves."""
+    import torch
+
+    t = torch.tensor(ids, dtype=torch.float32).view(1, 1, 1, -1, 1)
+    return torch.cat([t, -t], dim=1)
+
+
+def _insert(cache, ids: list[int]) -> int:
+    return cache.insert(ids, lambda a, b: _states(ids[a:b]))
+
+
+def _found(cache, ids: list[int], limit: int | None = None) -> list[int]:
+    """The ids whose states a lookup returns (read back from the stand-in states)."""
+    import torch
+
+    n, segments = cache.lookup(ids, limit)
+    got = torch.cat(segments, dim=3)[0, 0, 0, :, 0].long().tolist() if segments else []
+    assert len(got) == n
+    return got
+
+
+def test_prefix_tree_finds_shared_starts_splits_and_counts_bytes() -> None:
+    from core.backends.prefix_cache import PrefixCache
+
+    cache = PrefixCache(max_bytes=10_000)
+    a = list(range(1, 21))
+    b = list(range(1, 11)) + [99, 98, 97]
+    assert _insert(cache, a) == 20 and _insert(cache, a) == 0
+    assert _found(cache, a + [5, 6]) == a
+    assert _found(cache, a, limit=7) == a[:7]
+    assert _insert(cache, b) == 3  # shares its first ten with a: the node splits, nothing is stored twice
+    assert _found(cache, b) == b and _found(cache, a) == a
+    assert cache.bytes == (20 + 3) * 2 * 4 and cache.leaves == 2
+    assert _found(cache, [7, 8, 9]) == []
+
+
+def test_prefix_tree_evicts_the_least_recently_used_within_both_bounds() -> None:
+    from core.backends.prefix_cache import PrefixCache
+
+    shared = [1, 2, 3, 4]
+    a, b, c = shared + [10] * 6, shared + [20] * 6, shared + [30] * 6
+    cache = PrefixCache(max_bytes=10_000, max_leaves=2)
+    _insert(cache, a)
+    _insert(cache, b)
+    _found(cache, a)  # a is used again: b is now the least recent
+    _insert(cache, c)
+    assert cache.leaves == 2 and cache.evicted == 1
+    assert _found(cache, b) == shared and _found(cache, a) == a and _found(cache, c) == c
+    per_token = 2 * 4
+    small = PrefixCache(max_bytes=12 * per_token)
+    _insert(small, a)
+    _insert(small, b)  # 4 shared + 6 + 6 = 16 tokens > 12: a (older) goes
+    assert small.bytes <= 12 * per_token and _found(small, b) == b and _found(small, a) == shared
+    assert _insert(small, list(range(100, 120))) == 0 and small.bytes <= 12 * per_token  # alone over the bound: not kept

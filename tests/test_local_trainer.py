@@ -197,6 +197,82 @@ def test_gradient_accumulation_matches_one_batch(prompt, completions, mode) -> N
         assert m1[key] == pytest.approx(m2[key], rel=1e-5, abs=1e-7), key
 
 
+def test_packed_samples_get_the_logprobs_they_get_alone_and_no_padding(prompt, completions, backend) -> None:
+    third = generate(backend, prompt, seed=9, max_tokens=5)  # shorter: samples of different lengths in one row
+    samples = [*pair(prompt, completions), sample(prompt, third, rollout="r3", reward=0.5)]
+    samples[2].advantage = 0.25
+    alone, packed = trainer(micro_batch_size=1), trainer(micro_batch_size=3)
+    assert packed.packed
+    for a, b in zip(alone.logprobs(samples), packed.logprobs(samples), strict=True):
+        assert b == pytest.approx(a, abs=1e-5)
+    metrics = packed.step(samples)
+    assert metrics["train_tokens"] == sum(len(s.token_ids) for s in samples)  # one packed row: no padding ran
+    assert metrics["train_tokens_per_s"] > 0 and metrics["logprob_diff_max"] <= 1e-3
+
+
+def test_chunked_logits_and_gradient_checkpointing_change_nothing_but_memory(prompt, completions, monkeypatch) -> None:
+
+    import core.train.logprobs as logprobs
+
+    samples = pair(prompt, completions)
+
+    def gradients(t) -> dict:
+        got: dict = {}
+
+        def keep(metrics, caller):
+            got.update({n: p.grad.clone() for n, p in t.model.named_parameters() if p.grad is not None})
+            return metrics
+
+        t._apply_gradients = keep
+        t.step(samples)
+        return got
+
+    plain = gradients(trainer())
+    monkeypatch.setattr(logprobs, "LOGIT_CHUNK_ELEMENTS", 3 * 4096)  # three positions' logits at a time
+    lean = trainer(gradient_checkpointing=True)
+    layer = lean._checkpointed[0]
+    calls = []
+    layer.register_forward_pre_hook(lambda *_: calls.append(1))
+    chunked = gradients(lean)
+    assert len(calls) == 2  # the layer ran again in the backward pass: its activations were not kept
+    assert plain.keys() == chunked.keys()
+    for name, grad in plain.items():
+        assert float((grad - chunked[name]).abs().max()) <= 1e-5 * float(grad.abs().max()) + 1e-10, name  # float rounding only
+    assert not layer.training  # eval mode outside the pass
+
+
+def test_a_sampler_that_disagrees_is_corrected_by_verls_truncated_importance_weights(prompt, completions) -> None:
+    import math
+
+    samples = pair(prompt, completions)
+    samples[0].advantage, samples[1].advantage = 1.0, -0.5
+    gap = 0.5  # a sampler this much less sure of every token than the trainer (stale or lower-precision weights)
+    for s in samples:
+        s.logprobs = [lp - gap if m else lp for lp, m in zip(s.logprobs, s.loss_mask, strict=True)]
+    corrected = trainer(lr=1e-3).step(samples)
+    tokens = corrected["tokens"]
+    assert corrected["rollout_is_tokens"] == tokens and corrected["logprob_diff_max"] == pytest.approx(gap, abs=1e-4)
+    assert corrected["rollout_is_mean"] == pytest.approx(math.exp(gap), abs=1e-4)  # π_trainer / π_sampler, under the cap of 2
+    # ratio 1 against the trainer's own logprobs (nothing clips), each token's loss weighted by its importance weight
+    expected = -sum(s.advantage * math.exp(gap) * sum(s.loss_mask[1:]) for s in samples) / tokens
+    assert corrected["pg_loss"] == pytest.approx(expected, rel=1e-4) and corrected["pg_clipfrac"] == 0.0
+    ignored = trainer(lr=1e-3, rollout_correction="off").step(samples)  # the PPO ratio e^0.5 against the sampler clips
+    assert ignored["rollout_is_tokens"] == 0.0 and ignored["pg_clipfrac"] > 0.0
+    capped = trainer(lr=1e-3, rollout_correction="token", rollout_is_threshold=1.2).step(samples)
+    assert capped["rollout_is_max"] == pytest.approx(1.2) and capped["rollout_is_mean"] == pytest.approx(1.2)  # truncated
+
+
+def test_a_bfloat16_trainer_keeps_float32_weights_and_corrects_its_mismatch(prompt, completions) -> None:
+    import torch
+
+    samples = pair(prompt, completions)
+    t = trainer(dtype="bfloat16", lr=1e-3)
+    assert t.compute_dtype == torch.bfloat16 and all(p.dtype == torch.float32 for p in t.model.parameters())
+    metrics = t.step(samples)  # the samples came from a float32 sampler
+    assert metrics["optimizer_step"] == 1.0 and metrics["logprob_diff_max"] > 1e-3
+    assert metrics["rollout_is_tokens"] == metrics["tokens"]
+
+
 # ------------------------------------------------------------------ (b) learning signal
 
 
@@ -377,7 +453,7 @@ def test_resume_refuses_a_checkpoint_of_another_kind(tmp_path) -> None:
 
 
 def test_bad_trainer_settings_are_config_errors() -> None:
-    for kw in ({"loss_agg_mode": "mean"}, {"old_logprobs": "old"}, {"policy_loss": "nope"}, {"no_such": 1}):
+    for kw in ({"loss_agg_mode": "mean"}, {"old_logprobs": "old"}, {"policy_loss": "nope"}, {"no_such": 1}, {"dtype": "bf16"}, {"rollout_correction": "yes"}):
         with pytest.raises(ConfigError):
             trainer(**kw)
 

@@ -326,3 +326,45 @@ def test_losing_the_build_race_keeps_the_winners_folder_for_any_marker(tmp_path:
 
     assert tiny.build_once(final, "some-model.done", build, "cannot build") == final
     assert (final / "weights").read_text() == "theirs" and sorted(p.name for p in tmp_path.iterdir()) == ["some-model"]
+
+
+def test_gqa_attention_matches_transformers_eager_attention(tiny_dir: Path) -> None:
+    """core.models.attention folds query heads onto their shared K/V head instead of repeating K/V: same numbers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from core.models import attention
+
+    ours = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation=attention.register()).eval()
+    eager = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation="eager").eval()
+    assert ours.config.num_attention_heads > ours.config.num_key_value_heads  # grouped-query: the case that matters
+    ids = torch.randint(5, 4000, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, :13] = 0  # left padding in one row
+    with torch.inference_mode():
+        a, b = (m(input_ids=ids, attention_mask=mask, use_cache=True) for m in (ours, eager))
+        assert (a.logits - b.logits)[mask.bool()].abs().max() < 1e-5
+        step = torch.tensor([[7], [9]])
+        longer = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], dim=1)
+        positions = longer.sum(dim=1, keepdim=True) - 1
+        a2, b2 = (m(input_ids=step, attention_mask=longer, position_ids=positions, past_key_values=o.past_key_values, use_cache=True) for m, o in ((ours, a), (eager, b)))
+        assert (a2.logits - b2.logits).abs().max() < 1e-5  # a decode step: one query per row, padding masked
+
+
+def test_packed_segments_attend_only_within_themselves(tiny_dir: Path) -> None:
+    """Two samples end to end with `segments`: each one's logits are the ones it gets alone."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from core.models import attention
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation=attention.register()).eval()
+    first, second = torch.randint(5, 4000, (1, 17)), torch.randint(5, 4000, (1, 23))
+    row = torch.cat([first, second], dim=1)
+    positions = torch.cat([torch.arange(17), torch.arange(23)]).unsqueeze(0)
+    with torch.inference_mode():
+        packed = model(input_ids=row, attention_mask=torch.ones_like(row), position_ids=positions, segments=[(0, 17), (17, 40)]).logits
+        alone = torch.cat([model(input_ids=first).logits, model(input_ids=second).logits], dim=1)
+        leaky = model(input_ids=row, attention_mask=torch.ones_like(row), position_ids=positions).logits
+    assert (packed - alone).abs().max() < 1e-5
+    assert (leaky - alone)[:, 17:].abs().max() > 1e-3  # without segments the second sample would see the first

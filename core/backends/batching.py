@@ -1,10 +1,11 @@
 """Continuous batching for the built-in backend: one worker thread decodes every live sequence together.
 
 Requests wait in a queue; at each step boundary the worker runs queued calls (weight reloads),
-admits waiting requests (each prefilled on its own, so its cache is exactly a single-sequence
-cache), merges them into the batch's KV cache with left padding, samples one token for every
-row, drops the rows that finished or were cancelled, and runs one batched decode forward
-(attention mask over the padding, per-row position ids).
+admits waiting requests (the starts of their prompts found in the prefix cache are reused, the
+rest prefilled together: see `Batch`), merges them into the batch's KV cache with left padding,
+samples one token for every row, drops the rows that finished or were cancelled (caching what they
+ran through the model), and runs one batched decode forward (attention mask over the padding,
+per-row position ids).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -19,11 +21,17 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from core.backends.prefix_cache import PrefixCache, common_prefix
 from core.errors import ModelError
 
 log = logging.getLogger(__name__)
 
 GREEDY_BELOW = 1e-5
+PREFILL_TOKENS = 2048  # prompt tokens one prefill forward carries (rows × chunk): bounds its activations and masks
+MIN_SHARED = 32  # a start several newcomers share is prefilled once on its own when at least this many tokens are new
+SLACK = 64  # padding tokens a prefill group may carry beyond its half-of-the-work bound
 DONE = object()  # the last item a request's `emit` receives
 _LIVE: weakref.WeakSet[DecodeLoop] = weakref.WeakSet()  # stopped at interpreter exit, never mid-forward
 
@@ -42,7 +50,10 @@ class Request:
     stop: threading.Event = field(default_factory=threading.Event)
     done: Future = field(default_factory=Future)
     produced: int = 0
+    tokens: list[int] = field(default_factory=list)  # the sampled ids so far
     cached: int = 0  # real (unpadded) tokens in this row's KV cache
+    cacheable: bool = True  # its ids say everything the model saw (False with images): the prefix cache may hold it
+    weights: int = 0  # the batch's weights generation when this row was prefilled
     # a vision-language prompt's extra prefill inputs (pixel values, grids, 3D positions) and the offset
     # its image tokens put between a token's index and its rotary position (Qwen2-VL's rope delta)
     prefill_inputs: dict[str, Any] = field(default_factory=dict)
@@ -85,68 +96,238 @@ def cache_of(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
-def _left_pad(t: Any, n: int) -> Any:
-    """Prepend `n` zero positions to a [batch, heads, seq, dim] tensor."""
-    import torch
+@dataclass
+class Found:
+    """A prompt's start found in the prefix cache: its length and its kv states in pieces (see PrefixCache.lookup)."""
 
-    if n <= 0:
-        return t
-    return torch.cat([t.new_zeros(t.shape[0], t.shape[1], n, t.shape[3]), t], dim=2)
+    tokens: int = 0
+    segments: list[Any] = field(default_factory=list)
 
 
-def _mergeable(cache: Any) -> bool:
-    """Whether every layer of `cache` is a plain growing KV layer (no sliding window, no recurrent state)."""
-    from transformers.cache_utils import DynamicLayer
+@dataclass
+class Prefilled:
+    """The outcome of one batched prefill: rows' KV cache (right-aligned pasts, suffixes after), mask, last logits."""
 
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    cache: Any
+    mask: Any  # [rows, columns] bool, True where a row has a real token
+    logits: Any  # [rows, vocab] float32 on the CPU
 
 
 class Batch:
-    """The rows decoding together: their shared left-padded KV cache, padding mask and next-token logits."""
+    """The rows decoding together: their shared KV cache, padding mask and next-token logits.
 
-    def __init__(self, model: Any, device: str, cache_kwarg: str) -> None:
+    Prefill: each newcomer's longest start found in the prefix cache is reused (copied in, right-aligned,
+    left-padded); a start several newcomers share that is not cached yet is prefilled once on its own
+    first; the rest of every prompt is prefilled together in chunks of at most PREFILL_TOKENS tokens
+    (right-padded, so no query row is ever fully masked), and each prompt goes into the prefix cache.
+    A finished row's prompt + completion go into it too. Rows may then hold padding in the middle of
+    their columns: the mask covers it, and position ids are per row.
+    """
+
+    def __init__(self, model: Any, device: str, cache_kwarg: str, prefix: PrefixCache | None = None) -> None:
+        from core.backends.kv_cache import batchable
+
         self.model = model
         self.device = device
         self.cache_kwarg = cache_kwarg
+        text = model.config.get_text_config()
+        self.layers = int(text.num_hidden_layers)
+        self.kv_heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
+        self.head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+        self.mergeable = batchable(model.config)  # else: one row at a time, transformers' own cache, no prefix reuse
+        self.prefix = prefix if self.mergeable else None
         self.rows: list[Request] = []
         self.cache: Any = None
-        self.mask: Any = None  # [rows, kv_len] bool, False over left padding
+        self.mask: Any = None  # [rows, kv_len] bool, False over padding
         self.logits: Any = None  # [rows, vocab] float32 on the CPU: each row's next-token logits
-        self.mergeable = True  # cleared when the model's cache cannot be padded and merged
+        self.weights = 0  # generation of the weights: bumped by `forget`, so states from older weights are never cached
+        self.prefilled_tokens = 0  # prompt tokens run through the model
+        self.reused_tokens = 0  # prompt tokens taken from the prefix cache instead
 
-    def prefill(self, row: Request) -> None:
-        """Run `row`'s prompt on its own and add it to the batch."""
+    # ------------------------------------------------------------------ admission
+
+    def admit(self, rows: list[Request]) -> None:
+        """Prefill newcomers and add them to the batch; a failed prefill fails only its own rows."""
+        text = [r for r in rows if not r.prefill_inputs]
+        for row in [r for r in rows if r.prefill_inputs]:  # images: the whole prompt with its pixels, on its own
+            self._run([row], lambda row=row: self._prefill_with_images(row))
+        if text and self.prefix is not None:
+            self._run(text, lambda: self._share_starts(text))
+        text = [r for r in text if not r.done.done()]
+        found = [self._lookup(r) for r in text]
+        for group in _groups(text, found):
+            self._run(group, lambda group=group: self._prefill_rows(group, [found[text.index(r)] for r in group]))
+
+    def _run(self, rows: list[Request], fn: Callable[[], None]) -> None:
+        """Run one prefill step for `rows`; on an error fail those rows (the consumer sees it) and leave the batch as it was."""
+        try:
+            fn()
+        except BaseException as exc:
+            log.debug("prefill failed for %d rows: %r", len(rows), exc)
+            for row in rows:
+                row.finish(exc)
+
+    def _lookup(self, row: Request) -> Found:
+        """The longest start of `row`'s prompt in the prefix cache (at most all but its last token: it needs logits)."""
+        if self.prefix is None or not row.cacheable:
+            return Found()
+        return Found(*self.prefix.lookup(row.prompt_ids, len(row.prompt_ids) - 1))
+
+    def _share_starts(self, rows: list[Request]) -> None:
+        """Prefill once, on its own, each start that several newcomers share and the prefix cache lacks."""
+        assert self.prefix is not None
+        prompts = [np.asarray(r.prompt_ids, dtype=np.int64) for r in rows if r.cacheable]
+        starts = []
+        for i, ids in enumerate(prompts):
+            shared = max((common_prefix(ids, other) for j, other in enumerate(prompts) if j != i), default=0)
+            shared = min(shared, len(ids) - 1)
+            if shared - self.prefix.match_length(ids, shared) >= MIN_SHARED:
+                starts.append(ids[:shared].tolist())
+        for start in sorted(starts, key=len, reverse=True):  # the longest first: the shorter are often inside it
+            if len(start) - self.prefix.match_length(start) >= MIN_SHARED:
+                found = Found(*self.prefix.lookup(start, len(start) - 1))
+                done = self._prefill([start], [found])
+                self._remember(start, done.cache, done.mask, 0)
+
+    def _prefill_rows(self, rows: list[Request], found: list[Found]) -> None:
+        """Prefill `rows` together, cache their prompts, and add them to the batch."""
+        done = self._prefill([r.prompt_ids for r in rows], found)
+        for i, row in enumerate(rows):
+            row.cached, row.weights = len(row.prompt_ids), self.weights
+            if self.prefix is not None and row.cacheable:
+                self._remember(row.prompt_ids, done.cache, done.mask, i)
+        self._add(rows, done)
+
+    def _prefill(self, prompts: list[list[int]], found: list[Found]) -> Prefilled:
+        """Run every prompt's uncached rest through the model, together, in chunks; the cached starts are copied in."""
         import torch
+
+        from core.backends.kv_cache import MIN_SPARE, growing_cache
+
+        n = len(prompts)
+        cached = [f.tokens for f in found]
+        rest = [len(p) - c for p, c in zip(prompts, cached, strict=True)]
+        past, width = max(cached), max(rest)
+        cache = growing_cache(self.layers) if self.mergeable else None
+        mask = torch.zeros(n, past, dtype=torch.bool, device=self.device)
+        if past:
+            dtype = next(self.model.parameters()).dtype
+            for layer in cache.layers:
+                layer.reserve(n, self.kv_heads, past, self.head_dim, width + MIN_SPARE, dtype, self.device)
+            for i, f in enumerate(found):
+                column = past - f.tokens
+                mask[i, column:] = True
+                for segment in f.segments:
+                    size = segment.shape[3]
+                    for layer, states in zip(cache.layers, segment, strict=True):
+                        layer.keys[i, :, column : column + size] = states[0]
+                        layer.values[i, :, column : column + size] = states[1]
+                    column += size
+        logits: list[Any] = [None] * n
+        step = max(1, PREFILL_TOKENS // n)
+        lengths = torch.tensor(rest, device=self.device)
+        for start in range(0, width, step):
+            size = min(step, width - start)
+            ids = torch.zeros(n, size, dtype=torch.long)
+            for i, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
+                piece = prompt[c + start : c + min(start + size, rest[i])]
+                ids[i, : len(piece)] = torch.tensor(piece, dtype=torch.long)
+            offsets = torch.arange(size, device=self.device)
+            real = (offsets + start).unsqueeze(0) < lengths.unsqueeze(1)
+            positions = torch.tensor(cached, device=self.device).unsqueeze(1) + start + offsets
+            mask = torch.cat([mask, real], dim=1)
+            ending = [i for i in range(n) if start <= rest[i] - 1 < start + size]
+            keep = sorted({rest[i] - 1 - start for i in ending})
+            out = self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=torch.tensor(keep, device=self.device) if keep else 1,
+                **({self.cache_kwarg: cache} if cache is not None else {}),
+            )
+            cache = cache_of(out)
+            for i in ending:
+                logits[i] = out.logits[i, keep.index(rest[i] - 1 - start)].float().cpu()
+        self.prefilled_tokens += sum(rest)
+        self.reused_tokens += sum(cached)
+        return Prefilled(cache, mask, torch.stack(logits))
+
+    def _prefill_with_images(self, row: Request) -> None:
+        """A vision-language prompt: one forward over all of it with its pixel inputs (its ids alone do not say what it saw)."""
+        import torch
+
+        from core.backends.kv_cache import growing_cache
 
         ids = torch.tensor([row.prompt_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **row.prefill_inputs)
+        cache = {self.cache_kwarg: growing_cache(self.layers)} if self.mergeable else {}
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache, **row.prefill_inputs)
         row.prefill_inputs = {}  # the pixels are in the KV cache now
-        cache = cache_of(out)
         row.cached = len(row.prompt_ids)
-        self._add(row, cache, out.logits[:, -1].float().cpu())
+        self.prefilled_tokens += row.cached
+        mask = torch.ones(1, row.cached, dtype=torch.bool, device=self.device)
+        self._add([row], Prefilled(cache_of(out), mask, out.logits[:, -1].float().cpu()))
 
-    def _add(self, row: Request, cache: Any, logits: Any) -> None:
-        """Merge one prefilled row into the batch, left-padding whichever side is shorter."""
+    def _add(self, rows: list[Request], done: Prefilled) -> None:
+        """Merge prefilled rows into the batch, aligned on their last column (the shorter side left-padded)."""
         import torch
 
-        row_mask = torch.ones(1, row.cached, dtype=torch.bool, device=self.device)
         if not self.rows:
-            self.rows, self.cache, self.mask, self.logits = [row], cache, row_mask, logits
-            self.mergeable = _mergeable(cache)
+            self.rows, self.cache, self.mask, self.logits = list(rows), done.cache, done.mask, done.logits
+            self._trim()
             return
-        if not (self.mergeable and _mergeable(cache)):
+        if not self.mergeable:
             raise ModelError("this model's KV cache cannot be batched (sliding-window or recurrent layers)")
-        width = max(self.mask.shape[1], row_mask.shape[1])
-        pad_batch, pad_row = width - self.mask.shape[1], width - row_mask.shape[1]
-        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
-            mine.keys = torch.cat([_left_pad(mine.keys, pad_batch), _left_pad(theirs.keys, pad_row)], dim=0)
-            mine.values = torch.cat(
-                [_left_pad(mine.values, pad_batch), _left_pad(theirs.values, pad_row)], dim=0
-            )
-        self.mask = torch.cat([_pad_mask(self.mask, pad_batch), _pad_mask(row_mask, pad_row)], dim=0)
-        self.logits = torch.cat([self.logits, logits], dim=0)
-        self.rows.append(row)
+        width = max(self.mask.shape[1], done.mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, done.cache.layers, strict=True):
+            mine.stack(theirs)
+        self.mask = torch.cat([_pad_mask(self.mask, width - self.mask.shape[1]), _pad_mask(done.mask, width - done.mask.shape[1])])
+        self.logits = torch.cat([self.logits, done.logits], dim=0)
+        self.rows += rows
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop leading padding columns no row uses."""
+        if not self.mergeable or self.mask.shape[1] == 0:
+            return
+        lead = int(torch_argmax_any(self.mask))
+        if lead:
+            self.mask = self.mask[:, lead:]
+            for layer in self.cache.layers:
+                layer.fill(layer.keys[:, :, lead:], layer.values[:, :, lead:])
+
+    # ------------------------------------------------------------------ the prefix cache
+
+    def _remember(self, ids: list[int], cache: Any, mask: Any, row: int) -> None:
+        """Put `ids` (row `row` of `cache`, its real columns in order) into the prefix cache."""
+        import torch
+
+        assert self.prefix is not None
+        columns = torch.nonzero(mask[row]).squeeze(1)
+        if len(columns) != len(ids):  # never expected: the row's states and its ids must line up one to one
+            log.warning("prefix cache: row holds %d states for %d ids; not cached", len(columns), len(ids))
+            return
+
+        def fetch(start: int, end: int) -> Any:
+            picked = columns[start:end]
+            return torch.stack([torch.stack([layer.keys[row][:, picked], layer.values[row][:, picked]]) for layer in cache.layers])
+
+        self.prefix.insert(ids, fetch)
+
+    def remember(self, index: int) -> None:
+        """Cache what row `index` has run through the model so far (prompt + completion): a later call extends it."""
+        row = self.rows[index]
+        if self.prefix is None or not row.cacheable or row.weights != self.weights:  # part of it under older weights
+            return
+        self._remember((row.prompt_ids + row.tokens)[: row.cached], self.cache, self.mask, index)
+
+    def forget(self) -> None:
+        """Empty the prefix cache (new weights make every cached state stale)."""
+        self.weights += 1
+        if self.prefix is not None:
+            self.prefix.clear()
+
+    # ------------------------------------------------------------------ decoding
 
     def keep(self, indices: list[int]) -> None:
         """Keep only the rows at `indices` and drop padding columns no remaining row needs."""
@@ -161,11 +342,10 @@ class Batch:
         self.rows = [self.rows[i] for i in indices]
         self.mask = self.mask[index]
         self.logits = self.logits[torch.tensor(indices, dtype=torch.long)]
-        lead = int(torch.argmax(self.mask.any(dim=0).to(torch.int8)))  # first column any row uses
+        lead = int(torch_argmax_any(self.mask))
         self.mask = self.mask[:, lead:]
         for layer in self.cache.layers:
-            layer.keys = layer.keys[index, :, lead:]
-            layer.values = layer.values[index, :, lead:]
+            layer.fill(layer.keys[index, :, lead:], layer.values[index, :, lead:])
 
     def decode(self, tokens: list[int]) -> None:
         """Feed each row its sampled token (one batched forward) and keep the new logits."""
@@ -193,6 +373,38 @@ class Batch:
         self.rows, self.cache, self.mask, self.logits = [], None, None, None
 
 
+def torch_argmax_any(mask: Any) -> Any:
+    """The first column any row of a [rows, columns] bool mask uses."""
+    import torch
+
+    return torch.argmax(mask.any(dim=0).to(torch.int8))
+
+
+def _groups(rows: list[Request], found: list[Found]) -> list[list[Request]]:
+    """Newcomers split into prefill groups so padding stays under half of each group's work.
+
+    Rows are sorted by (uncached rest, cached start); a row joins the current group while the group's
+    padded rests and padded starts each stay within twice its real ones (plus a little slack).
+    """
+    if not rows:
+        return []
+    sizes = sorted(
+        ((len(r.prompt_ids) - f.tokens, f.tokens, r) for r, f in zip(rows, found, strict=True)), key=lambda t: (t[0], t[1])
+    )
+    groups: list[list[Request]] = []
+    current: list[tuple[int, int, Request]] = []
+    for item in sizes:
+        trial = [*current, item]
+        rest, past = max(t[0] for t in trial), max(t[1] for t in trial)
+        fits = len(trial) * rest <= 2 * sum(t[0] for t in trial) + SLACK and len(trial) * past <= 2 * sum(t[1] for t in trial) + SLACK
+        if current and not fits:
+            groups.append([t[2] for t in current])
+            trial = [item]
+        current = trial
+    groups.append([t[2] for t in current])
+    return groups
+
+
 def _pad_mask(mask: Any, n: int) -> Any:
     """Prepend `n` False columns to a [rows, len] mask."""
     import torch
@@ -205,14 +417,19 @@ def _pad_mask(mask: Any, n: int) -> Any:
 class DecodeLoop:
     """The worker thread: admits requests and runs queued calls at step boundaries, decodes the batch."""
 
-    def __init__(self, model: Any, device: str, cache_kwarg: str, name: str, max_batch: int = 16) -> None:
+    def __init__(
+        self, model: Any, device: str, cache_kwarg: str, name: str, max_batch: int = 16, prefix_cache_bytes: int = 0
+    ) -> None:
         import torch
 
         self._torch = torch
         self.max_batch = max(1, int(max_batch))
         self.tokens_generated = 0
         self.peak_batch = 0  # the most rows one decode step has carried
-        self._batch = Batch(model, device, cache_kwarg)
+        self.prefill_s = 0.0  # worker seconds spent prefilling prompts
+        self.decode_s = 0.0  # worker seconds spent in decode steps (sampling included)
+        prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        self._batch = Batch(model, device, cache_kwarg, prefix)
         self._cv = threading.Condition()
         self._waiting: deque[Request] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
@@ -258,8 +475,8 @@ class DecodeLoop:
             calls = list(self._calls)
             self._calls.clear()
             room = self.max_batch - len(self._batch.rows)
-            if self._batch.rows and not self._batch.mergeable:
-                room = 0
+            if not self._batch.mergeable:  # one sequence at a time
+                room = 0 if self._batch.rows else 1
             for row in [r for r in self._waiting if r.stop.is_set()]:  # cancelled while queued
                 self._waiting.remove(row)
                 row.finish()
@@ -277,24 +494,41 @@ class DecodeLoop:
                 _run_call(fn, future)
             try:
                 with self._torch.inference_mode():
-                    for row in newcomers:
-                        self._admit(row)
+                    self._admit(newcomers)
                     if self._batch.rows:
+                        started = time.perf_counter()
                         self._step()
+                        self.decode_s += time.perf_counter() - started
             except BaseException as exc:  # a bug here must not kill the worker: fail the batch, go on
                 log.exception("the built-in backend's decode loop failed")
                 self._batch.clear(exc)
 
-    def _admit(self, row: Request) -> None:
-        """Prefill one waiting request into the batch (or finish it if it was cancelled meanwhile)."""
-        if row.stop.is_set():
+    def _admit(self, newcomers: list[Request]) -> None:
+        """Prefill the waiting requests into the batch (those cancelled meanwhile just finish)."""
+        for row in [r for r in newcomers if r.stop.is_set()]:
             row.finish()
-            return
-        try:
-            self._batch.prefill(row)
-        except BaseException as exc:  # handed to the consumer, raised there
-            log.debug("prefill failed: %r", exc)
-            row.finish(exc)
+        live = [r for r in newcomers if not r.stop.is_set()]
+        if live:
+            started = time.perf_counter()
+            self._batch.admit(live)
+            self.prefill_s += time.perf_counter() - started
+
+    def stats(self) -> dict[str, float]:
+        """Where the worker's time went and how much of the prompts the prefix cache saved (read between steps)."""
+        batch, prefix = self._batch, self._batch.prefix
+        return {
+            "prefill_s": self.prefill_s,
+            "decode_s": self.decode_s,
+            "prefill_tokens": float(batch.prefilled_tokens),
+            "reused_tokens": float(batch.reused_tokens),
+            "decode_tokens": float(self.tokens_generated),
+            "prefix_cache_bytes": float(prefix.bytes if prefix is not None else 0),
+            "prefix_cache_sequences": float(prefix.leaves if prefix is not None else 0),
+        }
+
+    def forget_prefixes(self) -> None:
+        """Drop every cached prefix (call on the worker, e.g. from a weight reload)."""
+        self._batch.forget()
 
     def _step(self) -> None:
         """Sample one token for every row, drop finished and cancelled rows, decode the rest together."""
@@ -312,11 +546,13 @@ class DecodeLoop:
                 row.finish(exc)
                 continue
             row.produced += 1
+            row.tokens.append(token)
             self.tokens_generated += 1
             finish = "stop" if token in row.stops else ("length" if row.produced >= row.budget else None)
             row.emit((token, logprob, finish))
             if finish is not None:
                 row.finish()
+                self._remember(i)
                 continue
             keep.append(i)
             tokens.append(token)
@@ -328,6 +564,13 @@ class DecodeLoop:
         except BaseException as exc:
             log.debug("decode step failed for %d rows: %r", len(batch.rows), exc)
             batch.clear(exc)
+
+    def _remember(self, index: int) -> None:
+        """Cache a finished row's prompt + completion; a failure here costs reuse, never the generation."""
+        try:
+            self._batch.remember(index)
+        except Exception:  # noqa: BLE001 - the row has already been answered
+            log.exception("prefix cache: could not keep a finished sequence")
 
     def _shut_down(self, calls: list[tuple[Callable[[], Any], Future]], newcomers: list[Request]) -> None:
         """Fail everything still queued or live: the backend was closed."""

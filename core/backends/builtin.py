@@ -3,6 +3,9 @@
 Sampling runs in one worker thread per backend (`core.backends.batching.DecodeLoop`): concurrent
 generations decode together in one batch over a shared KV cache, requests join at step
 boundaries and leave when done, and tokens stream back to the event loop as they are sampled.
+Prompts that start like an earlier prompt or prompt + completion (a harness's next call, or
+another rollout with the same system prompt) reuse its KV states from a bounded prefix cache
+(`core.backends.prefix_cache`) and prefill only the rest.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ from core.backends.batching import DecodeLoop, Request
 from core.backends.kinds import Capabilities
 from core.backends.spec import PolicySpec
 from core.chat import ImagePart, request_images
-from core.errors import BackendError, ContextLengthError, ForgetuiError, ModelError
+from core.errors import BackendError, ConfigError, ContextLengthError, ForgetuiError, ModelError
+from core.models import attention
+from core.models.precision import resolve_dtype
 from core.models.resolve import load_tokenizer, model_class, resolve_model
 from core.tokens.vision import forward_inputs, vision_prompt
 
 log = logging.getLogger(__name__)
 
 MAX_CONTEXT_CAP = 131072
+PREFIX_CACHE_MB = 1024  # default bound of the prefix cache's KV states (SmolLM2-135M fp32: ~22k tokens)
 
 
 def _pick_device(device: str) -> str:
@@ -40,30 +46,19 @@ def _pick_device(device: str) -> str:
     return device
 
 
-def _pick_dtype(dtype: Any, device: str):
-    import torch
-
-    if dtype is None:
-        if device.startswith("cuda"):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-    if isinstance(dtype, str):
-        try:
-            return getattr(torch, dtype)
-        except AttributeError:
-            raise ModelError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
-    return dtype
-
-
 class BuiltinBackend:
     """A `TokenBackend` that samples a local transformers model, concurrent requests batched together.
 
     Logprobs: each sampled token's logprob is taken under the temperature-scaled distribution
     (``log_softmax(logits / temperature)``) *before* top-p truncation, which is what a trainer
     recomputes with the same temperature; with temperature 0 (greedy) it is the logprob under the
-    unscaled distribution (temperature 1). Batching does not change them beyond float rounding:
-    each prompt is prefilled on its own and decoded with left padding masked out and its own
-    position ids.
+    unscaled distribution (temperature 1). Batching and prefix reuse do not change them beyond
+    float rounding: padding is masked out, every row has its own position ids, and a reused
+    prefix's states are the ones the same weights computed for the same ids.
+
+    `dtype`: "auto" (bfloat16 on a CUDA GPU, float32 on a CPU; see core.models.precision),
+    "float32", "bfloat16", "float16" or a torch dtype. `prefix_cache_mb`: the bound on cached KV
+    states (0 turns prefix reuse off).
     """
 
     def __init__(
@@ -74,17 +69,21 @@ class BuiltinBackend:
         max_new_tokens_default: int = 256,
         max_context: int | None = None,
         max_batch: int = 16,
+        prefix_cache_mb: float = PREFIX_CACHE_MB,
     ) -> None:
         self.name = model
         self.max_new_tokens_default = max_new_tokens_default
         self.device = _pick_device(device)
         self.weights_version = 0
         source = resolve_model(model)
+        torch_dtype = resolve_dtype(dtype, self.device)
         try:
             import torch
 
             self.tokenizer = load_tokenizer(source)
-            self.model = model_class(source).from_pretrained(source, dtype=_pick_dtype(dtype, self.device), attn_implementation="sdpa")
+            self.model = model_class(source).from_pretrained(
+                source, dtype=torch_dtype, attn_implementation=attention.register()
+            )
         except ModelError:
             raise
         except Exception as exc:
@@ -101,7 +100,9 @@ class BuiltinBackend:
         # transformers 5 renamed `past_key_values` to `cache`
         params = inspect.signature(self.model.forward).parameters
         cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self._loop = DecodeLoop(self.model, self.device, cache_kwarg, Path(str(model)).name, max_batch)
+        self._loop = DecodeLoop(
+            self.model, self.device, cache_kwarg, Path(str(model)).name, max_batch, int(prefix_cache_mb * 2**20)
+        )
         self._pending: set[Future] = set()
         self._closed = False
 
@@ -114,6 +115,10 @@ class BuiltinBackend:
     def peak_batch(self) -> int:
         """The most sequences one decode step has carried so far."""
         return self._loop.peak_batch
+
+    def stats(self) -> dict[str, float]:
+        """Worker seconds in prefill and decode, prompt tokens prefilled and reused, the prefix cache's size."""
+        return self._loop.stats()
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -151,6 +156,7 @@ class BuiltinBackend:
         images = request_images(context.request.messages) if context.request is not None else []
         if images:
             request.prefill_inputs, request.rope_delta = await asyncio.to_thread(self._vision_inputs, prompt_ids, images)
+            request.cacheable = False  # its ids do not say what the pixels were
         self._pending.add(request.done)
         request.done.add_done_callback(self._pending.discard)
         self._loop.submit(request)
@@ -224,6 +230,7 @@ class BuiltinBackend:
                 "reload_weights: %d tensors not in the new state (kept): %s", len(missing), missing[:5]
             )
         self.model.eval()
+        self._loop.forget_prefixes()  # states computed by the old weights
 
     async def aclose(self) -> None:
         """Stop the worker (live and queued generations fail with ModelError) and wait for its thread."""
@@ -268,5 +275,10 @@ def _read_state(path: Path) -> dict[str, Any]:
 
 
 def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> BuiltinBackend:
-    """`builtin:MODEL` (option device=cpu|cuda|auto)."""
-    return BuiltinBackend(spec.target, device=spec.options.get("device", "auto"))
+    """`builtin:MODEL`; options device=cpu|cuda|auto, dtype=auto|float32|bfloat16|float16 (or `policy.dtype`), prefix_cache_mb=N (0: no prefix reuse)."""
+    options = spec.options
+    try:
+        cache = {"prefix_cache_mb": float(options["prefix_cache_mb"])} if "prefix_cache_mb" in options else {}
+    except ValueError:
+        raise ConfigError(f"prefix_cache_mb={options['prefix_cache_mb']!r} in the backend spec must be a number of megabytes") from None
+    return BuiltinBackend(spec.target, device=options.get("device", "auto"), dtype=options.get("dtype", "auto"), **cache)

@@ -60,6 +60,10 @@ class PolicySpec:
     def __str__(self) -> str:
         return self.raw
 
+    def with_option(self, key: str, value: str) -> PolicySpec:
+        """The same spec with one more option (as a config setting such as `policy.dtype` adds it)."""
+        return PolicySpec(self.kind, self.target, MappingProxyType({**self.options, key: value}), self.raw)
+
     @property
     def declared(self) -> BackendKind:
         """What this spec's kind declares it can do."""

@@ -6,10 +6,12 @@ this module does the batching, gradient accumulation, optimizer, LoRA and checkp
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from core.chat import ImagePart
 from core.errors import ConfigError, TrainingDataError
+from core.models.precision import DTYPES, resolve_dtype
 from core.tokens.vision import forward_inputs, vision_prompt
 from core.train import weights as W
 from core.train.checkpoints import TRAINER_STATE
-from core.train.logprobs import Batch, collate, token_logprobs
+from core.train.logprobs import Batch, collate, pack, token_logprobs
 from core.train.types import Sample
 
 if TYPE_CHECKING:
@@ -37,6 +40,8 @@ LOSS_AGG_MODES = (
     "seq-mean-token-sum-norm",
 )
 OLD_LOGPROBS = ("recorded", "recomputed")
+ROLLOUT_CORRECTIONS = ("auto", "token", "sequence", "off")
+AGREEMENT = 1e-3  # |recorded − recomputed| logprob beyond which "auto" applies the rollout correction
 
 
 @dataclass
@@ -59,10 +64,24 @@ class LocalTrainerConfig:
     weights before the update (ratio 1, clipping never fires: plain on-policy policy gradient).
     Either way `logprob_diff_*` reports how far the recorded logprobs are from the recomputed.
 
+    rollout_correction="auto": where the sampler's and the trainer's logprobs of a micro-batch
+    disagree by more than 1e-3 (a bfloat16 sampler or trainer, a different kernel), veRL's own
+    rollout correction is applied instead of ignoring the gap: the PPO ratio is taken against the
+    trainer's recomputed logprobs and each token's loss is weighted by the truncated importance
+    weight min(π_trainer / π_sampler, rollout_is_threshold) (`compute_rollout_correction_weights`,
+    token level; "sequence": one weight per sample). "token"/"sequence" apply it always, "off" never.
+
     lr=1e-6 and max_grad_norm=1.0 are veRL's actor defaults for full fine-tuning; LoRA usually
     wants 1e-5 to 1e-4. weight_decay=0: decoupled decay pulls weights toward zero, not toward the
-    pretrained weights, which rewards nothing. fp32 by default (exact logprob agreement on CPU).
-    The model is kept in eval mode (no dropout), so recomputed logprobs match the sampler's.
+    pretrained weights, which rewards nothing. dtype: what the forward and backward compute in;
+    the weights and the optimizer stay float32 (a bfloat16 weight cannot take a 1e-6 update), and
+    "bfloat16" runs them under autocast; "auto" is bfloat16 on a CUDA GPU and float32 on a CPU
+    (core.models.precision; float32 gives exact logprob agreement). The model is kept in eval
+    mode (no dropout), so recomputed logprobs match the sampler's.
+
+    Samples are packed (`core.train.logprobs`): each forward runs up to `micro_batch_size` samples
+    and `pack_tokens` tokens end to end with no padding. gradient_checkpointing: recompute each
+    layer's activations in the backward pass (memory per step grows far slower with sample length).
     """
 
     lr: float = 1e-6
@@ -72,6 +91,8 @@ class LocalTrainerConfig:
     max_grad_norm: float = 1.0
     warmup_steps: int = 0  # linear warm-up of the lr over this many optimizer steps
     micro_batch_size: int = 4  # samples per forward/backward (gradient accumulation over the step)
+    pack_tokens: int = 8192  # tokens per forward at most (a longer sample runs alone)
+    gradient_checkpointing: bool = False
     temperature: float = 1.0  # the sampler's temperature: logprobs are log_softmax(logits / temperature)
     policy_loss: str = "vanilla"  # veRL's policy-loss registry
     clip_ratio: float = 0.2
@@ -89,8 +110,10 @@ class LocalTrainerConfig:
     lora_alpha: float = 32.0
     lora_target_modules: str | list[str] = "all-linear"
     lora_dropout: float = 0.0
+    rollout_correction: str = "auto"
+    rollout_is_threshold: float = 2.0  # truncation of the importance weights (veRL's default)
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "auto"
     seed: int | None = None  # seeds torch before LoRA init
 
     def validate(self) -> None:
@@ -99,6 +122,12 @@ class LocalTrainerConfig:
             raise ConfigError(f"loss_agg_mode {self.loss_agg_mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ConfigError(f"old_logprobs {self.old_logprobs!r}: use one of {', '.join(OLD_LOGPROBS)}")
+        if self.rollout_correction not in ROLLOUT_CORRECTIONS:
+            raise ConfigError(f"rollout_correction {self.rollout_correction!r}: use one of {', '.join(ROLLOUT_CORRECTIONS)}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.pack_tokens < 1 or self.rollout_is_threshold <= 1.0:
+            raise ConfigError("pack_tokens must be >= 1 and rollout_is_threshold > 1")
         if self.lr <= 0 or self.micro_batch_size < 1 or self.max_grad_norm <= 0:
             raise ConfigError("lr and max_grad_norm must be > 0 and micro_batch_size >= 1")
         if self.temperature <= 0:
@@ -129,11 +158,15 @@ class LocalTrainer:
         cfg.validate()
         self._torch = torch
         self.device = W.pick_device(cfg.device)
+        self.compute_dtype = resolve_dtype(cfg.dtype, self.device)
         if isinstance(model, str | Path):
-            model, loaded_tokenizer = W.load_model(model, cfg.dtype)
+            model, loaded_tokenizer = W.load_model(model, "float32")  # master weights; compute_dtype under autocast
             tokenizer = tokenizer or loaded_tokenizer
         self.tokenizer = tokenizer
         model.to(self.device)
+        self.packed = W.use_packed_attention(model)  # else one sample per forward (still no padding)
+        if cfg.gradient_checkpointing:
+            W.enable_checkpointing(model)
         self._ref = None
         if cfg.kl_coef > 0 and not cfg.lora_rank:
             self._ref = copy.deepcopy(model).eval().requires_grad_(False)
@@ -145,6 +178,7 @@ class LocalTrainer:
             )
         model.eval()  # no dropout: recomputed logprobs must match the sampler's
         self.model = model
+        self._checkpointed = W.checkpointed_layers(model) if cfg.gradient_checkpointing else []
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
@@ -154,7 +188,6 @@ class LocalTrainer:
             self.optimizer, lambda u: min(1.0, (u + 1) / warmup) if warmup > 0 else 1.0
         )
         self.updates = 0  # optimizer steps taken
-        self.pad_id = self._pad_id()
         # a vision-language model (Qwen2-VL style) trains on samples with images: their pixels go in each forward
         vl = hasattr(W.base_model(model).config, "vision_config")
         self.vision = vision_prompt(tokenizer) if vl and tokenizer is not None else None
@@ -178,14 +211,6 @@ class LocalTrainer:
         inputs = forward_inputs(W.base_model(self.model), self.vision, input_ids, images, attention_mask)
         inputs.pop("rope_deltas")
         return inputs
-
-    def _pad_id(self) -> int:
-        for source in (self.tokenizer, getattr(W.base_model(self.model), "config", None)):
-            for attr in ("pad_token_id", "eos_token_id"):
-                value = getattr(source, attr, None) if source is not None else None
-                if isinstance(value, int):
-                    return value
-        return 0
 
     def _veRL_policy_loss(self) -> tuple[Any, Any]:
         """veRL's policy-loss function and the actor config it reads (clip ratios, global batch info)."""
@@ -218,15 +243,34 @@ class LocalTrainer:
     # ------------------------------------------------------------------ logprobs
 
     def _micro_batches(self, samples: Sequence[Sample]) -> Iterator[tuple[list[Sample], Batch]]:
-        """Samples sorted by length (less padding), `micro_batch_size` at a time, collated."""
-        ordered = sorted(samples, key=lambda s: len(s.token_ids))
+        """Samples packed `micro_batch_size` (and at most `pack_tokens` tokens) to a forward, alike lengths together."""
         if self.vision is not None:
-            for sample in ordered:
+            for sample in samples:
                 self._check_images(sample)
-        size = self.config.micro_batch_size
-        for i in range(0, len(ordered), size):
-            chunk = ordered[i : i + size]
-            yield chunk, collate(chunk, self.pad_id, self.device, self._image_inputs if self.vision is not None else None)
+        cfg = self.config
+        alone = not self.packed or self.vision is not None  # images: 3D positions span a whole row
+        for chunk in pack(samples, cfg.micro_batch_size, cfg.pack_tokens, alone=alone):
+            yield chunk, collate(chunk, self.device, self._image_inputs if self.vision is not None else None)
+
+    @contextlib.contextmanager
+    def _compute(self) -> Iterator[None]:
+        """The forward's precision (autocast to `dtype` over float32 weights) and gradient checkpointing, for one pass."""
+        torch = self._torch
+        for layer in self._checkpointed:  # transformers checkpoints a layer only while it is "training"; nothing else changes
+            layer.training = torch.is_grad_enabled()
+        try:
+            if self.compute_dtype == torch.float32:
+                yield
+            else:
+                with torch.autocast(device_type=self.device.split(":")[0], dtype=self.compute_dtype):
+                    yield
+        finally:
+            for layer in self._checkpointed:
+                layer.training = False
+
+    def _logprobs(self, model: Any, batch: Batch, temperature: float, **kw: Any) -> tuple[Any, Any]:
+        with self._compute():
+            return token_logprobs(model, batch, temperature, **kw)
 
     def logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
         """Each sample's logprobs under the current weights, aligned with its tokens (0.0 where loss_mask is 0)."""
@@ -234,15 +278,13 @@ class LocalTrainer:
         out: dict[int, list[float]] = {}
         with torch.no_grad():
             for chunk, batch in self._micro_batches(samples):
-                logp, _ = token_logprobs(self.model, batch, self.config.temperature)
-                nxt = (batch.positions + 1).tolist()
+                logp, _ = self._logprobs(self.model, batch, self.config.temperature)
                 values = logp.cpu().tolist()
-                mask = batch.mask.cpu().tolist()
                 for row, s in enumerate(chunk):
                     lps = [0.0] * len(s.token_ids)
-                    for k, pos in enumerate(nxt):
-                        if mask[row][k]:
-                            lps[pos] = values[row][k]
+                    trained = [p + 1 for p in range(len(s.token_ids) - 1) if s.loss_mask[p + 1]]
+                    for k, pos in enumerate(trained):
+                        lps[pos] = values[row][k]
                     out[id(s)] = lps
         return [out[id(s)] for s in samples]
 
@@ -252,7 +294,7 @@ class LocalTrainer:
         worst, total, count = 0.0, 0.0, 0
         with torch.no_grad():
             for _, batch in self._micro_batches(samples):
-                logp, _ = token_logprobs(self.model, batch, self.config.temperature)
+                logp, _ = self._logprobs(self.model, batch, self.config.temperature)
                 diff = (logp - batch.recorded).abs() * batch.mask
                 worst = max(worst, float(diff.max())) if diff.numel() else worst
                 total += float(diff.sum())
@@ -268,9 +310,9 @@ class LocalTrainer:
         torch = self._torch
         with torch.no_grad():
             if self._ref is not None:
-                return token_logprobs(self._ref, batch, self.config.temperature)[0]
+                return self._logprobs(self._ref, batch, self.config.temperature)[0]
             with self.model.disable_adapter():  # LoRA: the base weights are the reference
-                return token_logprobs(self.model, batch, self.config.temperature)[0]
+                return self._logprobs(self.model, batch, self.config.temperature)[0]
 
     # ------------------------------------------------------------------ the update
 
@@ -327,17 +369,27 @@ class LocalTrainer:
         self._actor.global_batch_info.clear()
         self._actor.global_batch_info.update(batch_info)
         self.optimizer.zero_grad(set_to_none=True)
-        diff_sum = 0.0
+        diff_sum, is_sum, corrected = 0.0, 0.0, 0
+        metrics["rollout_is_max"] = 0.0
+        started, ran = time.perf_counter(), 0
         for _, batch in self._micro_batches(active):
             n = batch.tokens
-            logp, entropy = token_logprobs(
+            ran += batch.width
+            logp, entropy = self._logprobs(
                 self.model, batch, cfg.temperature, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
             )
             with torch.no_grad():
                 diff = (logp.detach() - batch.recorded).abs() * batch.mask
-                metrics["logprob_diff_max"] = max(metrics["logprob_diff_max"], float(diff.max()))
+                worst = float(diff.max())
+                metrics["logprob_diff_max"] = max(metrics["logprob_diff_max"], worst)
                 diff_sum += float(diff.sum())
             old = batch.recorded if cfg.old_logprobs == "recorded" else logp.detach()
+            is_weights = self._rollout_correction(logp.detach(), batch, worst)
+            if is_weights is not None:  # veRL's decoupled mode: the ratio against the trainer's own logprobs
+                old = logp.detach()
+                corrected += n
+                is_sum += float((is_weights * batch.mask).sum())
+                metrics["rollout_is_max"] = max(metrics["rollout_is_max"], float(is_weights.max()))
             pg_loss, pg_metrics = self._policy_loss(
                 old_log_prob=old,
                 log_prob=logp,
@@ -345,6 +397,7 @@ class LocalTrainer:
                 response_mask=batch.mask,
                 loss_agg_mode=cfg.loss_agg_mode,
                 config=self._actor,
+                rollout_is_weights=is_weights,
             )
             loss = pg_loss
             if cfg.kl_coef > 0:
@@ -356,14 +409,39 @@ class LocalTrainer:
                 loss = loss - cfg.entropy_coef * agg_loss(
                     entropy, batch.mask, cfg.loss_agg_mode, **batch_info
                 )
-            loss.backward()
+            loss.backward()  # checkpointed layers recompute under the forward's autocast state (torch keeps it)
             metrics["loss"] += float(loss.detach())
             metrics["pg_loss"] += float(pg_loss.detach())
             metrics["pg_clipfrac"] += _metric(pg_metrics, "pg_clipfrac") * n / tokens
             metrics["ppo_kl"] += _metric(pg_metrics, "ppo_kl") * n / tokens
             metrics["entropy"] += float(entropy.sum()) / tokens
         metrics["logprob_diff_mean"] = diff_sum / tokens
-        return self._apply_gradients(metrics, "step")
+        metrics["rollout_is_tokens"] = float(corrected)  # tokens whose loss the rollout correction weighted
+        metrics["rollout_is_mean"] = is_sum / corrected if corrected else 1.0
+        out = self._apply_gradients(metrics, "step")
+        return self._speed(out, ran, time.perf_counter() - started)
+
+    def _rollout_correction(self, recomputed: Any, batch: Batch, worst: float) -> Any:
+        """veRL's truncated importance weights π_trainer/π_sampler for this micro-batch, or None where none apply."""
+        mode = self.config.rollout_correction
+        if mode == "off" or (mode == "auto" and worst <= AGREEMENT):
+            return None
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+        weights, _ = compute_rollout_correction_weights(
+            recomputed - batch.recorded,
+            batch.mask,
+            rollout_is="sequence" if mode == "sequence" else "token",
+            rollout_is_threshold=self.config.rollout_is_threshold,
+        )
+        return weights
+
+    def _speed(self, metrics: dict[str, float], ran: int, seconds: float) -> dict[str, float]:
+        """The update's own throughput: tokens run through forward + backward (no padding: packed) per second."""
+        metrics["train_tokens"] = float(ran)
+        metrics["train_s"] = seconds
+        metrics["train_tokens_per_s"] = ran / seconds if seconds > 0 else 0.0
+        return metrics
 
     def sft_step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One supervised optimizer step: token-mean NLL of the loss-mask-1 tokens of all `samples` (at temperature 1).
@@ -378,12 +456,14 @@ class LocalTrainer:
             log.info("sft_step: no trainable token among %d samples; no update", len(samples))
             return metrics
         self.optimizer.zero_grad(set_to_none=True)
+        started, ran = time.perf_counter(), 0
         for _, batch in self._micro_batches(active):
-            logp, _ = token_logprobs(self.model, batch, 1.0)
+            ran += batch.width
+            logp, _ = self._logprobs(self.model, batch, 1.0)
             loss = -(logp * batch.mask).sum() / tokens
             loss.backward()
             metrics["loss"] += float(loss.detach())
-        return self._apply_gradients(metrics, "sft_step")
+        return self._speed(self._apply_gradients(metrics, "sft_step"), ran, time.perf_counter() - started)
 
     def _apply_gradients(self, metrics: dict[str, float], caller: str) -> dict[str, float]:
         """Clip, then take the optimizer and schedule step (skipped on a non-finite gradient norm)."""
@@ -500,5 +580,7 @@ def trainer_settings(train: TrainConfig) -> dict[str, Any]:
         "lora_rank": train.lora_rank,
         "lora_alpha": train.lora_alpha,
         "dtype": train.dtype,
+        "gradient_checkpointing": train.gradient_checkpointing,
+        "rollout_correction": train.rollout_correction,
         "seed": train.seed,
     }

@@ -1,9 +1,17 @@
 """Per-token logprobs of samples under a causal LM, computed the way the samplers record them.
 
 A sampled token's logprob is ``log_softmax(logits / temperature)[token]`` (before any top-p
-truncation), as `BuiltinBackend` records it. Only the positions that predict a loss-mask-1 token
-go through the LM head (``logits_to_keep`` with the positions), so a long trajectory made mostly
-of tool output costs one hidden state per token and a vocabulary row only per sampled token.
+truncation), as `BuiltinBackend` records it.
+
+Samples are packed: a micro-batch's samples are laid end to end in one row (no padding), each
+with its own position ids and its own causal attention (`core.models.attention`'s segments), so
+a forward costs exactly the samples' tokens. Only the positions that predict a loss-mask-1 token
+go through the LM head, and in chunks of at most LOGIT_CHUNK_ELEMENTS logits, each recomputed in
+the backward pass (activation checkpointing), so no [tokens, vocabulary] tensor is ever held for a
+whole sample: a long trajectory made mostly of tool output costs one hidden state per token.
+
+The (B, K) tensors put each sample's trained positions in its own row, left-aligned (mask 0 after
+them): what veRL's per-sequence loss aggregations expect.
 """
 
 from __future__ import annotations
@@ -16,19 +24,24 @@ from core.chat import ImagePart
 from core.errors import ForgetuiError
 from core.train.types import Sample
 
+LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits (positions × vocabulary) computed at once: 128 MB in float32
+
 
 @dataclass
 class Batch:
-    """Right-padded samples; the (B, K) tensors cover the K positions whose next token any sample trains on."""
+    """Samples packed into one row; the (B, K) tensors hold each sample's trained positions, left-aligned."""
 
-    input_ids: Any  # (B, L) long
-    attention_mask: Any  # (B, L) long
-    positions: Any  # (K,) long: index p predicts token p + 1
-    targets: Any  # (B, K) long: the token at p + 1
-    mask: Any  # (B, K) float: 1 where the token at p + 1 was sampled by the model
+    input_ids: Any  # (1, T) long: the samples end to end
+    position_ids: Any  # (1, T) long: each sample counts from 0
+    segments: list[tuple[int, int]]  # each sample's [start, end) columns in the row
+    positions: Any  # (N,) long: columns p whose next token (p + 1) is trained, sample by sample
+    rows: Any  # (N,) long: the sample (row of the (B, K) tensors) of each such column
+    cols: Any  # (N,) long: its index within that row
+    targets: Any  # (N,) long: the token at p + 1
+    mask: Any  # (B, K) float: 1 where a trained token is
     recorded: Any  # (B, K) float: the recorded logprob of that token (0 where mask is 0)
-    advantages: Any  # (B, K) float: the sample's advantage on every position (masked by `mask`)
-    # what else the forward takes: a vision-language batch's pixel values, image grids and 3D positions
+    advantages: Any  # (B, K) float: the sample's advantage on every trained token (masked by `mask`)
+    # what else the forward takes: a vision-language sample's pixel values, image grids and 3D positions
     inputs: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -36,24 +49,35 @@ class Batch:
         """Trainable tokens in the batch."""
         return int(self.mask.sum().item())
 
+    @property
+    def width(self) -> int:
+        """Tokens the forward runs (the packed row's length)."""
+        return int(self.input_ids.shape[1])
+
+    def scatter(self, values: Any) -> Any:
+        """(N,) values of the trained columns → (B, K), zeros elsewhere (differentiable)."""
+        out = values.new_zeros(self.mask.shape)
+        return out.index_put((self.rows, self.cols), values)
+
 
 ImageInputs = Callable[[Any, Any, list[ImagePart]], dict[str, Any]]
 
 
-def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu", image_inputs: ImageInputs | None = None) -> Batch:
-    """Pad samples to one batch and pick the positions that predict a sampled token.
+def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageInputs | None = None) -> Batch:
+    """Pack samples into one row and pick the columns that predict a sampled token.
 
     Samples with images need `image_inputs(input_ids, attention_mask, images)`: the forward's
-    pixel inputs for the batch's images in row order (`core.tokens.vision.forward_inputs`).
+    pixel inputs for the row's images (`core.tokens.vision.forward_inputs`); the model computes
+    their 3D positions itself, from the whole row, so a row with images holds one sample.
     """
     import torch
 
-    width = max(len(s.token_ids) for s in samples)
-    n = len(samples)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
-    loss_mask = torch.zeros((n, width), dtype=torch.float32)
-    recorded = torch.zeros((n, width), dtype=torch.float32)
+    ids: list[int] = []
+    positions: list[int] = []
+    segments: list[tuple[int, int]] = []
+    rows: list[int] = []
+    cols: list[int] = []
+    recorded: list[list[float]] = []
     for i, s in enumerate(samples):
         size = len(s.token_ids)
         if not (len(s.loss_mask) == len(s.logprobs) == size):
@@ -61,32 +85,65 @@ def collate(samples: Sequence[Sample], pad_id: int, device: Any = "cpu", image_i
                 f"sample {s.sample_id}: {size} tokens, {len(s.loss_mask)} mask entries, {len(s.logprobs)} "
                 "logprobs; they must be aligned one per token"
             )
-        ids[i, :size] = torch.tensor(s.token_ids, dtype=torch.long)
-        attn[i, :size] = 1
-        loss_mask[i, :size] = torch.tensor(s.loss_mask, dtype=torch.float32)
-        recorded[i, :size] = torch.tensor(s.logprobs, dtype=torch.float32)
-    # the first token has no prediction: a sample's first sampled token comes after its prompt
-    loss_mask[:, 0] = 0.0
-    positions = torch.nonzero(loss_mask[:, 1:].sum(dim=0) > 0).squeeze(-1)
-    nxt = positions + 1
+        start = len(ids)
+        ids += s.token_ids
+        segments.append((start, start + size))
+        # the first token has no prediction: a sample's first sampled token comes after its prompt
+        trained = [p for p in range(size - 1) if s.loss_mask[p + 1]]
+        positions += [start + p for p in trained]
+        rows += [i] * len(trained)
+        cols += range(len(trained))
+        recorded.append([float(s.logprobs[p + 1]) for p in trained])
+    n, k = len(samples), max((len(r) for r in recorded), default=0)
+    mask = torch.zeros(n, k)
+    logged = torch.zeros(n, k)
+    for i, values in enumerate(recorded):
+        mask[i, : len(values)] = 1.0
+        logged[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
     adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32).unsqueeze(-1)
-    mask = loss_mask[:, nxt]
+    row = torch.tensor([ids], dtype=torch.long)
+    where = torch.tensor(positions, dtype=torch.long)
     inputs: dict[str, Any] = {}
     images = [image for s in samples for image in s.images]
     if images:
         if image_inputs is None:
             raise ForgetuiError("these samples carry images, and the model being trained takes text only")
-        inputs = image_inputs(ids.to(device), attn.to(device), images)
+        if n != 1:
+            raise ForgetuiError("a packed row with images holds one sample (its 3D positions span the row)")
+        inputs = image_inputs(row.to(device), torch.ones_like(row).to(device), images)
     return Batch(
-        input_ids=ids.to(device),
-        attention_mask=attn.to(device),
-        positions=positions.to(device),
-        targets=ids[:, nxt].to(device),
+        input_ids=row.to(device),
+        position_ids=torch.tensor([[p for a, b in segments for p in range(b - a)]], dtype=torch.long, device=device),
+        segments=segments,
+        positions=where.to(device),
+        rows=torch.tensor(rows, dtype=torch.long, device=device),
+        cols=torch.tensor(cols, dtype=torch.long, device=device),
+        targets=row[0, where + 1].to(device) if positions else torch.zeros(0, dtype=torch.long, device=device),
         mask=mask.to(device),
-        recorded=recorded[:, nxt].to(device),
+        recorded=logged.to(device),
         advantages=(adv * mask).to(device),
         inputs=inputs,
     )
+
+
+def pack(samples: Sequence[Sample], max_samples: int, max_tokens: int, alone: bool = False) -> list[list[Sample]]:
+    """Samples in rows of at most `max_samples` samples and `max_tokens` tokens (a longer sample alone); `alone`: one per row.
+
+    Sorted by length first, so a row's samples are alike and the rows are evenly filled.
+    """
+    rows: list[list[Sample]] = []
+    current: list[Sample] = []
+    used = 0
+    for s in sorted(samples, key=lambda s: len(s.token_ids)):
+        size = len(s.token_ids)
+        if current and (alone or len(current) >= max_samples or used + size > max_tokens):
+            rows.append(current)
+            current, used = [], 0
+        current.append(s)
+        used += size
+    if current:
+        rows.append(current)
+    return rows
 
 
 def token_logprobs(
@@ -102,24 +159,61 @@ def token_logprobs(
     if batch.positions.numel() == 0:
         empty = torch.zeros_like(batch.mask)
         return empty, (empty if with_entropy else None)
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        logits_to_keep=batch.positions,
-        use_cache=False,
-        **batch.inputs,
-    )
-    logits = out.logits.float()
+    hidden = _hidden_states(model, batch)[0, batch.positions]
+    head = model.get_output_embeddings()
+    chunk = max(1, LOGIT_CHUNK_ELEMENTS // int(head.weight.shape[0]))
+    grad = torch.is_grad_enabled()
+    picked, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        args = (head, hidden[start : start + chunk], batch.targets[start : start + chunk], temperature, with_entropy, entropy_grad)
+        if grad:  # the chunk's logits are recomputed in the backward pass instead of kept
+            from torch.utils.checkpoint import checkpoint
+
+            lp, ent = checkpoint(_chunk, *args, use_reentrant=False)
+        else:
+            lp, ent = _chunk(*args)
+        picked.append(lp)
+        entropies.append(ent)
+    logp = batch.scatter(torch.cat(picked)) * batch.mask
+    entropy = batch.scatter(torch.cat(entropies)) * batch.mask if with_entropy else None
+    return logp, entropy
+
+
+def _hidden_states(model: Any, batch: Batch) -> Any:
+    """The last hidden states (1, T, hidden) of the packed row: the model's body, without its LM head."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    body = getattr(base, base.base_model_prefix)
+    kwargs: dict[str, Any] = {
+        "input_ids": batch.input_ids,
+        # all ones: transformers builds no [T, T] mask (segments get their causal attention one by one in
+        # core.models.attention) and does not derive one from the position ids' resets either
+        "attention_mask": torch.ones_like(batch.input_ids),
+        "position_ids": batch.position_ids,
+        "use_cache": False,
+        **batch.inputs,  # a vision-language sample: its pixels and its own 3D positions
+    }
+    if len(batch.segments) > 1:
+        kwargs["segments"] = batch.segments
+    out = body(**kwargs)
+    return out.last_hidden_state
+
+
+def _chunk(head: Any, hidden: Any, targets: Any, temperature: float, with_entropy: bool, entropy_grad: bool) -> tuple[Any, Any]:
+    """Logprobs (and entropies) of `targets` from a chunk of hidden states: one [chunk, vocabulary] logits tensor."""
+    import torch
+
+    logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    picked = torch.gather(logp, -1, batch.targets.unsqueeze(-1)).squeeze(-1) * batch.mask
+    picked = torch.gather(torch.log_softmax(logits, dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy:
         from verl.utils.torch_functional import entropy_from_logits
 
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach()) * batch.mask
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     return picked, entropy
 
 

@@ -80,6 +80,15 @@ def _informative(stats: Any) -> int:
     return stats.groups - stats.zero_variance_groups - stats.singleton_groups
 
 
+SAMPLER_COUNTERS = ("prefill_s", "decode_s", "prefill_tokens", "reused_tokens")
+
+
+def backend_stats(backend: TokenBackend) -> dict[str, float]:
+    """The sampling backend's running counters (the built-in backend's prefill and decode time), or none."""
+    stats = getattr(backend, "stats", None)
+    return stats() if callable(stats) else {}
+
+
 class LocalTraining:
     """The loop's state: the session, the backend that samples, the trainer that learns, the metrics mirror."""
 
@@ -103,6 +112,7 @@ class LocalTraining:
         session, train = self.session, self.config.train
         batch: list[Task] = []
         more, extra = tasks_for_step(tasks, step, train.tasks_per_step), -1  # the first batch, then dynamic sampling's refills
+        sampler = backend_stats(self.backend)
         started = time.perf_counter()
         while more:
             batch += more
@@ -114,6 +124,7 @@ class LocalTraining:
             refill = self.config.run.n_samples > 1 and extra < train.max_extra_batches and missing > 0
             more = extra_tasks(tasks, batch, missing) if refill else []
         rollout_s = time.perf_counter() - started
+        sampler = {k: v - sampler.get(k, 0.0) for k, v in backend_stats(self.backend).items() if k in SAMPLER_COUNTERS}
         started = time.perf_counter()
         if self.trainer.vision is not None:  # a vision-language policy: each sample's pixels, from `blobs`
             await asyncio.to_thread(self._load_images, samples)
@@ -122,6 +133,7 @@ class LocalTraining:
         await asyncio.to_thread(push_weights, self.trainer, self.backend, self.session.run_dir, step)
         metrics = self._step_metrics(step, samples, stats.as_dict(), metrics, rollout_s, update_s)
         metrics["extra_batches"] = extra
+        metrics.update(sampler)  # the rollouts' generation split into prefill and decode (built-in backend)
         self._record(step, samples, metrics)
         return metrics
 

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, ModelError
+from core.models import attention
+from core.models.precision import resolve_dtype
 from core.models.resolve import load_tokenizer, model_class, resolve_model
 
 log = logging.getLogger(__name__)
@@ -22,31 +24,42 @@ def pick_device(device: str) -> str:
     return device
 
 
-def pick_dtype(dtype: Any) -> Any:
-    """A torch dtype from a name ("float32", "bfloat16") or a dtype; None → float32."""
-    import torch
-
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, str):
-        value = getattr(torch, dtype, None)
-        if not isinstance(value, torch.dtype):
-            raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-        return value
-    return dtype
-
-
-def load_model(source: str | Path, dtype: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) from a built-in name ("tiny"), a local HF folder or a hub id."""
+def load_model(source: str | Path, dtype: Any = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) from a built-in name ("tiny"), a local HF folder or a hub id; weights in `dtype` (the trainer keeps float32)."""
     folder = resolve_model(str(source))
+    torch_dtype = resolve_dtype(dtype, "cpu")
     try:
         tokenizer = load_tokenizer(folder)
-        model = model_class(folder).from_pretrained(folder, dtype=pick_dtype(dtype), attn_implementation="sdpa")
+        model = model_class(folder).from_pretrained(folder, dtype=torch_dtype, attn_implementation=attention.register())
     except ModelError:
         raise
     except Exception as exc:
         raise ModelError(f"cannot load model {source!r} from {folder}: {exc}") from exc
     return model, tokenizer
+
+
+def use_packed_attention(model: Any) -> bool:
+    """Switch `model` to core.models.attention's attention (GQA without copies, packed samples); whether it took."""
+    base = base_model(model)
+    name = attention.register()
+    if base.config._attn_implementation != name:
+        try:
+            base.set_attn_implementation(name)
+        except (ValueError, ImportError) as exc:
+            log.warning("cannot switch %s to packed attention (%s): one sample per forward", type(base).__name__, exc)
+    return base.config._attn_implementation == name
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, ~30% more time)."""
+    base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def checkpointed_layers(model: Any) -> list[Any]:
+    """The decoder layers that checkpoint; transformers runs them checkpointed only while their `training` flag is set."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in base_model(model).modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
 
 
 def is_peft(model: Any) -> bool:
