@@ -120,8 +120,8 @@ def logprob_gap(backend: BuiltinBackend, all_ids: list[list[int]], results) -> f
 
 
 async def main(args: argparse.Namespace) -> int:
-    backend = BuiltinBackend(
-        args.model, device=args.device, dtype=args.dtype, max_batch=max(16, args.concurrency)
+    backend = BuiltinBackend(  # prefix reuse off: both phases generate the same prompts (cpu_loop.py measures reuse)
+        args.model, device=args.device, dtype=args.dtype, max_batch=max(16, args.concurrency), prefix_cache_mb=0
     )
     backend.eos_token_ids = set()  # benchmark only: ignore eos so every request samples exactly max_tokens
     all_ids = prompts(backend, args.concurrency, args.prompt_tokens)

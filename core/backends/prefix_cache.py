@@ -66,6 +66,7 @@ class PrefixCache:
         self._root = _Node(np.zeros(0, dtype=np.int64), None, None)
         self._clock = itertools.count(1)
         self.bytes = 0
+        self.leaves = 0  # cached sequences (kept as a count: another thread may read it while the tree changes)
         self.hits = 0  # tokens found cached by lookups
         self.evicted = 0  # leaves dropped to stay within bounds
 
@@ -105,11 +106,6 @@ class PrefixCache:
         self.hits += found
         return found, segments
 
-    @property
-    def leaves(self) -> int:
-        """Cached sequences (tree leaves)."""
-        return sum(1 for node in self._nodes() if not node.children)
-
     def _nodes(self) -> list[_Node]:
         out, stack = [], list(self._root.children.values())
         while stack:
@@ -139,6 +135,8 @@ class PrefixCache:
             return 0
         leaf = _Node(arr[found:].copy(), kv, parent)
         leaf.used = tick
+        if parent.children or parent is self._root:  # else the parent was a leaf and the new one takes its place
+            self.leaves += 1
         parent.children[int(arr[found])] = leaf
         self.bytes += size
         self._evict(keep=leaf)
@@ -165,10 +163,12 @@ class PrefixCache:
             del parent.children[int(victim.ids[0])]
             self.bytes -= victim.nbytes
             self.evicted += 1
+            self.leaves -= 1
             if parent is not self._root and not parent.children:
                 leaves.append(parent)
+                self.leaves += 1
 
     def clear(self) -> None:
         """Forget everything (the weights changed: every cached state is stale)."""
         self._root.children.clear()
-        self.bytes = 0
+        self.bytes = self.leaves = 0

@@ -162,11 +162,12 @@ def token_logprobs(
     hidden = _hidden_states(model, batch)[0, batch.positions]
     head = model.get_output_embeddings()
     chunk = max(1, LOGIT_CHUNK_ELEMENTS // int(head.weight.shape[0]))
-    grad = torch.is_grad_enabled()
+    # with several chunks, each one's logits are recomputed in the backward pass instead of kept (one alone is the bound)
+    recompute = torch.is_grad_enabled() and hidden.shape[0] > chunk
     picked, entropies = [], []
     for start in range(0, hidden.shape[0], chunk):
         args = (head, hidden[start : start + chunk], batch.targets[start : start + chunk], temperature, with_entropy, entropy_grad)
-        if grad:  # the chunk's logits are recomputed in the backward pass instead of kept
+        if recompute:
             from torch.utils.checkpoint import checkpoint
 
             lp, ent = checkpoint(_chunk, *args, use_reentrant=False)
@@ -207,13 +208,16 @@ def _chunk(head: Any, hidden: Any, targets: Any, temperature: float, with_entrop
     logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
-    picked = torch.gather(torch.log_softmax(logits, dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
-    if with_entropy:
+    if with_entropy and entropy_grad and torch.is_grad_enabled():  # an entropy bonus: veRL's, differentiable
         from verl.utils.torch_functional import entropy_from_logits
 
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+        entropy = entropy_from_logits(logits)
+    elif with_entropy:  # a metric only: −Σ p log p from the log-softmax already there (no second pass over the logits)
+        with torch.no_grad():
+            entropy = -(logp.exp() * logp).sum(dim=-1)
     return picked, entropy
 
 
