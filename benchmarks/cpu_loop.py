@@ -70,7 +70,8 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-Side = Callable[[int], tuple[float, str]]  # round → (wall seconds, what to print about it)
+Side = Callable[[int], tuple[float, float, str]]  # round → (wall seconds, CPU seconds, what to print about it)
+USE_CPU = False  # --threads 1: ratios of CPU seconds (the work done), not of wall time (the machine's other load too)
 
 
 def alternate(rounds: int, ours: Side, theirs: Side, names: tuple[str, str]) -> float:
@@ -78,11 +79,12 @@ def alternate(rounds: int, ours: Side, theirs: Side, names: tuple[str, str]) -> 
     mine: list[float] = []
     base: list[float] = []
     for r in range(rounds):
-        w_ours, note_ours = ours(r)
-        w_base, note_base = theirs(r)
-        mine.append(w_ours)
-        base.append(w_base)
-        print(f"  round {r + 1}: {names[0]} {note_ours}; {names[1]} {note_base}: {w_base / w_ours:.2f}x", flush=True)
+        w_ours, c_ours, note_ours = ours(r)
+        w_base, c_base, note_base = theirs(r)
+        mine.append(c_ours if USE_CPU else w_ours)
+        base.append(c_base if USE_CPU else w_base)
+        print(f"  round {r + 1}: {names[0]} {note_ours} {w_ours:.1f} s ({c_ours:.1f} CPU s); {names[1]} {note_base} "
+              f"{w_base:.1f} s ({c_base:.1f} CPU s): {w_base / w_ours:.2f}x wall, {c_base / c_ours:.2f}x CPU", flush=True)
     return median_ratio(mine, base)
 
 
@@ -161,9 +163,9 @@ def bench_rollout(args: argparse.Namespace, results: dict[str, float]) -> None:
     for start, rounds in sizes:
 
         def side(ours: bool, start: int = start) -> Side:
-            def go(r: int) -> tuple[float, str]:
+            def go(r: int) -> tuple[float, float, str]:
                 wall, cpu, answers[ours] = rollout(gen, start, 100 + r, ours=ours)
-                return wall, f"{wall:6.1f} s ({cpu:6.1f} CPU s)"
+                return wall, cpu, ""
 
             return go
 
@@ -187,9 +189,9 @@ def bench_shared(args: argparse.Namespace, results: dict[str, float]) -> None:
         return [shared + random_ids(200, 600 + 10 * r + i, gen.vocab) for i in range(8)]
 
     def side(fn: Callable[[list[list[int]]], Any]) -> Side:
-        def go(r: int) -> tuple[float, str]:
+        def go(r: int) -> tuple[float, float, str]:
             _, wall, cpu = timed(lambda: fn(prompts(r)))
-            return wall, f"{wall:6.1f} s ({cpu:6.1f} CPU s)"
+            return wall, cpu, ""
 
         return go
 
@@ -275,13 +277,13 @@ def bench_train(args: argparse.Namespace, results: dict[str, float]) -> None:
     real = sum(len(s.token_ids) for s in batch)
     ours.step(batch[:2])  # warm-up
 
-    def mine(r: int) -> tuple[float, str]:
-        m, wall, _ = timed(lambda: ours.step(batch))
-        return wall, f"{real / wall:6.1f} tokens/s (ran {m['train_tokens']:.0f})"
+    def mine(r: int) -> tuple[float, float, str]:
+        m, wall, cpu = timed(lambda: ours.step(batch))
+        return wall, cpu, f"{real / wall:.1f} tokens/s (ran {m['train_tokens']:.0f} tokens),"
 
-    def theirs(r: int) -> tuple[float, str]:
-        ran, wall, _ = timed(lambda: plain.step(batch))
-        return wall, f"{real / wall:6.1f} tokens/s (ran {ran}, padding included)"
+    def theirs(r: int) -> tuple[float, float, str]:
+        ran, wall, cpu = timed(lambda: plain.step(batch))
+        return wall, cpu, f"{real / wall:.1f} tokens/s (ran {ran} tokens, padding included),"
 
     results["train"] = alternate(args.rounds, mine, theirs, ("LocalTrainer", "plain loop"))
     print(f"train: 8 samples, {real} tokens, float32: {results['train']:.2f}x the plain transformers loop "
@@ -299,9 +301,9 @@ def bench_dtype(args: argparse.Namespace, results: dict[str, float]) -> None:
     for r in range(args.rounds):
         prompts = [random_ids(700, 900 + 10 * r + i, gens["float32"].vocab) for i in range(4)]
         for dtype, gen in gens.items():
-            _, wall, _ = timed(lambda g=gen, p=prompts: g.ours(p))
-            rates[dtype].append(4 * ANSWER / wall)
-            print(f"  generation round {r + 1}, {dtype}: {rates[dtype][-1]:.1f} tokens/s (prefill included)", flush=True)
+            _, wall, cpu = timed(lambda g=gen, p=prompts: g.ours(p))
+            rates[dtype].append(4 * ANSWER / (cpu if USE_CPU else wall))
+            print(f"  generation round {r + 1}, {dtype}: {4 * ANSWER / wall:.1f} tokens/s, {4 * ANSWER / cpu:.1f} per CPU s (prefill included)", flush=True)
     for gen in gens.values():
         gen.close()
     results["bf16 generation"] = statistics.median(rates["bfloat16"]) / statistics.median(rates["float32"])
@@ -313,9 +315,9 @@ def bench_dtype(args: argparse.Namespace, results: dict[str, float]) -> None:
         t.step(batch[:1])
     for r in range(args.rounds):
         for dtype, t in trainers.items():
-            _, wall, _ = timed(lambda t=t: t.step(batch))
-            speed[dtype].append(real / wall)
-            print(f"  training round {r + 1}, {dtype}: {speed[dtype][-1]:.1f} tokens/s", flush=True)
+            _, wall, cpu = timed(lambda t=t: t.step(batch))
+            speed[dtype].append(real / (cpu if USE_CPU else wall))
+            print(f"  training round {r + 1}, {dtype}: {real / wall:.1f} tokens/s, {real / cpu:.1f} per CPU s", flush=True)
     results["bf16 training"] = statistics.median(speed["bfloat16"]) / statistics.median(speed["float32"])
     for label in ("bf16 generation", "bf16 training"):
         print(f"{label}: {results[label]:.2f}x float32 ({floor_text(label, results[label], applies=native_bf16())})", flush=True)
@@ -384,20 +386,30 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long", action="store_true", help="also a 16,000-token start in the rollout part (minutes)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default); 1 keeps CPU seconds honest on a crowded machine")
     parser.add_argument("--memory-child", nargs=2, metavar=("TOKENS", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     from core.models.quiet import silence_third_party
 
     silence_third_party()
+    if args.threads:
+        import torch
+
+        global USE_CPU
+        torch.set_num_threads(args.threads)
+        USE_CPU = args.threads == 1
     if args.memory_child:
         memory_child(int(args.memory_child[0]), args.memory_child[1])
         return 0
-    print(f"cpu_loop: {args.model}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+    import torch
+
+    print(f"cpu_loop: {args.model}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, load average {os.getloadavg()[0]:.1f}", flush=True)
     results: dict[str, float] = {}
     for part in args.only.split(","):
         print(f"\n[{part}]", flush=True)
         PARTS[part.strip()](args, results)
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in results.items()))
+    print(f"\nratios of {'CPU seconds (one thread)' if USE_CPU else 'wall time'}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}; ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in results.items()))
     failed = [k for k, v in results.items() if k in FLOORS and v < FLOORS[k]]
     print("floors: " + ("all measured ones hold" if not failed else "FAILED: " + ", ".join(failed)))
     return 1 if failed else 0

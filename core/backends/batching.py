@@ -153,10 +153,10 @@ class Batch:
             self._run([row], lambda row=row: self._prefill_with_images(row))
         if text and self.prefix is not None:
             self._run(text, lambda: self._share_starts(text))
-        text = [r for r in text if not r.done.done()]
-        found = [self._lookup(r) for r in text]
-        for group in _groups(text, found):
-            self._run(group, lambda group=group: self._prefill_rows(group, [found[text.index(r)] for r in group]))
+        found = [(r, self._lookup(r)) for r in text if not r.done.done()]
+        for group in _groups(found):
+            rows = [r for r, _ in group]
+            self._run(rows, lambda rows=rows, group=group: self._prefill_rows(rows, [f for _, f in group]))
 
     def _run(self, rows: list[Request], fn: Callable[[], None]) -> None:
         """Run one prefill step for `rows`; on an error fail those rows (the consumer sees it) and leave the batch as it was."""
@@ -380,19 +380,15 @@ def torch_argmax_any(mask: Any) -> Any:
     return torch.argmax(mask.any(dim=0).to(torch.int8))
 
 
-def _groups(rows: list[Request], found: list[Found]) -> list[list[Request]]:
-    """Newcomers split into prefill groups so padding stays under half of each group's work.
+def _groups(found: list[tuple[Request, Found]]) -> list[list[tuple[Request, Found]]]:
+    """Newcomers (with their cached starts) split into prefill groups so padding stays under half of each group's work.
 
     Rows are sorted by (uncached rest, cached start); a row joins the current group while the group's
     padded rests and padded starts each stay within twice its real ones (plus a little slack).
     """
-    if not rows:
-        return []
-    sizes = sorted(
-        ((len(r.prompt_ids) - f.tokens, f.tokens, r) for r, f in zip(rows, found, strict=True)), key=lambda t: (t[0], t[1])
-    )
-    groups: list[list[Request]] = []
-    current: list[tuple[int, int, Request]] = []
+    sizes = sorted(((len(r.prompt_ids) - f.tokens, f.tokens, (r, f)) for r, f in found), key=lambda t: (t[0], t[1]))
+    groups: list[list[tuple[Request, Found]]] = []
+    current: list[tuple[int, int, tuple[Request, Found]]] = []
     for item in sizes:
         trial = [*current, item]
         rest, past = max(t[0] for t in trial), max(t[1] for t in trial)
@@ -401,7 +397,8 @@ def _groups(rows: list[Request], found: list[Found]) -> list[list[Request]]:
             groups.append([t[2] for t in current])
             trial = [item]
         current = trial
-    groups.append([t[2] for t in current])
+    if current:
+        groups.append([t[2] for t in current])
     return groups
 
 
