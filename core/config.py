@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from core.options import validated
 from core.runtime.egress import EgressPolicy
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
 from core.secrets import redact
+
+log = logging.getLogger(__name__)
 
 
 class _Section(BaseModel):
@@ -69,7 +72,7 @@ class PolicyConfig(_Section):
     parser: str = "hermes"
     model_name: str = Field("policy", description="the model name harnesses are told to request")
     max_tokens: int | None = Field(None, ge=1, description="default completion cap when a harness asks for none")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="builtin: what the sampler computes in (auto: bfloat16 on a CUDA GPU, float32 on a CPU); keep it equal to train.dtype")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="builtin: what the sampler computes in (auto: train.dtype when that is set, else bfloat16 on a CUDA GPU and float32 on a CPU)")
     _spec: PolicySpec = PrivateAttr()
 
     @model_validator(mode="after")
@@ -79,8 +82,12 @@ class PolicyConfig(_Section):
             self._spec = PolicySpec.parse(self.backend)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
-        if self.dtype != "auto" and self._spec.kind == "builtin" and "dtype" not in self._spec.options:
-            self._spec = self._spec.with_option("dtype", self.dtype)  # a spec's own `?dtype=` wins
+        if self.dtype != "auto" and self._spec.kind == "builtin":
+            given = self._spec.options.get("dtype")
+            if given is None:
+                self._spec = self._spec.with_option("dtype", self.dtype)
+            elif given != self.dtype:  # a spec's own `?dtype=` wins
+                log.warning("policy.dtype = %s is overridden by the backend spec's dtype=%s", self.dtype, given)
         return self
 
     @property
@@ -172,7 +179,7 @@ class TrainConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0)
     lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
     lora_alpha: float = Field(32.0, gt=0)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: bfloat16 on a CUDA GPU, float32 on a CPU: exact logprob agreement); keep it equal to policy.dtype")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: far less memory for long samples, ~30% more time")
     rollout_correction: Literal["auto", "token", "sequence", "off"] = Field("auto", description="veRL's truncated importance sampling of the sampler/trainer mismatch (auto: where they disagree by > 1e-3)")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
@@ -197,6 +204,26 @@ class RunConfig(_Section):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     run: RunSettings = Field(default_factory=RunSettings)
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _one_dtype(self) -> RunConfig:
+        """The built-in sampler and the trainer compute in one dtype: one set on either side (policy.dtype,
+        the spec's `dtype=`, train.dtype) holds for both; set differently on both, the trainer's rollout
+        correction weighs the mismatch (a warning says so)."""
+        spec = self.policy.spec
+        if spec.kind != "builtin":
+            return self
+        sampler, trainer = spec.options.get("dtype", "auto"), self.train.dtype
+        if sampler != "auto" and trainer == "auto":
+            self.train.dtype = sampler
+        elif trainer != "auto" and sampler == "auto":
+            self.policy.dtype = trainer  # re-parses the spec with dtype= added
+        elif sampler != trainer:
+            log.warning(
+                "the sampler computes in %s and the trainer in %s: their logprobs will differ (the trainer's rollout correction "
+                "weighs each token by π_trainer/π_sampler); set one dtype for both (policy.dtype or train.dtype)", sampler, trainer
+            )
+        return self
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:

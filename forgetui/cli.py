@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ForgetuiError
+from core.models.precision import DTYPES
 from core.train.trainers import TRAINERS
 
 log = logging.getLogger("forgetui")
@@ -75,7 +76,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(url, flush=True)
 
-    asyncio.run(serve_model(args.model, args.host, args.port, on_ready=ready))
+    asyncio.run(serve_model(args.model, args.host, args.port, dtype=args.dtype, on_ready=ready))
     return 0
 
 
@@ -278,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="tiny | smollm2-135m | a local HF folder | a hub id")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8500)
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="what the model computes in (auto: bfloat16 on a CUDA GPU, float32 on a CPU)")
     p.set_defaults(func=cmd_serve_model)
 
     p = sub.add_parser("sql", help="query a store with DuckDB SQL (works while it is being written)")

@@ -210,6 +210,27 @@ def test_packed_samples_get_the_logprobs_they_get_alone_and_no_padding(prompt, c
     assert metrics["train_tokens_per_s"] > 0 and metrics["logprob_diff_max"] <= 1e-3
 
 
+def test_samples_as_numpy_arrays_collate_like_lists(prompt, completions) -> None:
+    """samples_for_run builds token ids, masks and logprobs as numpy arrays: packing takes them as it takes lists."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from core.train.logprobs import collate
+
+    lists = pair(prompt, completions)
+    arrays = [
+        dataclasses.replace(s, token_ids=np.asarray(s.token_ids, dtype=np.int32), loss_mask=np.asarray(s.loss_mask, dtype=np.int32), logprobs=np.asarray(s.logprobs))
+        for s in lists
+    ]
+    a, b = collate(lists), collate(arrays)
+    for name in ("input_ids", "position_ids", "positions", "rows", "cols", "targets", "mask", "recorded", "advantages"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.segments == b.segments and int(a.mask.sum()) == sum(int(np.sum(s.loss_mask[1:])) for s in lists) > 0
+    assert a.targets.tolist() == [t for s in lists for t, m in zip(s.token_ids[1:], s.loss_mask[1:], strict=True) if m]
+
+
 def test_chunked_logits_and_gradient_checkpointing_change_nothing_but_memory(prompt, completions, monkeypatch) -> None:
 
     import core.train.logprobs as logprobs

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from core.backends.kinds import BACKENDS, BackendKind, backend_kind
 from core.errors import ConfigError
+from core.models.precision import DTYPES
 from core.secrets import REDACTED, key_from_env, redact_text
 from core.tokens.reasoning import check_reasoning_name
 
@@ -80,6 +81,8 @@ class PolicySpec:
         for key in ("vision", "token_ids"):
             self.flag(key)
         check_reasoning_name(self.options.get("reasoning"))
+        if self.options.get("dtype", "auto") not in DTYPES:
+            raise ConfigError(f"unknown dtype {self.options['dtype']!r} in the backend spec; use one of {', '.join(DTYPES)}")
         if "max_tokens" in self.options and not self.options["max_tokens"].isdigit():
             raise ConfigError(f"max_tokens={self.options['max_tokens']!r} in the backend spec must be a whole number")
 

@@ -434,10 +434,11 @@ async def serve_model(
     host: str = "127.0.0.1",
     port: int = 8000,
     device: str = "auto",
+    dtype: str = "auto",
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Load `model` into the built-in backend and serve it until SIGINT/SIGTERM; `on_ready(base_url)` once listening."""
-    backend = BuiltinBackend(model, device=device)
+    """Load `model` into the built-in backend (in `dtype`) and serve it until SIGINT/SIGTERM; `on_ready(base_url)` once listening."""
+    backend = BuiltinBackend(model, device=device, dtype=dtype)
     app = build_model_app(backend, model_name=model)
 
     def ready(url: str) -> None:

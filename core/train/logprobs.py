@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from core.chat import ImagePart
 from core.errors import ForgetuiError
 from core.train.types import Sample
@@ -72,37 +74,37 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
     """
     import torch
 
-    ids: list[int] = []
-    positions: list[int] = []
+    # a sample's ids, mask and logprobs are lists or numpy arrays (samples_for_run builds arrays): numpy for both
+    pieces: list[Any] = []
+    positions: list[Any] = []
     segments: list[tuple[int, int]] = []
-    rows: list[int] = []
-    cols: list[int] = []
-    recorded: list[list[float]] = []
-    for i, s in enumerate(samples):
+    recorded: list[Any] = []
+    start = 0
+    for s in samples:
         size = len(s.token_ids)
         if not (len(s.loss_mask) == len(s.logprobs) == size):
             raise ForgetuiError(
                 f"sample {s.sample_id}: {size} tokens, {len(s.loss_mask)} mask entries, {len(s.logprobs)} "
                 "logprobs; they must be aligned one per token"
             )
-        start = len(ids)
-        ids += s.token_ids
+        pieces.append(np.asarray(s.token_ids, dtype=np.int64))
         segments.append((start, start + size))
         # the first token has no prediction: a sample's first sampled token comes after its prompt
-        trained = [p for p in range(size - 1) if s.loss_mask[p + 1]]
-        positions += [start + p for p in trained]
-        rows += [i] * len(trained)
-        cols += range(len(trained))
-        recorded.append([float(s.logprobs[p + 1]) for p in trained])
+        trained = np.flatnonzero(np.asarray(s.loss_mask[1:]))
+        positions.append(start + trained)
+        recorded.append(np.asarray(s.logprobs, dtype=np.float32)[trained + 1])
+        start += size
     n, k = len(samples), max((len(r) for r in recorded), default=0)
     mask = torch.zeros(n, k)
     logged = torch.zeros(n, k)
     for i, values in enumerate(recorded):
         mask[i, : len(values)] = 1.0
-        logged[i, : len(values)] = torch.tensor(values, dtype=torch.float32)
+        logged[i, : len(values)] = torch.from_numpy(values)
+    rows = np.repeat(np.arange(n), [len(r) for r in recorded])
+    cols = np.concatenate([np.arange(len(r)) for r in recorded]) if recorded else np.zeros(0, dtype=np.int64)
     adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32).unsqueeze(-1)
-    row = torch.tensor([ids], dtype=torch.long)
-    where = torch.tensor(positions, dtype=torch.long)
+    row = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)).unsqueeze(0)
+    where = torch.from_numpy(np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)).long()
     inputs: dict[str, Any] = {}
     images = [image for s in samples for image in s.images]
     if images:
@@ -113,12 +115,12 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         inputs = image_inputs(row.to(device), torch.ones_like(row).to(device), images)
     return Batch(
         input_ids=row.to(device),
-        position_ids=torch.tensor([[p for a, b in segments for p in range(b - a)]], dtype=torch.long, device=device),
+        position_ids=torch.cat([torch.arange(b - a, dtype=torch.long) for a, b in segments] or [torch.zeros(0, dtype=torch.long)]).unsqueeze(0).to(device),
         segments=segments,
         positions=where.to(device),
-        rows=torch.tensor(rows, dtype=torch.long, device=device),
-        cols=torch.tensor(cols, dtype=torch.long, device=device),
-        targets=row[0, where + 1].to(device) if positions else torch.zeros(0, dtype=torch.long, device=device),
+        rows=torch.from_numpy(rows).long().to(device),
+        cols=torch.from_numpy(cols).long().to(device),
+        targets=row[0, where + 1].to(device),
         mask=mask.to(device),
         recorded=logged.to(device),
         advantages=(adv * mask).to(device),
