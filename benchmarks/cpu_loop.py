@@ -1,13 +1,14 @@
 """The CPU learning loop against plain transformers: generation with prefix reuse, bfloat16, the trainer's update.
 
-    .venv/bin/python benchmarks/cpu_loop.py [--only rollout,shared,train,dtype,memory] [--long] [--rounds 2]
+    .venv/bin/python benchmarks/cpu_loop.py [--only rollout,shared,train,dtype,memory] [--long] [--starts 3000,16000]
+        [--rounds 2] [--threads 1]
 
 Every part measures forgetui's code and plain transformers on the same work in the same process,
 rounds alternating (the machine may be shared), and prints the ratio of the medians:
 - rollout: a 3-call rollout, 3,000-token start, each later prompt = the previous prompt + its
   64-token answer + 200 new tokens (greedy, eos ignored). `BuiltinBackend` (prefix reuse) against
   `model.generate` called afresh for each call. Floor: >= 2.0x. `--long`: a 16,000-token start too
-  (SmolLM2's 8,192-position limit lifted for the measurement; one round).
+  (SmolLM2's 8,192-position limit lifted for the measurement; one round); `--starts` picks the starts.
 - shared: 8 rollouts whose first prompts share a 2,000-token start (a harness's system prompt and
   tools) and differ in 200 tokens each, 64 tokens answered, all at once: `BuiltinBackend` against
   one `generate` call over the 8 (left-padded). Reported.
@@ -16,6 +17,8 @@ rounds alternating (the machine may be shared), and prints the ratio of the medi
   Floor: tokens/s >= 1.0x.
 - dtype: bfloat16 against float32: generation (4 prompts of ~700 tokens, 64 answered each, at once)
   and `LocalTrainer.step`. Floors (on a CPU with native bfloat16): generation >= 1.5x, training >= 1.8x.
+  Also the logprob agreement in each dtype: 2 answers sampled at temperature 1 after 400-token
+  prompts, the sampler's recorded logprobs against the trainer's recomputed ones (reported).
 - memory: the tiny model's `LocalTrainer.step` on one 4k/16k/32k-token sample, plain, with gradient
   checkpointing, and the plain transformers loop: seconds and peak memory per step (each in a fresh
   process, so its peak is its own).
@@ -109,15 +112,22 @@ class Gen:
 
     def ours(self, prompts: list[list[int]], new: int = ANSWER) -> list[list[int]]:
         """All prompts at once through the backend (greedy); their answers."""
+        return [ids for ids, _ in self.sampled(prompts, new, temperature=0.0)]
 
-        async def one(ids: list[int]) -> list[int]:
+    def sampled(self, prompts: list[list[int]], new: int, temperature: float) -> list[tuple[list[int], list[float]]]:
+        """All prompts at once through the backend (seeded when sampling); each answer with its recorded logprobs."""
+
+        async def one(i: int, ids: list[int]) -> tuple[list[int], list[float]]:
             out: list[int] = []
-            async for chunk in self.backend.generate(ids, SamplingParams(max_tokens=new, temperature=0.0), ctx()):
+            lps: list[float] = []
+            params = SamplingParams(max_tokens=new, temperature=temperature, seed=i if temperature else None)
+            async for chunk in self.backend.generate(ids, params, ctx()):
                 out += chunk.token_ids
-            return out
+                lps += chunk.logprobs
+            return out, lps
 
-        async def every() -> list[list[int]]:
-            return list(await asyncio.gather(*(one(p) for p in prompts)))
+        async def every() -> list[tuple[list[int], list[float]]]:
+            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
 
         return self.loop.run_until_complete(every())
 
@@ -158,7 +168,8 @@ def bench_rollout(args: argparse.Namespace, results: dict[str, float]) -> None:
     gen = Gen(args.model, "float32")
     gen.backend.context_length = 32768  # lifted for --long (SmolLM2 says 8,192; rotary positions go further)
     gen.ours([random_ids(32, 0, gen.vocab)], 2)  # warm-up
-    sizes = [(3000, args.rounds)] + ([(16000, 1)] if args.long else [])
+    starts = [int(n) for n in args.starts.split(",")] + ([16000] if args.long and "16000" not in args.starts.split(",") else [])
+    sizes = [(start, args.rounds if start <= 3000 else 1) for start in starts]  # a long start: one round
     answers: dict[bool, list[list[int]]] = {}  # the last round's answers of each side
     for start, rounds in sizes:
 
@@ -169,7 +180,7 @@ def bench_rollout(args: argparse.Namespace, results: dict[str, float]) -> None:
 
             return go
 
-        label = "rollout" if start == 3000 else f"rollout {start // 1000}k"
+        label = "rollout" if start == 3000 else f"rollout {start / 1000:g}k"
         results[label] = alternate(rounds, side(True), side(False), ("built-in", f"generate afresh ({start}-token start)"))
         same = sum(x == y for u, v in zip(answers[True], answers[False], strict=True) for x, y in zip(u, v, strict=True)) / (3 * ANSWER)
         print(f"{label}: 3 calls, {start}-token start: {results[label]:.2f}x plain transformers generate "
@@ -199,6 +210,16 @@ def bench_shared(args: argparse.Namespace, results: dict[str, float]) -> None:
     print(f"shared: 8 rollouts, 2,000-token shared start + 200 each, {ANSWER} answered: {results['shared']:.2f}x "
           f"plain transformers generate (reported)", flush=True)
     gen.close()
+
+
+def recorded_samples(gen: Gen, n: int = 2, prompt: int = 400) -> list[Sample]:
+    """`n` answers sampled at temperature 1 (seeded) as training samples carrying the sampler's logprobs."""
+    prompts = [random_ids(prompt, 700 + i, gen.vocab) for i in range(n)]
+    out = []
+    for i, (p, (ids, lps)) in enumerate(zip(prompts, gen.sampled(prompts, ANSWER, temperature=1.0), strict=True)):
+        out.append(Sample(sample_id=f"a{i}", run_id="bench", rollout_id=f"a{i}", task_id="t", branch=0, step=0, token_ids=p + ids,
+                          loss_mask=[0] * len(p) + [1] * len(ids), logprobs=[0.0] * len(p) + lps, prompt_tokens=len(p)))
+    return out
 
 
 # ------------------------------------------------------------------ training
@@ -304,10 +325,16 @@ def bench_dtype(args: argparse.Namespace, results: dict[str, float]) -> None:
             _, wall, cpu = timed(lambda g=gen, p=prompts: g.ours(p))
             rates[dtype].append(4 * ANSWER / (cpu if USE_CPU else wall))
             print(f"  generation round {r + 1}, {dtype}: {4 * ANSWER / wall:.1f} tokens/s, {4 * ANSWER / cpu:.1f} per CPU s (prefill included)", flush=True)
+    recorded = {d: recorded_samples(gen) for d, gen in gens.items()}
     for gen in gens.values():
         gen.close()
     results["bf16 generation"] = statistics.median(rates["bfloat16"]) / statistics.median(rates["float32"])
     trainers = {d: trainer(args.model, d) for d in rates}
+    for dtype, t in trainers.items():  # the sampler's recorded logprobs against the trainer's in the same dtype
+        diffs = [abs(a - b) for s, lps in zip(recorded[dtype], t.logprobs(recorded[dtype]), strict=True)
+                 for a, b, m in zip(s.logprobs, lps, s.loss_mask, strict=True) if m]
+        print(f"logprob agreement, {dtype} sampler and trainer: max {max(diffs):.2e}, mean {statistics.fmean(diffs):.2e} "
+              f"over {len(diffs)} sampled tokens (reported; above 1e-3 the rollout correction applies)", flush=True)
     batch = samples(4, (700, 1100), int(trainers["float32"].model.config.vocab_size))
     real = sum(len(s.token_ids) for s in batch)
     speed: dict[str, list[float]] = {d: [] for d in rates}
@@ -386,6 +413,7 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long", action="store_true", help="also a 16,000-token start in the rollout part (minutes)")
+    parser.add_argument("--starts", default="3000", help="the rollout part's start lengths, comma-separated (over 3,000: one round each)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default); 1 keeps CPU seconds honest on a crowded machine")
     parser.add_argument("--memory-child", nargs=2, metavar=("TOKENS", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
