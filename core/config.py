@@ -166,6 +166,7 @@ class TrainConfig(_Section):
     max_extra_batches: int = Field(0, ge=0, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
     estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
     norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
+    call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit (local trainer): call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
     policy_loss: str = Field("vanilla", description="veRL policy loss by registry name")
     loss_agg_mode: str = Field("token-mean", description="veRL agg_loss mode (token-mean: a rollout weighs its sampled tokens, however many branches)")
     clip_ratio: float = Field(0.2, gt=0)

@@ -487,3 +487,67 @@ def test_importing_the_trainer_is_cheap() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ per-call credit (train.call_discount)
+
+
+def _two_calls(backend, prompt) -> Sample:
+    """prompt + call 1 + tool output + call 2, with each call's completion span, as `samples_for_run` builds it."""
+    first = generate(backend, prompt, seed=3, max_tokens=8)
+    tool = backend.tokenizer("<tool_response>\nok\n</tool_response>", add_special_tokens=False)["input_ids"]
+    second = generate(backend, prompt + first[0] + tool, seed=4, max_tokens=8)
+    a = len(prompt)
+    b = a + len(first[0]) + len(tool)
+    return Sample(
+        sample_id="m", run_id="run", rollout_id="m", task_id="t", branch=0, step=0,
+        token_ids=prompt + first[0] + tool + second[0],
+        loss_mask=[0] * a + [1] * len(first[0]) + [0] * len(tool) + [1] * len(second[0]),
+        logprobs=[0.0] * a + first[1] + [0.0] * len(tool) + second[1],
+        prompt_tokens=a, call_ids=["c1", "c2"], completion_starts=[a, b], completion_ends=[a + len(first[0]), b + len(second[0])],
+        reward=1.0, advantage=2.0,
+    )
+
+
+def test_call_discount_gives_each_calls_tokens_its_share_of_the_advantage(backend, prompt) -> None:
+    from core.train.advantages import discount_calls
+    from core.train.logprobs import collate
+
+    merged = _two_calls(backend, prompt)
+    n1 = merged.completion_ends[0] - merged.completion_starts[0]
+    n2 = merged.completion_ends[1] - merged.completion_starts[1]
+    discount_calls([merged], 0.5)
+    assert merged.call_weights == [0.5, 1.0]
+    row = collate([merged]).advantages[0].tolist()
+    assert row == [1.0] * n1 + [2.0] * n2  # advantage 2: the first call × 0.5, the last whole
+    discount_calls([merged], 1.0)
+    assert merged.call_weights == [] and collate([merged]).advantages[0].tolist() == [2.0] * (n1 + n2)
+    assert "call_weights" not in merged.row()
+    with pytest.raises(ValueError, match="call discount"):
+        discount_calls([merged], 0.0)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.25])
+def test_call_discount_reaches_the_policy_loss(backend, prompt, gamma) -> None:
+    """On-policy (ratio 1), token-mean: pg_loss = −Σ advantage·weight / tokens, so the discount shows in the loss."""
+    from core.train.advantages import discount_calls
+
+    merged = _two_calls(backend, prompt)
+    n1 = merged.completion_ends[0] - merged.completion_starts[0]
+    n2 = merged.completion_ends[1] - merged.completion_starts[1]
+    discount_calls([merged], gamma)
+    metrics = trainer(lr=1e-3).step([merged])
+    assert metrics["pg_loss"] == pytest.approx(-2.0 * (gamma * n1 + n2) / (n1 + n2), rel=1e-3)
+
+
+def test_call_discount_is_checked_when_the_config_loads() -> None:
+    from core.config import load_config
+    from core.train.trainers import trainer_for
+
+    for bad in ("0", "1.5", '"half"'):
+        with pytest.raises(ConfigError, match="call_discount"):
+            load_config(overrides=[f"train.call_discount={bad}"])
+    config = load_config(overrides=["train.call_discount=0.9", 'train.trainer="verl"'])
+    assert config.train.call_discount == 0.9
+    with pytest.raises(ConfigError, match="local trainer"):
+        trainer_for(config).check(config)

@@ -179,3 +179,16 @@ def compute_advantages(
     stats.std_reward = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
     log.debug("advantages (%s): %s", estimator, stats)
     return stats
+
+
+def discount_calls(samples: Sequence[Sample], gamma: float) -> None:
+    """Per-call credit (the OpenForgeRL paper's option): call t of a sample's T calls gets its advantage × γ^(T−1−t).
+
+    The last call keeps the whole advantage, earlier ones less and less (γ < 1): the outcome is credited
+    most to the calls nearest it. γ = 1 leaves every call the shared advantage (the default).
+    """
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"call discount must be in (0, 1], not {gamma}")
+    for s in samples:
+        last = s.n_calls - 1
+        s.call_weights = [] if gamma == 1.0 else [gamma ** (last - t) for t in range(s.n_calls)]

@@ -42,7 +42,7 @@ class Batch:
     targets: Any  # (N,) long: the token at p + 1
     mask: Any  # (B, K) float: 1 where a trained token is
     recorded: Any  # (B, K) float: the recorded logprob of that token (0 where mask is 0)
-    advantages: Any  # (B, K) float: the sample's advantage on every trained token (masked by `mask`)
+    advantages: Any  # (B, K) float: the sample's advantage × its call's weight on every trained token (0 past them)
     # what else the forward takes: a vision-language sample's pixel values, image grids and 3D positions
     inputs: dict[str, Any] = field(default_factory=dict)
 
@@ -65,6 +65,14 @@ class Batch:
 ImageInputs = Callable[[Any, Any, list[ImagePart]], dict[str, Any]]
 
 
+def call_weights(sample: Sample, positions: Any) -> Any:
+    """Per position (a numpy array of token indices): its call's weight in `sample.call_weights`, 1 outside them (float32)."""
+    out = np.ones(len(positions), dtype=np.float32)
+    for weight, start, end in zip(sample.call_weights, sample.completion_starts, sample.completion_ends, strict=False):
+        out[(positions >= start) & (positions < end)] = weight
+    return out
+
+
 def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageInputs | None = None) -> Batch:
     """Pack samples into one row and pick the columns that predict a sampled token.
 
@@ -79,6 +87,7 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
     positions: list[Any] = []
     segments: list[tuple[int, int]] = []
     recorded: list[Any] = []
+    weights: list[Any] = []  # per trained token: the sample's advantage × its call's share (`Sample.call_weights`)
     start = 0
     for s in samples:
         size = len(s.token_ids)
@@ -93,6 +102,7 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         trained = np.flatnonzero(np.asarray(s.loss_mask[1:]))
         positions.append(start + trained)
         recorded.append(np.asarray(s.logprobs, dtype=np.float32)[trained + 1])
+        weights.append(float(s.advantage) * call_weights(s, trained + 1))
         start += size
     n, k = len(samples), max((len(r) for r in recorded), default=0)
     mask = torch.zeros(n, k)
@@ -102,7 +112,9 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         logged[i, : len(values)] = torch.from_numpy(values)
     rows = np.repeat(np.arange(n), [len(r) for r in recorded])
     cols = np.concatenate([np.arange(len(r)) for r in recorded]) if recorded else np.zeros(0, dtype=np.int64)
-    adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32).unsqueeze(-1)
+    adv = torch.zeros(n, k)
+    for i, values in enumerate(weights):
+        adv[i, : len(values)] = torch.from_numpy(values)
     row = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)).unsqueeze(0)
     where = torch.from_numpy(np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)).long()
     inputs: dict[str, Any] = {}
@@ -123,7 +135,7 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         targets=row[0, where + 1].to(device),
         mask=mask.to(device),
         recorded=logged.to(device),
-        advantages=(adv * mask).to(device),
+        advantages=adv.to(device),
         inputs=inputs,
     )
 

@@ -29,7 +29,7 @@ from core.paths import runs_dir
 from core.proxy.factory import token_policy
 from core.rollout.status import Tally
 from core.session import RunSession, store_rows
-from core.train.advantages import compute_advantages
+from core.train.advantages import compute_advantages, discount_calls
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
 from core.train.local import LocalTrainer, trainer_settings
 from core.train.lora_push import push_weights
@@ -120,6 +120,7 @@ class LocalTraining:
             await session.run_rollouts(session.plan(more, step)[0])
             samples = samples_for_run(self.store, session.run_id, step=step)
             stats = compute_advantages(samples, train.estimator, norm_by_std=train.norm_adv_by_std)
+            discount_calls(samples, train.call_discount)
             missing = len(batch) - _informative(stats)  # one informative group wanted per task run so far
             refill = self.config.run.n_samples > 1 and extra < train.max_extra_batches and missing > 0
             more = extra_tasks(tasks, batch, missing) if refill else []

@@ -31,9 +31,18 @@ class Sample:
     weights_version: int | None = None
     reward: float = 0.0
     advantage: float = 0.0
+    # per call, what its completion tokens' advantage is multiplied by (`discount_calls`); empty: 1 for every call
+    call_weights: list[float] = field(default_factory=list)
     # a vision-language sample's images in prompt order, bytes loaded (`core.train.vision.sample_images`);
     # not a column: `blobs` holds them, the recorded requests name them
     images: list[ImagePart] = field(default_factory=list, repr=False)
+
+    def token_weight(self, position: int) -> float:
+        """What the advantage of the token at `position` is multiplied by: its call's weight (1 outside calls)."""
+        for weight, start, end in zip(self.call_weights, self.completion_starts, self.completion_ends, strict=False):
+            if start <= position < end:
+                return weight
+        return 1.0
 
     @property
     def n_calls(self) -> int:
@@ -45,4 +54,4 @@ class Sample:
 
     def row(self) -> dict[str, Any]:
         """The `samples` row."""
-        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "images"}, "n_calls": self.n_calls}
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("images", "call_weights")}, "n_calls": self.n_calls}

@@ -226,6 +226,11 @@ class VerlTrainerRun:
         return config.train.steps > 0
 
     def check(self, config: RunConfig) -> None:
+        if config.train.call_discount != 1.0:
+            raise ConfigError(
+                f"train.call_discount = {config.train.call_discount} is the local trainer's: veRL's estimators give one "
+                "advantage per sample; remove it or use train.trainer = \"local\""
+            )
         model_path(config, self.cluster.model)
 
     async def train(self, config: RunConfig, *, resume: str | None, hooks: RunHooks, ks: list[int] | None) -> RunSummary:
