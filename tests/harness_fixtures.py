@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.env import Task
 from core.harness import Endpoint, Harness, LaunchSpec
+from harnesses.codex import INSTRUCTION_PATH, CodexHarness
 
 
 class ShellHarness(Harness):
@@ -47,3 +48,27 @@ class CoinHarness(Harness):
 
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
         return LaunchSpec(command=["python3", "-c", COIN_SCRIPT], env={"FORGETUI_BASE_URL": endpoint.base_url})
+
+
+FOLLOW_UP_PATH = "/tmp/forgetui-codex/follow-up.txt"
+
+
+class CodexFollowUp(CodexHarness):
+    """Codex for two turns: `codex exec` on the task, then `codex exec resume --last` with a follow-up message.
+
+    The second turn resends the first one's conversation, so its call extends the first call token for token
+    even when the model never calls a tool (a random model's answers are text): calls to merge through Codex.
+    """
+
+    class Options(CodexHarness.Options):
+        follow_up: str = "Check your work and say what you changed."
+
+    opts: Options
+
+    def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
+        spec = super().launch(task, endpoint, workdir)
+        args = [a for a in self.exec_args(endpoint, workdir) if a != "--ephemeral"][1:-1]  # the session is kept for resume
+        script = f'codex exec "$@" - < {INSTRUCTION_PATH} && exec codex exec "$@" resume --last "$(cat {FOLLOW_UP_PATH})" < /dev/null'
+        spec.command = ["sh", "-c", script, "codex", *args]
+        spec.files[FOLLOW_UP_PATH] = self.opts.follow_up
+        return spec
