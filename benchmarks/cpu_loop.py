@@ -21,7 +21,10 @@ rounds alternating (the machine may be shared), and prints the ratio of the medi
   prompts, the sampler's recorded logprobs against the trainer's recomputed ones (reported).
 - memory: the tiny model's `LocalTrainer.step` on one 4k/16k/32k-token sample, plain, with gradient
   checkpointing, and the plain transformers loop: seconds and peak memory per step (each in a fresh
-  process, so its peak is its own).
+  process, so its peak is its own), each against the same mode at 4k and against the plain loop at
+  the same size. `--memory-shape all` trains every token (the worst case for logits); `harness`
+  trains the last 256 (a long harness prompt, short answers: the Codex and Claude Code samples of
+  tests/test_long_context.py). Reported.
 Exit code 0 when every floor that was measured holds.
 """
 
@@ -356,7 +359,11 @@ def bench_dtype(args: argparse.Namespace, results: dict[str, float]) -> None:
 # ------------------------------------------------------------------ memory
 
 
-def memory_child(size: int, mode: str) -> None:
+SHAPES = {"all": "every token after a 32-token prompt trained (the worst case for logits)",
+          "harness": "the last 256 tokens trained (a harness's long prompt, short answers: what Codex and Claude Code samples are)"}
+
+
+def memory_child(size: int, mode: str, shape: str) -> None:
     """One step on one `size`-token sample of the tiny model in this fresh process; prints seconds and peak MB as JSON."""
     import torch
 
@@ -370,8 +377,9 @@ def memory_child(size: int, mode: str) -> None:
         t = trainer("tiny", "float32", gradient_checkpointing=mode == "checkpointed", pack_tokens=size)
         vocab, step = int(t.model.config.vocab_size), t.step
     (sample,) = samples(1, (size, size), vocab, seed=size)
-    sample.loss_mask = [0] * 32 + [1] * (size - 32)  # every token after a short prompt is trained: the worst case for logits
-    sample.logprobs = [0.0] * 32 + [-2.0] * (size - 32)
+    prompt = 32 if shape == "all" else size - 256
+    sample.loss_mask = [0] * prompt + [1] * (size - prompt)
+    sample.logprobs = [0.0] * prompt + [-2.0] * (size - prompt)
     step([samples(1, (64, 64), vocab)[0]])  # warm-up (allocator, first-call costs)
     before = peak_mb()
     torch.manual_seed(0)
@@ -379,17 +387,32 @@ def memory_child(size: int, mode: str) -> None:
     print(json.dumps({"size": size, "mode": mode, "seconds": wall, "peak_mb": peak_mb(), "before_mb": before}))
 
 
+MEMORY_SIZES = (4096, 16384, 32768)
+MEMORY_MODES = ("packed", "checkpointed", "plain")
+
+
 def bench_memory(args: argparse.Namespace, results: dict[str, float]) -> None:
-    print("  tiny model, one sample, every token after a 32-token prompt trained; peak = the process's peak RSS", flush=True)
-    print(f"  {'tokens':>7} {'mode':<13} {'s/step':>7} {'peak MB':>8} {'over idle MB':>13}", flush=True)
-    for size in (4096, 16384, 32768):
-        for mode in ("packed", "checkpointed", "plain"):
-            out = subprocess.run([sys.executable, __file__, "--memory-child", str(size), mode], capture_output=True, text=True, cwd=REPO, timeout=3600)
+    """Each size and mode in a fresh process; growth against the same mode's smallest size, and against the plain loop."""
+    print(f"  tiny model, one sample, {SHAPES[args.memory_shape]}; peak = the process's peak RSS, "
+          "step MB = peak over the process after a warm-up step", flush=True)
+    print(f"  {'tokens':>7} {'mode':<13} {'s/step':>7} {'peak MB':>8} {'step MB':>8} {'s vs 4k':>8} {'MB vs 4k':>9} "
+          f"{'s vs plain':>10} {'MB vs plain':>11}", flush=True)
+    first: dict[str, dict[str, float]] = {}
+    for size in MEMORY_SIZES:
+        measured: dict[str, dict[str, float]] = {}
+        for mode in ("plain", *[m for m in MEMORY_MODES if m != "plain"]):  # plain first: the others' baseline at this size
+            child = [sys.executable, __file__, "--memory-child", str(size), mode, "--memory-shape", args.memory_shape]
+            out = subprocess.run(child, capture_output=True, text=True, cwd=REPO, timeout=3600)
             if out.returncode != 0:
                 print(f"  {size:>7} {mode:<13} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}", flush=True)
                 continue
             row = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"  {size:>7} {mode:<13} {row['seconds']:7.2f} {row['peak_mb']:8.0f} {row['peak_mb'] - row['before_mb']:13.0f}", flush=True)
+            row["step_mb"] = row["peak_mb"] - row["before_mb"]
+            measured[mode] = row
+            base, plain = first.setdefault(mode, row), measured.get("plain", row)
+            print(f"  {size:>7} {mode:<13} {row['seconds']:7.2f} {row['peak_mb']:8.0f} {row['step_mb']:8.0f} "
+                  f"{row['seconds'] / base['seconds']:7.1f}x {row['step_mb'] / max(base['step_mb'], 1):8.1f}x "
+                  f"{row['seconds'] / plain['seconds']:9.2f}x {row['step_mb'] / max(plain['step_mb'], 1):10.2f}x", flush=True)
 
 
 # ------------------------------------------------------------------ main
@@ -415,6 +438,7 @@ def main() -> int:
     parser.add_argument("--long", action="store_true", help="also a 16,000-token start in the rollout part (minutes)")
     parser.add_argument("--starts", default="3000", help="the rollout part's start lengths, comma-separated (over 3,000: one round each)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default); 1 keeps CPU seconds honest on a crowded machine")
+    parser.add_argument("--memory-shape", choices=sorted(SHAPES), default="all", help="which tokens the memory part trains: " + "; ".join(f"{k}: {v}" for k, v in SHAPES.items()))
     parser.add_argument("--memory-child", nargs=2, metavar=("TOKENS", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     from core.models.quiet import silence_third_party
@@ -427,7 +451,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
         USE_CPU = args.threads == 1
     if args.memory_child:
-        memory_child(int(args.memory_child[0]), args.memory_child[1])
+        memory_child(int(args.memory_child[0]), args.memory_child[1], args.memory_shape)
         return 0
     import torch
 
