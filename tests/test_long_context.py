@@ -105,3 +105,27 @@ def test_grpo_step_through_claude_code_on_long_samples(docker_client, base_image
     # extending the one before; six tools keep its first request past 20k tokens (all of them: ~57k)
     options = {"tools": ["Bash", "Read", "Write", "Edit", "Glob", "Grep"], "max_turns": 2, "max_output_tokens": 64}
     assert_long_grpo_step(long_config("claude-code", options), calls_per_rollout=4)
+
+
+def test_the_fixtures_give_a_reward_of_the_answer_and_a_second_codex_turn() -> None:
+    from core.harness import Endpoint
+    from core.registry import load_env, load_harness
+    from tests.harness_fixtures import FOLLOW_UP_PATH
+
+    # the reward is a function of the answer: the same answer scores the same, two answers differ
+    said = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x y z", "tool_calls": None}]
+    other = [*said[:1], {"role": "assistant", "content": "x y w"}]
+    assert answer_text(chat_jsonl(said)) == answer_text(chat_jsonl(said)) != answer_text(chat_jsonl(other))
+    assert answer_reward(answer_text(chat_jsonl(said))) != answer_reward(answer_text(chat_jsonl(other)))
+    assert "hi" not in answer_text(chat_jsonl(said))  # the user's words are not the answer
+    (task,) = load_env("tests.env_fixtures:AnswerHashEnv", agents_md_kb=30).tasks()
+    assert len(task.files["AGENTS.md"]) == 30 * 1024
+
+    # Codex keeps its session (no --ephemeral) and resumes it for the follow-up, with the same flags
+    harness = load_harness("tests.harness_fixtures:CodexFollowUp", follow_up="Go on.")
+    spec = harness.launch(task, Endpoint(base_url="http://127.0.0.1:1/r/t", token="t", model="policy"), "/workspace")
+    script, args = spec.command[2], spec.command[4:]
+    assert "--ephemeral" not in args and "-m" in args and args[0] != "exec"
+    first, second = script.split(" && ")
+    assert first.startswith('codex exec "$@" - <') and 'resume --last "$(cat ' in second
+    assert spec.files[FOLLOW_UP_PATH] == "Go on."
