@@ -37,13 +37,6 @@ class Sample:
     # not a column: `blobs` holds them, the recorded requests name them
     images: list[ImagePart] = field(default_factory=list, repr=False)
 
-    def token_weight(self, position: int) -> float:
-        """What the advantage of the token at `position` is multiplied by: its call's weight (1 outside calls)."""
-        for weight, start, end in zip(self.call_weights, self.completion_starts, self.completion_ends, strict=False):
-            if start <= position < end:
-                return weight
-        return 1.0
-
     @property
     def n_calls(self) -> int:
         return len(self.call_ids)
