@@ -14,6 +14,7 @@ from typing import Any
 from core.errors import ForgetuiError
 from core.models.precision import DTYPES
 from core.train.trainers import TRAINERS
+from forgetui.analyze import register as register_analytics
 
 log = logging.getLogger("forgetui")
 
@@ -259,11 +260,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="forgetui", description="Train AI agents inside the harnesses they ship in.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    sub = parser.add_subparsers(dest="command")
-
+def _add_proxy(sub: Any) -> None:
     p = sub.add_parser("proxy", help="run the recording proxy on its own (harnesses run by hand)")
     p.add_argument("--backend", required=True, help="builtin:MODEL | scripted:FILE | vllm:URL | litellm:MODEL")
     p.add_argument("--host", default="127.0.0.1")
@@ -275,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--call-timeout", type=float, default=None, help="seconds a model call may take before it fails (default: no limit; a backend spec's ?timeout= bounds silence from its upstream)")
     p.set_defaults(func=cmd_proxy)
 
+
+def _add_serve_model(sub: Any) -> None:
     p = sub.add_parser("serve-model", help="serve a local model over a vLLM-compatible token-in/token-out API")
     p.add_argument("model", help="tiny | smollm2-135m | a local HF folder | a hub id")
     p.add_argument("--host", default="127.0.0.1")
@@ -282,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="what the model computes in (auto: bfloat16 on a CUDA GPU, float32 on a CPU)")
     p.set_defaults(func=cmd_serve_model)
 
+
+def _add_sql(sub: Any) -> None:
     p = sub.add_parser("sql", help="query a store with DuckDB SQL (works while it is being written)")
     p.add_argument("query")
     where = p.add_mutually_exclusive_group()
@@ -290,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.set_defaults(func=cmd_sql)
 
+
+def _add_run_and_eval(sub: Any) -> None:
     for name, text in (("run", "run a config: rollouts in sandboxes, scored, recorded (training with train.steps > 0)"), ("eval", "run a config without training and report pass@k / pass^k")):
         p = sub.add_parser(name, help=text)
         p.add_argument("config", nargs="?", help="a run config (TOML); see examples/")
@@ -299,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-k", metavar="K,K,...", help="the k of pass@k and pass^k (default 1..n_samples)")
         p.set_defaults(func=cmd_run)
 
+
+def _add_export(sub: Any) -> None:
     p = sub.add_parser("export", help="write a run's recorded data for other trainers: samples (jsonl), chat conversations (sft), veRL parquet (verl)")
     p.add_argument("run", help="a run id (FORGETUI_HOME/runs/RUN_ID) or the path of a store.duckdb")
     p.add_argument("--format", choices=["sft", "verl", "jsonl"], required=True, help="sft: OpenAI-chat conversations of passing rollouts; verl: one RL-dataset row per task; jsonl: one training sample per line")
@@ -306,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-reward", type=float, default=None, help="keep rollouts with at least this reward (sft default 1.0; jsonl default all)")
     p.set_defaults(func=cmd_export)
 
+
+def _add_train(sub: Any) -> None:
     p = sub.add_parser("train", help="train on a config: --trainer local (this machine) or verl (writes veRL's dataset and overrides, launches its PPO trainer on GPUs)")
     p.add_argument("config", help="a run config (TOML) with train.steps > 0")
     p.add_argument("--trainer", choices=TRAINERS.names(), default=None, help="default: train.trainer of the config")
@@ -322,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[], metavar="HYDRA_OVERRIDE", help="verl: an extra Hydra override, appended last")
     p.set_defaults(func=cmd_train)
 
+
+def _add_gc(sub: Any) -> None:
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9), and unused older harness volumes")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
     p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included, and every unused harness volume")
@@ -329,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[])
     p.set_defaults(func=cmd_gc)
 
+
+def _add_images(sub: Any) -> None:
     p = sub.add_parser("images", help="build, list and push sandbox images")
     isub = p.add_subparsers(dest="images_command", required=True)
     b = isub.add_parser("bootstrap", help="build the base image with debootstrap and docker import (no registry needed)")
@@ -346,14 +357,28 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("registry")
     p.set_defaults(func=cmd_images)
 
-    from forgetui.analyze import register as register_analytics
 
-    register_analytics(sub)  # analyze, compare, replay
-
+def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="what `make demo` runs: short evals on built-in defaults, the recorded rows, then a short training that moves the reward")
     p.add_argument("--no-train", action="store_true", help="skip the training part (base → SFT → GRPO on hello with the tiny model)")
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show log records (INFO and up); the demo shows only warnings otherwise")
     p.set_defaults(func=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forgetui", description="Train AI agents inside the harnesses they ship in.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command")
+    _add_proxy(sub)
+    _add_serve_model(sub)
+    _add_sql(sub)
+    _add_run_and_eval(sub)
+    _add_export(sub)
+    _add_train(sub)
+    _add_gc(sub)
+    _add_images(sub)
+    register_analytics(sub)  # analyze, compare, replay
+    _add_demo(sub)
     return parser
 
 
