@@ -60,34 +60,29 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+class _RowMessage(Message):
+    """A LineTable's message about one of its rows."""
+
+    def __init__(self, table: LineTable, row: Any | None) -> None:
+        super().__init__()
+        self.table = table
+        self.row = row
+
+    @property
+    def control(self) -> LineTable:
+        return self.table
+
+
 class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
     """Rows of any kind: subclasses say each row's key and cells; `set_rows` keeps the cursor on its row.
 
     ←/→ are not bound here (the table fits the screen): they reach the screen, which switches tabs with them."""
 
-    class Highlighted(Message):
+    class Highlighted(_RowMessage):
         """The cursor moved to `row` (None: the table is empty)."""
 
-        def __init__(self, table: LineTable, row: Any | None) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> LineTable:
-            return self.table
-
-    class Selected(Message):
+    class Selected(_RowMessage):
         """Enter (or a click on the cursor's row) on `row`."""
-
-        def __init__(self, table: LineTable, row: Any) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> LineTable:
-            return self.table
 
     BINDINGS: ClassVar[list[Any]] = [
         Binding("up", "cursor(-1)", "Up", show=False),
