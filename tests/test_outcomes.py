@@ -42,7 +42,8 @@ def test_tally_counts_each_outcome_once() -> None:
 
 
 def test_summary_report_and_tui_agree(tmp_path: Path) -> None:
-    from forgetui.tui.data import RolloutRow, RunProgress
+    from forgetui.tui.progress import RunProgress
+    from forgetui.tui.rows import RolloutRow
 
     with Store.open(tmp_path / "s.duckdb") as store:
         for i, (status, passed, reward) in enumerate(ROWS):
@@ -64,5 +65,6 @@ def test_summary_report_and_tui_agree(tmp_path: Path) -> None:
     progress = RunProgress()
     progress.apply_rows([RolloutRow(rollout_id=f"r/t{i}/0", run_id="r", task_id=f"t{i}", sample_index=0, status=s, reward=r, passed=p)
                          for i, (s, p, r) in enumerate(ROWS)])
-    counts = progress.counts()
-    assert (counts.passed, counts.failed, counts.timeouts, counts.infra_errors) == (2, 2, 1, 1)
+    tally = progress.tally()
+    assert (tally.passed, tally.failed, tally.timeout, tally.infra_error) == (2, 2, 1, 1)
+    assert (tally.below_threshold, tally.harness_failed) == (1, 1)

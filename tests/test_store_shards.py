@@ -224,17 +224,17 @@ def test_a_store_this_process_writes_reads_through_its_endpoint(sharded_run) -> 
 
 
 def test_the_tui_reads_a_run_whose_worker_still_writes(sharded_run, live_writer) -> None:
-    from forgetui.tui.run_data import RunSource, load_rollout, load_run, summarize_run_dir
+    from forgetui.tui.source import RunSource
 
     run_id, shards = sharded_run
     path, add = live_writer()
     run_dir = shards[0].parents[2]
-    (info,) = summarize_run_dir(run_dir)  # the Runs screen's line
-    assert info.error is None and info.live and info.shards == 3
+    (info,) = RunSource(run_dir).run_infos()  # the Runs list's line
+    assert info.reason is None and info.live and info.shards == 3
     assert (info.total, info.done, info.passed, info.mean_reward) == (5, 5, 1, 0.5)  # (1 + 0 + 1 + 0.25 + 0.25) / 5
     add(1)
-    detail = load_run(RunSource(run_dir))  # the Run screen
+    detail = RunSource(run_dir).run_detail()  # the Run screen
     assert len(detail.rollouts) == 6 and detail.n_calls == 3
     assert {r.rollout_id: r.tokens for r in detail.rollouts if r.rollout_id.startswith("live/")} == {"live/0": 2, "live/1": 2, "live/2": 2}
-    rollout = load_rollout(RunSource(run_dir), "live/2", decode=False)  # the Rollout screen
+    rollout = RunSource(run_dir).rollout("live/2", decode=False)  # the Rollout screen
     assert [c["completion_token_ids"] for c in rollout.calls] == [[2, 3]] and json.loads(rollout.calls[0]["request"])["messages"]
