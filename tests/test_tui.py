@@ -163,6 +163,10 @@ def test_why_is_said_for_runs_that_stopped_not_for_one_still_going(tmp_path: Pat
     assert runs["done"].reason is None
     assert runs["failed"].reason == "failed: sandbox image pull failed"
     assert runs["died"].reason == "died: sandbox image pull failed" and not runs["died"].live
+    # the Run screen says the same of each
+    for run_id in ("failed", "died", "done"):
+        detail = RunSource(tmp_path / "runs" / run_id).run_detail()
+        assert detail.reason == runs[run_id].reason, run_id
 
 
 def _api_for(path: str) -> str | None:

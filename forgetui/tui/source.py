@@ -227,7 +227,7 @@ class RunSource:
         harness_name = str(row.get("harness") or harness.get("name") or "")
         status = text(row.get("status"))
         # a run that stopped short (or whose writer died) says why with its last rollout error, if it has one
-        stopped = status in ("failed", "interrupted") or status == "running" and not live and kind == "run" and not shards
+        stopped = stopped_short(status, live, kind == "run", shards)
         return RunInfo(
             run_id=str(row["run_id"]), kind=kind, source=self, status=status,
             created_at=_time(row.get("created_at")), env=str(row.get("env") or env.get("name") or ""),
@@ -273,7 +273,8 @@ class RunSource:
             errors=[f"{r.task_id}/{r.sample_index}: {r.error}" for r in rollouts if r.error][-5:],
             n_calls=int(n_calls.rows[0][0] or 0), busy=sum(1 for r in rollouts if r.status in IN_SANDBOX),
             reason=(launch.reason() if launch is not None and status != "done" else None)
-            or (last_error(rollouts) if status not in ("done", "running", "starting") else None))
+            or (last_error(rollouts) if status not in ("done", "running", "starting")
+                or stopped_short(status, self.live(), self.store_file is None, len(self.shards())) else None))
 
     def count_calls(self, run_id: str | None = None) -> int:
         """How many calls the run recorded (the live dashboard turns successive counts into calls/s)."""
@@ -372,6 +373,11 @@ class RunSource:
         return [SampleView(sample_id=s.sample_id, branch=s.branch, token_ids=s.token_ids, loss_mask=s.loss_mask,
                            logprobs=s.logprobs, call_ids=s.call_ids, completion_starts=s.completion_starts,
                            completion_ends=s.completion_ends, reward=s.reward, advantage=None) for s in built], None
+
+
+def stopped_short(status: str, live: bool, is_run: bool, shards: int) -> bool:
+    """A run that ended without finishing: failed, interrupted, or marked running by a writer that is gone."""
+    return status in ("failed", "interrupted") or (status == "running" and not live and is_run and not shards)
 
 
 def last_error(rollouts: list[RolloutRow]) -> str | None:
