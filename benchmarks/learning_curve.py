@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/learning_curve.py --harness react|mini-swe-agent|pi [--split eval-phrasing|eval|both]
     .venv/bin/python benchmarks/learning_curve.py --transfer [--harness react,mini-swe-agent,pi]
+    .venv/bin/python benchmarks/learning_curve.py --demo --harness mini-swe-agent   (the demo's schedule: minutes)
 
 The toy env in Docker, SmolLM2-135M-Instruct on CPU, every model call through the real recording proxy,
 all of it inside the chosen harness:
@@ -23,6 +24,7 @@ the other harnesses on eval-phrasing: the 3×3 table of where a policy was train
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -40,6 +42,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m; `tiny` to try the pipeline)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
     parser.add_argument("--transfer", action="store_true", help="evaluate each harness's GRPO checkpoint in the other harnesses")
+    parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
+                        "the loop closing in the harness, not generalization; minutes)")
     for name in TUNABLE:
         kind = float if name.endswith("_lr") else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
@@ -47,8 +51,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def make_plan(args: argparse.Namespace, harness: str):
-    from forgetui.learning import EVAL_SPLITS, Plan
+    from forgetui.learning import DEMO, EVAL_SPLITS, Plan
 
+    if args.demo:
+        return dataclasses.replace(DEMO, harness=harness, timings={})
     plan = Plan(harness=harness, eval_splits=EVAL_SPLITS if args.split == "both" else (args.split,))
     if args.model:
         plan.model = args.model
@@ -110,7 +116,7 @@ def main() -> int:
     split_s = {k: sum(float(m.get(k, 0.0)) for m in result["grpo_steps"]) for k in ("rollout_s", "prefill_s", "decode_s", "update_s")}
     print(f"GRPO steps: rollouts {split_s['rollout_s']:.0f} s (sampler: prefill {split_s['prefill_s']:.0f} s, decode {split_s['decode_s']:.0f} s; "
           f"the rest is harness, sandboxes and scoring), update {split_s['update_s']:.0f} s")
-    return 0 if ok else 1
+    return 0 if ok or args.demo else 1
 
 
 if __name__ == "__main__":
