@@ -81,7 +81,7 @@ class Plan:
 # (the loop closing, not generalization). The teacher answers right half the time ("hi") and wrong the other half
 # ("hello"); SFT imitates both, so the SFT model passes about half its rollouts and GRPO's step has rollouts that
 # pass and rollouts that fail in one group: a step with signal, pushing towards the answer the verifier rewards.
-DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft_epochs=80, sft_lr=1e-2, grpo_steps=1,
+DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft_epochs=160, sft_lr=1e-2, grpo_steps=1,
             grpo_tasks_per_step=1, grpo_samples=8, grpo_lr=1e-3, grpo_extra_batches=0, max_tokens=64,
             train_tasks=["hello"], eval_tasks=["hello"], teacher_samples=2, teacher_mistakes=True, runtime="auto")
 
