@@ -105,16 +105,13 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         weights.append(float(s.advantage) * call_weights(s, trained + 1))
         start += size
     n, k = len(samples), max((len(r) for r in recorded), default=0)
-    mask = torch.zeros(n, k)
-    logged = torch.zeros(n, k)
-    for i, values in enumerate(recorded):
+    mask, logged, adv = torch.zeros(n, k), torch.zeros(n, k), torch.zeros(n, k)
+    for i, (values, weighted) in enumerate(zip(recorded, weights, strict=True)):
         mask[i, : len(values)] = 1.0
         logged[i, : len(values)] = torch.from_numpy(values)
+        adv[i, : len(values)] = torch.from_numpy(weighted)
     rows = np.repeat(np.arange(n), [len(r) for r in recorded])
     cols = np.concatenate([np.arange(len(r)) for r in recorded]) if recorded else np.zeros(0, dtype=np.int64)
-    adv = torch.zeros(n, k)
-    for i, values in enumerate(weights):
-        adv[i, : len(values)] = torch.from_numpy(values)
     row = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)).unsqueeze(0)
     where = torch.from_numpy(np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)).long()
     inputs: dict[str, Any] = {}
