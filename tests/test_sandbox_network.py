@@ -109,7 +109,7 @@ async def test_isolated_sandbox_reaches_the_proxy_and_nothing_else(
         await docker_runtime.reap(run_id=run_id)
     assert docker_client.containers.list(all=True, filters={"label": f"{L.RUN}={run_id}"}) == []
     if helper == "auto":  # the listener went with the sandbox: the port is closed, the namespace can go
-        assert sb._netns_port is None
+        assert sb._ports.proxy_listener is None
 
 
 async def test_isolated_without_a_proxy_has_no_network(docker_runtime, base_image, run_id, host_service):
