@@ -325,10 +325,6 @@ class LocalTrainer:
         over the trained samples' tokens, or over every sample's when none trains (a flat step);
         `logprob_diff_tokens` says over how many tokens.
         """
-        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
-
-        torch = self._torch
-        cfg = self.config
         samples = list(samples)
         active = [s for s in samples if s.advantage != 0.0 and _trainable(s) > 0]
         tokens = sum(_trainable(s) for s in active)
@@ -352,14 +348,7 @@ class LocalTrainer:
         }
         if not active:
             log.info("step: no sample with a non-zero advantage among %d; no update", len(samples))
-            # still check the sampler against the trainer: a flat step would otherwise report a perfect 0.0 unmeasured
-            measurable = [s for s in samples if _trainable(s) > 0]
-            if measurable:
-                agreement = self.logprob_agreement(measurable)
-                metrics["logprob_diff_max"] = agreement["logprob_diff_max"]
-                metrics["logprob_diff_mean"] = agreement["logprob_diff_mean"]
-                metrics["logprob_diff_tokens"] = agreement["tokens"]
-            return metrics
+            return self._flat_step(metrics, samples)
         batch_info = {
             "dp_size": 1,
             "batch_num_tokens": tokens,
@@ -369,57 +358,70 @@ class LocalTrainer:
         self._actor.global_batch_info.clear()
         self._actor.global_batch_info.update(batch_info)
         self.optimizer.zero_grad(set_to_none=True)
-        diff_sum, is_sum, corrected = 0.0, 0.0, 0
         metrics["rollout_is_max"] = 0.0
+        sums = {"diff": 0.0, "is": 0.0, "corrected": 0.0}
         started, ran = time.perf_counter(), 0
         for _, batch in self._micro_batches(active):
-            n = batch.tokens
             ran += batch.width
-            logp, entropy = self._logprobs(
-                self.model, batch, cfg.temperature, with_entropy=True, entropy_grad=cfg.entropy_coef > 0
-            )
-            with torch.no_grad():
-                diff = (logp.detach() - batch.recorded).abs() * batch.mask
-                worst = float(diff.max())
-                metrics["logprob_diff_max"] = max(metrics["logprob_diff_max"], worst)
-                diff_sum += float(diff.sum())
-            old = batch.recorded if cfg.old_logprobs == "recorded" else logp.detach()
-            is_weights = self._rollout_correction(logp.detach(), batch, worst)
-            if is_weights is not None:  # veRL's decoupled mode: the ratio against the trainer's own logprobs
-                old = logp.detach()
-                corrected += n
-                is_sum += float((is_weights * batch.mask).sum())
-                metrics["rollout_is_max"] = max(metrics["rollout_is_max"], float(is_weights.max()))
-            pg_loss, pg_metrics = self._policy_loss(
-                old_log_prob=old,
-                log_prob=logp,
-                advantages=batch.advantages,
-                response_mask=batch.mask,
-                loss_agg_mode=cfg.loss_agg_mode,
-                config=self._actor,
-                rollout_is_weights=is_weights,
-            )
-            loss = pg_loss
-            if cfg.kl_coef > 0:
-                kl_mat = kl_penalty(logp, self._ref_logprobs(batch), cfg.kl_type)
-                kl = agg_loss(kl_mat, batch.mask, cfg.loss_agg_mode, **batch_info)
-                loss = loss + cfg.kl_coef * kl
-                metrics["kl"] += float(kl.detach())
-            if cfg.entropy_coef > 0:
-                loss = loss - cfg.entropy_coef * agg_loss(
-                    entropy, batch.mask, cfg.loss_agg_mode, **batch_info
-                )
-            loss.backward()  # checkpointed layers recompute under the forward's autocast state (torch keeps it)
-            metrics["loss"] += float(loss.detach())
-            metrics["pg_loss"] += float(pg_loss.detach())
-            metrics["pg_clipfrac"] += _metric(pg_metrics, "pg_clipfrac") * n / tokens
-            metrics["ppo_kl"] += _metric(pg_metrics, "ppo_kl") * n / tokens
-            metrics["entropy"] += float(entropy.sum()) / tokens
-        metrics["logprob_diff_mean"] = diff_sum / tokens
-        metrics["rollout_is_tokens"] = float(corrected)  # tokens whose loss the rollout correction weighted
-        metrics["rollout_is_mean"] = is_sum / corrected if corrected else 1.0
+            self._policy_backward(batch, batch_info, metrics, sums)
+        metrics["logprob_diff_mean"] = sums["diff"] / tokens
+        metrics["rollout_is_tokens"] = sums["corrected"]  # tokens whose loss the rollout correction weighted
+        metrics["rollout_is_mean"] = sums["is"] / sums["corrected"] if sums["corrected"] else 1.0
         out = self._apply_gradients(metrics, "step")
         return self._speed(out, ran, time.perf_counter() - started)
+
+    def _flat_step(self, metrics: dict[str, float], samples: list[Sample]) -> dict[str, float]:
+        """A step with nothing to train: still check the sampler against the trainer (else a perfect 0.0, unmeasured)."""
+        measurable = [s for s in samples if _trainable(s) > 0]
+        if measurable:
+            agreement = self.logprob_agreement(measurable)
+            metrics["logprob_diff_max"] = agreement["logprob_diff_max"]
+            metrics["logprob_diff_mean"] = agreement["logprob_diff_mean"]
+            metrics["logprob_diff_tokens"] = agreement["tokens"]
+        return metrics
+
+    def _policy_backward(self, batch: Batch, batch_info: dict[str, Any], metrics: dict[str, float], sums: dict[str, float]) -> None:
+        """One micro-batch's policy loss (+ KL and entropy terms), backward; its share added to `metrics` and `sums`."""
+        from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+        torch = self._torch
+        cfg = self.config
+        n, tokens = batch.tokens, batch_info["batch_num_tokens"]
+        logp, entropy = self._logprobs(self.model, batch, cfg.temperature, with_entropy=True, entropy_grad=cfg.entropy_coef > 0)
+        with torch.no_grad():
+            diff = (logp.detach() - batch.recorded).abs() * batch.mask
+            worst = float(diff.max())
+            metrics["logprob_diff_max"] = max(metrics["logprob_diff_max"], worst)
+            sums["diff"] += float(diff.sum())
+        old = batch.recorded if cfg.old_logprobs == "recorded" else logp.detach()
+        is_weights = self._rollout_correction(logp.detach(), batch, worst)
+        if is_weights is not None:  # veRL's decoupled mode: the ratio against the trainer's own logprobs
+            old = logp.detach()
+            sums["corrected"] += n
+            sums["is"] += float((is_weights * batch.mask).sum())
+            metrics["rollout_is_max"] = max(metrics["rollout_is_max"], float(is_weights.max()))
+        pg_loss, pg_metrics = self._policy_loss(
+            old_log_prob=old,
+            log_prob=logp,
+            advantages=batch.advantages,
+            response_mask=batch.mask,
+            loss_agg_mode=cfg.loss_agg_mode,
+            config=self._actor,
+            rollout_is_weights=is_weights,
+        )
+        loss = pg_loss
+        if cfg.kl_coef > 0:
+            kl = agg_loss(kl_penalty(logp, self._ref_logprobs(batch), cfg.kl_type), batch.mask, cfg.loss_agg_mode, **batch_info)
+            loss = loss + cfg.kl_coef * kl
+            metrics["kl"] += float(kl.detach())
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * agg_loss(entropy, batch.mask, cfg.loss_agg_mode, **batch_info)
+        loss.backward()  # checkpointed layers recompute under the forward's autocast state (torch keeps it)
+        metrics["loss"] += float(loss.detach())
+        metrics["pg_loss"] += float(pg_loss.detach())
+        metrics["pg_clipfrac"] += _metric(pg_metrics, "pg_clipfrac") * n / tokens
+        metrics["ppo_kl"] += _metric(pg_metrics, "ppo_kl") * n / tokens
+        metrics["entropy"] += float(entropy.sum()) / tokens
 
     def _rollout_correction(self, recomputed: Any, batch: Batch, worst: float) -> Any:
         """veRL's truncated importance weights π_trainer/π_sampler for this micro-batch, or None where none apply."""
