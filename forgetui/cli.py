@@ -83,14 +83,8 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from core.paths import home
-    from core.store.query import (
-        format_result,
-        latest_store,
-        run_query,
-        run_query_shards,
-        run_shards,
-        store_for_run,
-    )
+    from core.store.query import format_result, latest_store, run_query, run_shards, store_for_run
+    from core.store.shard_query import run_query_shards
 
     if args.store:
         store = Path(args.store)

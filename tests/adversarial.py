@@ -80,7 +80,7 @@ class CappedProxy:
 
     def query(self, sql: str) -> list[list[Any]]:
         """Rows of a read-only query, through the writer's live endpoint (as `forgetui sql` reads a running store)."""
-        from core.store.query import post_live
+        from core.store.sidecar import post_live
 
         return post_live({"url": self.live_url, "token": self.live_token}, sql, 100_000, 60.0).rows
 

@@ -29,7 +29,7 @@ from core.config import load_config
 from core.rollout.orphans import PID_FILE
 from core.run import execute_run
 from core.runtime import labels as L
-from core.store.query import process_state
+from core.store.sidecar import process_state
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[1]
@@ -230,7 +230,7 @@ def test_gc_right_after_kill_9_sees_through_a_zombie(docker_client, base_image, 
 def test_a_reused_pid_is_not_the_run(tmp_path: Path) -> None:
     """A pid file whose pid now belongs to another process (started later) names a dead run."""
     from core.rollout.orphans import dead_runs
-    from core.store.query import process_start
+    from core.store.sidecar import process_start
 
     root = tmp_path / "runs"
     for name, started in (("mine", process_start(os.getpid())), ("reused", (process_start(os.getpid()) or 0) - 1), ("old", None)):

@@ -20,7 +20,9 @@ import pytest
 from core.errors import StoreError
 from core.store import Store, run_query
 from core.store.live import TOKEN_HEADER
-from core.store.query import READER_SETTINGS, run_query_shards, sidecar_path
+from core.store.readonly import READER_SETTINGS
+from core.store.shard_query import run_query_shards
+from core.store.sidecar import sidecar_path
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "forgetui-test-secret-4f1c"

@@ -28,8 +28,8 @@ from core.store import (
     run_query,
     store_for_run,
 )
-from core.store.query import sidecar_path
 from core.store.schema import COLUMNS, SCHEMA_VERSION
+from core.store.sidecar import sidecar_path
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"meta", "runs", "rollouts", "calls", "samples", "train_steps", "store_errors"}

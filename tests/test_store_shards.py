@@ -19,7 +19,9 @@ import duckdb
 import pytest
 
 from core.errors import StoreError
-from core.store.query import read_sidecar, run_query_shards, run_shards
+from core.store.query import run_shards
+from core.store.shard_query import run_query_shards
+from core.store.sidecar import read_sidecar
 from core.store.writer import Store
 from forgetui.cli import main
 
@@ -185,7 +187,7 @@ def test_live_rows_keep_their_types(sharded_run, live_writer) -> None:
 def test_only_the_tables_and_columns_a_query_reads_are_pulled(sharded_run, live_writer, caplog) -> None:
     _, shards = sharded_run
     path, _ = live_writer()
-    with caplog.at_level(logging.DEBUG, logger="core.store.query"):
+    with caplog.at_level(logging.DEBUG, logger="core.store.shard_query"):
         assert run_query_shards([*shards, path], "SELECT count(*) FROM rollouts WHERE reward > 0.1").rows == [[4]]
     pulled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pulled")]
     assert pulled == [f"pulled 2 rollouts rows (1 columns) from the live store {path}"]  # reward only; no calls, no runs
@@ -195,7 +197,7 @@ def test_only_the_tables_and_columns_a_query_reads_are_pulled(sharded_run, live_
     assert [r[0] for r in excluded.rows] == ["live/0", "live/1", "worker-a/1"] and "reward" not in excluded.columns
     assert run_query_shards([*shards, path], "SELECT count(*) FROM (SELECT * FROM rollouts)").rows == [[5]]
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="core.store.query"):  # folded away by the planner, yet bound: every column then
+    with caplog.at_level(logging.INFO, logger="core.store.shard_query"):  # folded away by the planner, yet bound: every column then
         assert run_query_shards([*shards, path], "SELECT count(*) FROM rollouts WHERE reward IS NULL OR true").rows == [[5]]
     assert "reading every column of rollouts" in caplog.text
 

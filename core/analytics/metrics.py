@@ -16,7 +16,8 @@ from core.errors import ConfigError, StoreError
 from core.status import SCORED_SQL
 from core.store.behaviour import with_views
 from core.store.locate import stores_of
-from core.store.query import run_query, run_query_shards
+from core.store.query import run_query
+from core.store.shard_query import run_query_shards
 
 GROUPINGS: dict[str | None, tuple[str, ...]] = {
     None: ("run_id", "env", "harness", "model", "step"),

@@ -17,7 +17,8 @@ from pathlib import Path
 from core.paths import runs_dir
 from core.runtime.base import Runtime
 from core.runtime.labels import default_owner
-from core.store.query import SHARDS_DIR, pid_alive, process_start
+from core.store.query import SHARDS_DIR
+from core.store.sidecar import pid_alive, process_start
 
 log = logging.getLogger(__name__)
 PID_FILE = "pid.json"

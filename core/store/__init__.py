@@ -6,14 +6,8 @@ hook; plain scripts can call `install_signal_flush(store)`.
 """
 
 from core.store.live import LiveServer, handle_query
-from core.store.query import (
-    QueryResult,
-    execute_read_only,
-    format_result,
-    latest_store,
-    run_query,
-    store_for_run,
-)
+from core.store.query import format_result, latest_store, run_query, store_for_run
+from core.store.readonly import QueryResult, execute_read_only
 from core.store.schema import SCHEMA_DOC, SCHEMA_SQL, SCHEMA_VERSION
 from core.store.writer import Store, install_signal_flush
 

@@ -3,7 +3,7 @@
 Each view reads the recorded wire bodies (`calls.request` / `calls.response`) of all four protocols, so
 users can query and extend them with `forgetui sql`. They are not stored in the file (their definitions
 take ~115 KB of DuckDB's catalog, more than a short session's whole record): every read-only query names
-them as it likes, and `create_temp_views` (run by `core.store.query.execute_read_only`, which every
+them as it likes, and `create_temp_views` (run by `core.store.readonly.execute_read_only`, which every
 `forgetui sql`, TUI and live-endpoint query goes through) makes the ones it names TEMP views of its
 connection first; `with_views(sql)` inlines them all as CTEs instead. Stores before schema 6 kept them
 in the file; these definitions replace those for the queries here.

@@ -46,16 +46,16 @@ from core.protocols.serving import (
     send_bytes,
 )
 from core.store.planner import Planner
-from core.store.query import (
+from core.store.readonly import (
     DEFAULT_MAX_ROWS,
     READER_SETTINGS,
     QueryCancel,
     check_read_only,
     execute_read_only,
     lock_down,
-    sidecar_path,
 )
 from core.store.schema import BEHAVIOUR_VIEWS, SCHEMA_SQL, VIEWS_SQL
+from core.store.sidecar import sidecar_path
 
 if TYPE_CHECKING:
     from core.store.writer import Store

@@ -6,7 +6,8 @@ import datetime as dt
 from pathlib import Path
 
 from core.errors import StoreError
-from core.store.query import QueryResult, format_result
+from core.store.query import format_result
+from core.store.readonly import QueryResult
 
 
 def export_path(folder: Path, fmt: str) -> Path:

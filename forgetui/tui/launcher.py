@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import StoreError
-from core.store.query import read_sidecar
+from core.store.sidecar import read_sidecar
 
 log = logging.getLogger(__name__)
 

@@ -23,15 +23,10 @@ from core.eval.report import build_report
 from core.registry import model_shown_for
 from core.status import IN_SANDBOX, PASSED_SQL, SCORED_SQL, TERMINAL_SQL
 from core.store.bodies import REQUEST_COLUMNS_SQL, fill_requests
-from core.store.query import (
-    SHARDS_DIR,
-    QueryCancel,
-    QueryResult,
-    last_written,
-    read_sidecar,
-    run_query,
-    run_query_shards,
-)
+from core.store.query import SHARDS_DIR, last_written, run_query
+from core.store.readonly import QueryCancel, QueryResult
+from core.store.shard_query import run_query_shards
+from core.store.sidecar import read_sidecar
 from core.store.tokens import id_list
 from forgetui.tui.launcher import LaunchRecord, find_launch, read_launches
 from forgetui.tui.rows import (

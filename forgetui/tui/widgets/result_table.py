@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from core.store.query import QueryResult
+from core.store.readonly import QueryResult
 from forgetui.tui.rows import cell_text
 from forgetui.tui.screens.cell_viewer import CellViewer
 from forgetui.tui.widgets.windowed_table import WindowedTable

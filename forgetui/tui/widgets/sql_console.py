@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import Button, Static
 
 from core.errors import ForgetuiError
-from core.store.query import QueryCancel, QueryResult
+from core.store.readonly import QueryCancel, QueryResult
 from forgetui.tui.closing import dropped_once_closed
 from forgetui.tui.export import export_path, export_result
 from forgetui.tui.source import SQL_MAX_ROWS, RunSource
