@@ -31,7 +31,7 @@ from core.runtime import labels as L
 from core.runtime import make_runtime
 from core.runtime.base import Entry, SandboxFile, SandboxSpec
 from core.runtime.cloud_metadata import METADATA_ADDRESSES
-from core.runtime.docker_runtime import KEEP_CAPS
+from core.runtime.docker_sandbox import KEEP_CAPS
 from core.runtime.k8s import checks, detached, exec_ws
 from core.runtime.k8s.api import backoff_s
 from core.runtime.k8s.config import KubernetesConfig

@@ -18,8 +18,6 @@ from core.runtime import labels as L
 from core.runtime.base import SandboxSpec
 from core.runtime.docker_sandbox import DockerSandbox, _docker
 
-__all__ = ["DockerRuntime", "DockerSandbox"]
-
 log = logging.getLogger(__name__)
 
 
