@@ -1,6 +1,6 @@
 """The CPU learning loop against plain transformers: generation with prefix reuse, bfloat16, the trainer's update.
 
-    .venv/bin/python benchmarks/cpu_loop.py [--only rollout,shared,train,dtype,memory] [--long] [--starts 3000,16000]
+    .venv/bin/python benchmarks/cpu_loop.py [--only rollout,shared,train,prefix,dtype,memory] [--long] [--starts 3000,16000]
         [--rounds 2] [--threads 1]
 
 Every part measures forgetui's code and plain transformers on the same work in the same process,
@@ -15,6 +15,10 @@ rounds alternating (the machine may be shared), and prints the ratio of the medi
 - train: `LocalTrainer.step` (packed, chunked logprobs) against a plain loop (right-padded
   micro-batches of 4, full logits, AdamW) on 8 samples of 500-1,300 tokens, both float32.
   Floor: tokens/s >= 1.0x.
+- prefix: `LocalTrainer.step` with `share_prefix` (each micro-batch's common beginning run once) against
+  the same trainer without it, on samples shaped like a harness's: 8 rollouts (2 tasks x a GRPO group
+  of 4) under one 900-token system prompt, each task's own 100 tokens, then 300 tokens of its own
+  trajectory (a quarter sampled). Floor: >= 1.5x.
 - dtype: bfloat16 against float32: generation (4 prompts of ~700 tokens, 64 answered each, at once)
   and `LocalTrainer.step`. Floors (on a CPU with native bfloat16): generation >= 1.5x, training >= 1.8x.
   Also the logprob agreement in each dtype: 2 answers sampled at temperature 1 after 400-token
@@ -49,7 +53,7 @@ sys.path.insert(0, str(REPO))
 from core.backends.base import GenerationContext, SamplingParams  # noqa: E402
 from core.train.types import Sample  # noqa: E402
 
-FLOORS = {"rollout": 2.0, "train": 1.0, "bf16 generation": 1.5, "bf16 training": 1.8}
+FLOORS = {"rollout": 2.0, "train": 1.0, "prefix": 1.5, "bf16 generation": 1.5, "bf16 training": 1.8}
 ANSWER = 64
 
 
@@ -314,6 +318,39 @@ def bench_train(args: argparse.Namespace, results: dict[str, float]) -> None:
           f"({floor_text('train', results['train'])})", flush=True)
 
 
+def harness_samples(vocab: int, system: int = 900, task: int = 100, own: int = 300) -> list[Sample]:
+    """2 tasks x 4 rollouts under one system prompt: what a harness's GRPO step trains on."""
+    head = random_ids(system, 1, vocab)
+    out = []
+    for t in range(2):
+        words = random_ids(task, 10 + t, vocab)
+        for r in range(4):
+            rest = random_ids(own, 100 + 4 * t + r, vocab)
+            ids, answer = head + words + rest, own // 4
+            out.append(Sample(sample_id=f"h{t}{r}", run_id="bench", rollout_id=f"h{t}{r}", task_id=f"t{t}", branch=0, step=0, token_ids=ids,
+                              loss_mask=[0] * (len(ids) - answer) + [1] * answer, logprobs=[0.0] * (len(ids) - answer) + [-2.0] * answer,
+                              prompt_tokens=system + task, reward=float(r % 2), advantage=1.0 if r % 2 else -1.0))
+    return out
+
+
+def bench_prefix(args: argparse.Namespace, results: dict[str, float]) -> None:
+    shared, alone = trainer(args.model, "float32"), trainer(args.model, "float32", share_prefix=False)
+    batch = harness_samples(int(shared.model.config.vocab_size))
+    real = sum(len(s.token_ids) for s in batch)
+    shared.step(batch[:2])  # warm-up
+
+    def side(t: Any) -> Side:
+        def go(r: int) -> tuple[float, float, str]:
+            m, wall, cpu = timed(lambda: t.step(batch))
+            return wall, cpu, f"{real / wall:.1f} sample tokens/s (ran {m['train_tokens']:.0f} tokens),"
+
+        return go
+
+    results["prefix"] = alternate(args.rounds, side(shared), side(alone), ("shared prefix", "each sample whole"))
+    print(f"prefix: 8 samples, {real} tokens, float32: {results['prefix']:.2f}x the same trainer without sharing "
+          f"({floor_text('prefix', results['prefix'])})", flush=True)
+
+
 def bench_dtype(args: argparse.Namespace, results: dict[str, float]) -> None:
     from core.models.precision import native_bf16
 
@@ -427,7 +464,7 @@ def floor_text(label: str, ratio: float, applies: bool = True) -> str:
     return f"floor {floor}x: {'PASS' if ratio >= floor else 'FAIL'}"
 
 
-PARTS = {"rollout": bench_rollout, "shared": bench_shared, "train": bench_train, "dtype": bench_dtype, "memory": bench_memory}
+PARTS = {"rollout": bench_rollout, "shared": bench_shared, "train": bench_train, "prefix": bench_prefix, "dtype": bench_dtype, "memory": bench_memory}
 
 
 def main() -> int:

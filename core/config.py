@@ -182,6 +182,7 @@ class TrainConfig(_Section):
     lora_alpha: float = Field(32.0, gt=0)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: far less memory for long samples, ~30% more time")
+    share_prefix: bool = Field(True, description="samples of a micro-batch that begin alike (system prompt, a GRPO group's prompt) run that beginning once: exact, fewer tokens per forward")
     rollout_correction: Literal["auto", "token", "sequence", "off"] = Field("auto", description="veRL's truncated importance sampling of the sampler/trainer mismatch (auto: where they disagree by > 1e-3)")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
     seed: int | None = None

@@ -201,13 +201,101 @@ def test_packed_samples_get_the_logprobs_they_get_alone_and_no_padding(prompt, c
     third = generate(backend, prompt, seed=9, max_tokens=5)  # shorter: samples of different lengths in one row
     samples = [*pair(prompt, completions), sample(prompt, third, rollout="r3", reward=0.5)]
     samples[2].advantage = 0.25
-    alone, packed = trainer(micro_batch_size=1), trainer(micro_batch_size=3)
+    alone, packed = trainer(micro_batch_size=1), trainer(micro_batch_size=3, share_prefix=False)
     assert packed.packed
     for a, b in zip(alone.logprobs(samples), packed.logprobs(samples), strict=True):
         assert b == pytest.approx(a, abs=1e-5)
     metrics = packed.step(samples)
     assert metrics["train_tokens"] == sum(len(s.token_ids) for s in samples)  # one packed row: no padding ran
     assert metrics["train_tokens_per_s"] > 0 and metrics["logprob_diff_max"] <= 1e-3
+
+
+def _grads(t, samples, sft: bool = False) -> tuple[dict, dict]:
+    """(metrics, gradients) of one step, the optimizer not applied."""
+    got: dict = {}
+
+    def keep(metrics, caller):
+        got.update({n: p.grad.clone() for n, p in t.model.named_parameters() if p.grad is not None})
+        return metrics
+
+    t._apply_gradients = keep
+    return (t.sft_step(samples) if sft else t.step(samples)), got
+
+
+def _close(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys() and a
+    for name, grad in a.items():
+        assert float((grad - b[name]).abs().max()) <= 1e-4 * float(grad.abs().max()) + 1e-9, name
+
+
+def _tool_turn(backend, prompt, first, seed):
+    """prompt + first call + a tool output + a second call, merged (a two-call rollout's sample)."""
+    tool = backend.tokenizer("<tool_response>\nok\n</tool_response>", add_special_tokens=False)["input_ids"]
+    second = generate(backend, prompt + first[0] + tool, seed=seed, max_tokens=6)
+    return Sample(
+        sample_id=f"m{seed}", run_id="run", rollout_id=f"m{seed}", task_id="t", branch=0, step=0,
+        token_ids=prompt + first[0] + tool + second[0],
+        loss_mask=[0] * len(prompt) + [1] * len(first[0]) + [0] * len(tool) + [1] * len(second[0]),
+        logprobs=[0.0] * len(prompt) + first[1] + [0.0] * len(tool) + second[1],
+        prompt_tokens=len(prompt), reward=1.0, advantage=-0.5,
+    )
+
+
+def test_a_shared_prefix_runs_once_and_changes_no_logprob_and_no_gradient(prompt, completions, backend) -> None:
+    """A GRPO group's prompt laid once per row: the same logprobs, the same gradients, the prompt counted once.
+
+    The row also holds two merged two-call samples whose first call is the same sampled completion
+    (trained tokens inside the shared prefix, counted once per sample) and a sample that is all prefix.
+    """
+    samples = pair(prompt, completions)
+    samples += [_tool_turn(backend, prompt, completions[0], seed) for seed in (11, 12)]
+    samples[3].advantage = 0.75
+    short = sample(prompt, (completions[0][0][:2], completions[0][1][:2]), rollout="short", reward=0.0)
+    short.advantage = 0.3
+    samples.append(short)
+    merged_only = samples[2:]  # they share the prompt and 2 sampled tokens: trained tokens in the shared prefix; `short` is all prefix
+    from core.train.logprobs import collate
+
+    assert collate(merged_only).shared == len(prompt) + 2 and collate(samples).shared >= len(prompt)
+    for group in (samples, merged_only):
+        plain, shared = trainer(micro_batch_size=8, share_prefix=False), trainer(micro_batch_size=8)
+        for a, b in zip(plain.logprobs(group), shared.logprobs(group), strict=True):
+            assert b == pytest.approx(a, abs=1e-5)
+        m1, g1 = _grads(plain, group)
+        m2, g2 = _grads(shared, group)
+        _close(g1, g2)
+        for key in ("loss", "pg_loss", "entropy", "tokens"):
+            assert m2[key] == pytest.approx(m1[key], rel=1e-5, abs=1e-7), key
+        assert m1["train_tokens"] == sum(len(s.token_ids) for s in group)
+        assert m2["train_tokens"] <= m1["train_tokens"] - (len(group) - 1) * len(prompt)  # the prompt ran once
+        assert m2["logprob_diff_max"] <= 1e-3
+
+
+def test_sft_steps_share_the_prefix_of_different_tasks_exactly(prompt, completions, backend) -> None:
+    """Different tasks under one system prompt: only their common beginning is shared; SFT's gradient is unchanged."""
+    from core.train.logprobs import collate, pack
+
+    other = backend.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say goodbye to the world"}], tokenize=False, add_generation_prompt=True
+    )
+    other_prompt = backend.tokenizer(other, add_special_tokens=False)["input_ids"]
+    samples = [sample(prompt, c, rollout=f"a{i}") for i, c in enumerate(completions)]
+    samples += [sample(other_prompt, generate(backend, other_prompt, seed), rollout=f"b{seed}") for seed in (3, 4)]
+    for s in samples:
+        s.advantage = 1.0
+    batch = collate(samples)
+    common = min(len(prompt), len(other_prompt)) - 8
+    assert common <= batch.shared < len(prompt)  # the system prompt, not the task's own words
+    assert batch.width == batch.shared + sum(len(s.token_ids) - batch.shared for s in samples)
+    assert collate(samples, share_prefix=False).width == sum(len(s.token_ids) for s in samples)
+    m1, g1 = _grads(trainer(share_prefix=False), samples, sft=True)
+    m2, g2 = _grads(trainer(), samples, sft=True)
+    _close(g1, g2)
+    assert m2["loss"] == pytest.approx(m1["loss"], rel=1e-5)
+    # packing in token order puts each prompt's samples in one row (two rows of two, not mixed)
+    interleaved = [samples[0], samples[2], samples[1], samples[3]]
+    rows = pack(interleaved, 2, 10_000, share_prefix=True)
+    assert sorted(sorted(s.rollout_id for s in row) for row in rows) == [["a0", "a1"], ["b3", "b4"]]
 
 
 def test_samples_as_numpy_arrays_collate_like_lists(prompt, completions) -> None:

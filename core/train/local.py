@@ -80,7 +80,9 @@ class LocalTrainerConfig:
     mode (no dropout), so recomputed logprobs match the sampler's.
 
     Samples are packed (`core.train.logprobs`): each forward runs up to `micro_batch_size` samples
-    and `pack_tokens` tokens end to end with no padding. gradient_checkpointing: recompute each
+    and `pack_tokens` tokens end to end with no padding. share_prefix: samples of a micro-batch that
+    begin alike (a harness's system prompt, a GRPO group's prompt) run their common beginning once
+    (exact; see `core.train.logprobs`), and rows are filled in token order so that they do. gradient_checkpointing: recompute each
     layer's activations in the backward pass (memory per step grows far slower with sample length).
     """
 
@@ -93,6 +95,7 @@ class LocalTrainerConfig:
     micro_batch_size: int = 4  # samples per forward/backward (gradient accumulation over the step)
     pack_tokens: int = 8192  # tokens per forward at most (a longer sample runs alone)
     gradient_checkpointing: bool = False
+    share_prefix: bool = True
     temperature: float = 1.0  # the sampler's temperature: logprobs are log_softmax(logits / temperature)
     policy_loss: str = "vanilla"  # veRL's policy-loss registry
     clip_ratio: float = 0.2
@@ -249,8 +252,9 @@ class LocalTrainer:
                 self._check_images(sample)
         cfg = self.config
         alone = not self.packed or self.vision is not None  # images: 3D positions span a whole row
-        for chunk in pack(samples, cfg.micro_batch_size, cfg.pack_tokens, alone=alone):
-            yield chunk, collate(chunk, self.device, self._image_inputs if self.vision is not None else None)
+        share = cfg.share_prefix and not alone
+        for chunk in pack(samples, cfg.micro_batch_size, cfg.pack_tokens, alone=alone, share_prefix=share):
+            yield chunk, collate(chunk, self.device, self._image_inputs if self.vision is not None else None, share_prefix=share)
 
     @contextlib.contextmanager
     def _compute(self) -> Iterator[None]:
@@ -583,6 +587,7 @@ def trainer_settings(train: TrainConfig) -> dict[str, Any]:
         "lora_alpha": train.lora_alpha,
         "dtype": train.dtype,
         "gradient_checkpointing": train.gradient_checkpointing,
+        "share_prefix": train.share_prefix,
         "rollout_correction": train.rollout_correction,
         "seed": train.seed,
     }

@@ -10,6 +10,13 @@ go through the LM head, and in chunks of at most LOGIT_CHUNK_ELEMENTS logits, ea
 the backward pass (activation checkpointing), so no [tokens, vocabulary] tensor is ever held for a
 whole sample: a long trajectory made mostly of tool output costs one hidden state per token.
 
+A micro-batch's samples that begin alike (the same system prompt and task template; a GRPO
+group's shared prompt) share that beginning: it is laid once at the head of the row and every
+sample's rest attends to it (`core.models.attention`'s context segments), so the forward runs the
+common prefix once instead of once per sample. Exact: each sample's tokens see the same keys at the
+same positions as alone, and the prefix's gradient is the sum of what every sample sends back.
+Rows are packed in token order when sharing, so samples of one prompt land in one row.
+
 The (B, K) tensors put each sample's trained positions in its own row, left-aligned (mask 0 after
 them): what veRL's per-sequence loss aggregations expect.
 """
@@ -27,6 +34,7 @@ from core.errors import ForgetuiError
 from core.train.types import Sample
 
 LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits (positions × vocabulary) computed at once: 128 MB in float32
+MIN_SHARED_PREFIX = 16  # a shorter common beginning is laid out per sample (sharing it would save next to nothing)
 
 
 @dataclass
@@ -35,7 +43,8 @@ class Batch:
 
     input_ids: Any  # (1, T) long: the samples end to end
     position_ids: Any  # (1, T) long: each sample counts from 0
-    segments: list[tuple[int, int]]  # each sample's [start, end) columns in the row
+    # the attention's segments: (start, end) attends causally to itself; (start, end, 0, shared) also sees the shared prefix
+    segments: list[tuple[int, ...]]
     positions: Any  # (N,) long: columns p whose next token (p + 1) is trained, sample by sample
     rows: Any  # (N,) long: the sample (row of the (B, K) tensors) of each such column
     cols: Any  # (N,) long: its index within that row
@@ -45,6 +54,7 @@ class Batch:
     advantages: Any  # (B, K) float: the sample's advantage × its call's weight on every trained token (0 past them)
     # what else the forward takes: a vision-language sample's pixel values, image grids and 3D positions
     inputs: dict[str, Any] = field(default_factory=dict)
+    shared: int = 0  # tokens of the common prefix laid once at the head of the row (0: none shared)
 
     @property
     def tokens(self) -> int:
@@ -73,9 +83,31 @@ def call_weights(sample: Sample, positions: Any) -> Any:
     return out
 
 
-def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageInputs | None = None) -> Batch:
+def common_prefix(a: Any, b: Any) -> int:
+    """Length of the longest common beginning of two token-id sequences."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
+    return int(differ[0]) if differ.size else n
+
+
+def shared_prefix(samples: Sequence[Sample]) -> int:
+    """The tokens every sample begins with, when worth sharing (≥ MIN_SHARED_PREFIX and ≥ 2 samples), else 0."""
+    if len(samples) < 2:
+        return 0
+    first = samples[0].token_ids
+    shared = min(common_prefix(first, s.token_ids) for s in samples[1:])
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def collate(
+    samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageInputs | None = None, *, share_prefix: bool = True
+) -> Batch:
     """Pack samples into one row and pick the columns that predict a sampled token.
 
+    `share_prefix`: the samples' common beginning (`shared_prefix`) is laid once at the head of
+    the row and each sample's rest after it, attending to it (see the module's docstring).
     Samples with images need `image_inputs(input_ids, attention_mask, images)`: the forward's
     pixel inputs for the row's images (`core.tokens.vision.forward_inputs`); the model computes
     their 3D positions itself, from the whole row, so a row with images holds one sample.
@@ -83,27 +115,36 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
     import torch
 
     # a sample's ids, mask and logprobs are lists or numpy arrays (samples_for_run builds arrays): numpy for both
-    pieces: list[Any] = []
+    ids = [np.asarray(s.token_ids, dtype=np.int64) for s in samples]
+    images = [image for s in samples for image in s.images]
+    shared = shared_prefix(samples) if share_prefix and not images else 0
+    pieces: list[Any] = [ids[0][:shared]] if shared else []
+    places: list[Any] = [np.arange(shared)] if shared else []  # each column's position id
+    segments: list[tuple[int, ...]] = [(0, shared)] if shared else []
     positions: list[Any] = []
-    segments: list[tuple[int, int]] = []
+    targets: list[Any] = []
     recorded: list[Any] = []
     weights: list[Any] = []  # per trained token: the sample's advantage × its call's share (`Sample.call_weights`)
-    start = 0
-    for s in samples:
-        size = len(s.token_ids)
+    start = shared
+    for s, tokens in zip(samples, ids, strict=True):
+        size = len(tokens)
         if not (len(s.loss_mask) == len(s.logprobs) == size):
             raise ForgetuiError(
                 f"sample {s.sample_id}: {size} tokens, {len(s.loss_mask)} mask entries, {len(s.logprobs)} "
                 "logprobs; they must be aligned one per token"
             )
-        pieces.append(np.asarray(s.token_ids, dtype=np.int64))
-        segments.append((start, start + size))
+        pieces.append(tokens[shared:])
+        places.append(np.arange(shared, size))
+        if size > shared:
+            segments.append((start, start + size - shared, 0, shared) if shared else (start, start + size))
         # the first token has no prediction: a sample's first sampled token comes after its prompt
         trained = np.flatnonzero(np.asarray(s.loss_mask[1:]))
-        positions.append(start + trained)
+        # token p predicts p + 1; its column: in the shared head (p < shared) or in this sample's rest
+        positions.append(np.where(trained < shared, trained, start + trained - shared))
+        targets.append(tokens[trained + 1])
         recorded.append(np.asarray(s.logprobs, dtype=np.float32)[trained + 1])
         weights.append(float(s.advantage) * call_weights(s, trained + 1))
-        start += size
+        start += size - shared
     n, k = len(samples), max((len(r) for r in recorded), default=0)
     mask, logged, adv = torch.zeros(n, k), torch.zeros(n, k), torch.zeros(n, k)
     for i, (values, weighted) in enumerate(zip(recorded, weights, strict=True)):
@@ -112,10 +153,12 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         adv[i, : len(values)] = torch.from_numpy(weighted)
     rows = np.repeat(np.arange(n), [len(r) for r in recorded])
     cols = np.concatenate([np.arange(len(r)) for r in recorded]) if recorded else np.zeros(0, dtype=np.int64)
-    row = torch.from_numpy(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)).unsqueeze(0)
-    where = torch.from_numpy(np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)).long()
+
+    def joined(parts: list[Any]) -> Any:
+        return torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)).long()
+
+    row = joined(pieces).unsqueeze(0)
     inputs: dict[str, Any] = {}
-    images = [image for s in samples for image in s.images]
     if images:
         if image_inputs is None:
             raise ForgetuiError("these samples carry images, and the model being trained takes text only")
@@ -124,34 +167,46 @@ def collate(samples: Sequence[Sample], device: Any = "cpu", image_inputs: ImageI
         inputs = image_inputs(row.to(device), torch.ones_like(row).to(device), images)
     return Batch(
         input_ids=row.to(device),
-        position_ids=torch.cat([torch.arange(b - a, dtype=torch.long) for a, b in segments] or [torch.zeros(0, dtype=torch.long)]).unsqueeze(0).to(device),
+        position_ids=joined(places).unsqueeze(0).to(device),
         segments=segments,
-        positions=where.to(device),
+        positions=joined(positions).to(device),
         rows=torch.from_numpy(rows).long().to(device),
         cols=torch.from_numpy(cols).long().to(device),
-        targets=row[0, where + 1].to(device),
+        targets=joined(targets).to(device),
         mask=mask.to(device),
         recorded=logged.to(device),
         advantages=adv.to(device),
         inputs=inputs,
+        shared=shared,
     )
 
 
-def pack(samples: Sequence[Sample], max_samples: int, max_tokens: int, alone: bool = False) -> list[list[Sample]]:
+def pack(
+    samples: Sequence[Sample], max_samples: int, max_tokens: int, alone: bool = False, *, share_prefix: bool = False
+) -> list[list[Sample]]:
     """Samples in rows of at most `max_samples` samples and `max_tokens` tokens (a longer sample alone); `alone`: one per row.
 
-    Sorted by length first, so a row's samples are alike and the rows are evenly filled.
+    Sorted by length, so a row's samples are alike and the rows are evenly filled; with
+    `share_prefix`, sorted by their tokens instead, so samples that begin alike share a row, and a
+    row's tokens count its common prefix once (what `collate` will run).
     """
+    if share_prefix:
+        order = sorted(samples, key=lambda s: tuple(int(t) for t in s.token_ids))
+    else:
+        order = sorted(samples, key=lambda s: len(s.token_ids))
     rows: list[list[Sample]] = []
     current: list[Sample] = []
-    used = 0
-    for s in sorted(samples, key=lambda s: len(s.token_ids)):
+    plain = common = 0  # the row's tokens laid out one sample after another; its samples' common beginning
+    for s in order:
         size = len(s.token_ids)
-        if current and (alone or len(current) >= max_samples or used + size > max_tokens):
+        joined = min(common, common_prefix(current[-1].token_ids, s.token_ids)) if current else size
+        shared = joined if share_prefix and joined >= MIN_SHARED_PREFIX else 0
+        cost = plain + size - shared * len(current)  # the prefix once, not once per sample
+        if current and (alone or len(current) >= max_samples or cost > max_tokens):
             rows.append(current)
-            current, used = [], 0
+            current, plain, joined = [], 0, size
         current.append(s)
-        used += size
+        plain, common = plain + size, joined
     if current:
         rows.append(current)
     return rows
