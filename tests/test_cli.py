@@ -103,3 +103,15 @@ def test_progress_names_no_model_for_oracle_and_hides_keys() -> None:
     assert policy_shown(load_config(None, ["harness.name=oracle"])) == "none"
     shown = policy_shown(load_config(None, ["harness.name=react", 'policy.backend="litellm:openai/gpt-x?api_key=sk-live-123"']))
     assert "sk-live-123" not in shown and shown.startswith("litellm:openai/gpt-x")
+
+
+def test_resume_of_a_run_with_a_damaged_config_names_the_file(env):
+    """A run's config.toml is read by the one TOML loader: damage is a clear error naming the file, not a traceback."""
+    env = {**env, "COLUMNS": "400"}  # the log handler wraps at the terminal's width
+    run = Path(env["FORGETUI_HOME"]) / "runs" / "r-damaged"
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text("[policy\nbackend = ")
+    out = subprocess.run([*FORGETUI, "run", "--no-ui", "--resume", "r-damaged"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "config.toml is not valid TOML" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([*FORGETUI, "run", "--no-ui", "--resume", "r-missing"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "no run 'r-missing' to resume" in out.stderr

@@ -6,13 +6,12 @@ import asyncio
 import fnmatch
 import logging
 import secrets
-import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from core.config import RunConfig
+from core.config import RunConfig, load_config
 from core.env import Environment, Task
 from core.errors import ConfigError, SandboxError
 from core.harness import Harness
@@ -217,4 +216,4 @@ def load_run_config(run_id: str) -> RunConfig:
     path = runs_dir() / run_id / "config.toml"
     if not path.exists():
         raise ConfigError(f"no run {run_id!r} to resume (no {path})")
-    return RunConfig.model_validate(tomllib.loads(path.read_text()))
+    return load_config(path)  # the one TOML loader: a damaged file is a ConfigError naming it
