@@ -326,15 +326,7 @@ def test_chunked_logits_and_gradient_checkpointing_change_nothing_but_memory(pro
     samples = pair(prompt, completions)
 
     def gradients(t) -> dict:
-        got: dict = {}
-
-        def keep(metrics, caller):
-            got.update({n: p.grad.clone() for n, p in t.model.named_parameters() if p.grad is not None})
-            return metrics
-
-        t._apply_gradients = keep
-        t.step(samples)
-        return got
+        return _grads(t, samples)[1]
 
     plain = gradients(trainer())
     monkeypatch.setattr(logprobs, "LOGIT_CHUNK_ELEMENTS", 3 * 4096)  # three positions' logits at a time

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from core.backends.prefix_cache import PrefixCache, common_prefix
+from core.backends.prefix_cache import PrefixCache
 from core.errors import ModelError
+from core.tokens.ids import common_prefix
 
 log = logging.getLogger(__name__)
 

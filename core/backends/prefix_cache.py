@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from core.tokens.ids import common_prefix
+
 log = logging.getLogger(__name__)
 
 # kv: a tensor [layers, 2 (keys, values), kv_heads, tokens, head_dim] for the node's tokens
@@ -41,20 +43,6 @@ class _Node:
     @property
     def nbytes(self) -> int:
         return 0 if self.kv is None else self.kv.numel() * self.kv.element_size()
-
-
-def _common(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the common start of two id arrays."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.size else n
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common start of two token-id sequences."""
-    return _common(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
 
 
 class PrefixCache:
@@ -79,7 +67,7 @@ class PrefixCache:
             child = node.children.get(int(ids[pos]))
             if child is None:
                 break
-            take = _common(child.ids, ids[pos:limit])
+            take = common_prefix(child.ids, ids[pos:limit])
             if take == 0:
                 break
             path.append((child, take))

@@ -31,6 +31,7 @@ import numpy as np
 
 from core.chat import ImagePart
 from core.errors import ForgetuiError
+from core.tokens.ids import common_prefix
 from core.train.types import Sample
 
 LOGIT_CHUNK_ELEMENTS = 1 << 25  # logits (positions × vocabulary) computed at once: 128 MB in float32
@@ -81,15 +82,6 @@ def call_weights(sample: Sample, positions: Any) -> Any:
     for weight, start, end in zip(sample.call_weights, sample.completion_starts, sample.completion_ends, strict=False):
         out[(positions >= start) & (positions < end)] = weight
     return out
-
-
-def common_prefix(a: Any, b: Any) -> int:
-    """Length of the longest common beginning of two token-id sequences."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    differ = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
-    return int(differ[0]) if differ.size else n
 
 
 def shared_prefix(samples: Sequence[Sample]) -> int:
@@ -199,7 +191,7 @@ def pack(
     plain = common = 0  # the row's tokens laid out one sample after another; its samples' common beginning
     for s in order:
         size = len(s.token_ids)
-        joined = min(common, common_prefix(current[-1].token_ids, s.token_ids)) if current else size
+        joined = min(common, common_prefix(current[-1].token_ids, s.token_ids)) if share_prefix and current else size
         shared = joined if share_prefix and joined >= MIN_SHARED_PREFIX else 0
         cost = plain + size - shared * len(current)  # the prefix once, not once per sample
         if current and (alone or len(current) >= max_samples or cost > max_tokens):
