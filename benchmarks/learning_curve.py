@@ -17,6 +17,9 @@ Every pass rate is printed with its 95% bootstrap interval over tasks. Writes le
 learning_curve-<harness>.png (held-out pass rate per stage and split, train reward per GRPO step) into
 --out/<harness>/. Exit code 0 when the floors hold on eval-phrasing: SFT ≥ base + 0.4, GRPO ≥ SFT + 0.1.
 
+`--reuse PATH` takes the base and SFT stages (and the SFT checkpoint) from an earlier learning_curve.json
+whose plan agrees up to SFT, and runs only GRPO and its eval: a GRPO variant in half the time.
+
 `--transfer` reads each harness's learning_curve.json under --out and evaluates its GRPO checkpoint in
 the other harnesses on eval-phrasing: the 3×3 table of where a policy was trained × where it runs.
 """
@@ -41,6 +44,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--split", default="both", choices=["eval-phrasing", "eval", "both"], help="held-out split(s) to evaluate on")
     parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m; `tiny` to try the pipeline)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
+    parser.add_argument("--reuse", type=Path, default=None, help="an earlier learning_curve.json of the same plan up to SFT: "
+                        "its base and SFT stages and SFT checkpoint stand in for running them (GRPO variants)")
     parser.add_argument("--transfer", action="store_true", help="evaluate each harness's GRPO checkpoint in the other harnesses")
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
@@ -106,7 +111,8 @@ def main() -> int:
 
     plan = make_plan(args, args.harness)
     print(f"learning curve: {plan.model} in {plan.harness}, held out: {', '.join(plan.eval_splits)}; plan {plan.describe()}", flush=True)
-    result = learning_curve(plan, args.out / plan.harness, lambda line: print(line, flush=True))
+    reuse = json.loads(args.reuse.read_text()) if args.reuse else None
+    result = learning_curve(plan, args.out / plan.harness, lambda line: print(line, flush=True), reuse)
     print_table({plan.harness: result}, list(plan.eval_splits))
     split = FLOOR_SPLIT if FLOOR_SPLIT in plan.eval_splits else plan.eval_splits[0]
     sft_gain, grpo_gain, ok = floors(result, split)

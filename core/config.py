@@ -163,6 +163,7 @@ class TrainConfig(_Section):
     steps: int = Field(0, ge=0, description="0 = evaluate only")
     trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
     tasks_per_step: int | None = Field(None, ge=1, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
+    shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
     max_extra_batches: int = Field(0, ge=0, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
     estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
     norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")

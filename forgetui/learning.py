@@ -242,18 +242,50 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
     return summary.extra["checkpoint"], steps
 
 
-def learning_curve(plan: Plan, out: Path, report: Report = print) -> dict[str, Any]:
-    """Every stage in order; writes learning_curve.json and learning_curve-<harness>.png into `out` and returns the result."""
+# The plan fields the base, teacher and SFT stages depend on: a result whose plan agrees on them can lend those stages.
+BEFORE_GRPO = ("harness", "model", "eval_splits", "eval_n", "train_n", "eval_samples", "families", "sft_epochs", "sft_lr",
+               "max_tokens", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes")
+
+
+def reusable(plan: Plan, earlier: dict[str, Any]) -> None:
+    """Raise ValueError unless `earlier` (a learning_curve.json) ran this plan's stages before GRPO and its SFT checkpoint is still there."""
+    mine = plan.describe()
+    differs = [k for k in BEFORE_GRPO if earlier["plan"].get(k) != mine[k]]
+    if differs:
+        raise ValueError("the earlier run's plan differs before GRPO in " + ", ".join(f"{k} ({earlier['plan'].get(k)!r} ≠ {mine[k]!r})" for k in differs))
+    if not Path(earlier["checkpoints"]["sft"]).is_dir():
+        raise ValueError(f"the earlier run's SFT checkpoint {earlier['checkpoints']['sft']} is gone")
+
+
+def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every stage in order; writes learning_curve.json and learning_curve-<harness>.png into `out` and returns the result.
+
+    `reuse`: an earlier result of the same plan up to SFT (see `reusable`) whose base and SFT stages and
+    SFT checkpoint stand in for running them again (GRPO variants from one SFT checkpoint); their
+    wall times count in `total_s` and the result names where they came from.
+    """
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    stages = [evaluate(plan, f"builtin:{plan.model}", "base", report)]
-    teacher_runs = teach(plan, out, report)
-    sft_ckpt = sft(plan, teacher_runs, report)
-    stages.append(evaluate(plan, f"builtin:{sft_ckpt}", "sft", report))
+    if reuse is None:
+        stages = [evaluate(plan, f"builtin:{plan.model}", "base", report)]
+        teacher_runs = teach(plan, out, report)
+        sft_ckpt = sft(plan, teacher_runs, report)
+        stages.append(evaluate(plan, f"builtin:{sft_ckpt}", "sft", report))
+        lent = 0.0
+    else:
+        reusable(plan, reuse)
+        stages, sft_ckpt = [s for s in reuse["stages"] if s["stage"] in ("base", "sft")], reuse["checkpoints"]["sft"]
+        plan.timings.update({k: v for k, v in reuse["timings_s"].items() if not k.startswith("grpo")})
+        lent = sum(plan.timings.values())
+        for stage in stages:
+            for split, r in stage["splits"].items():
+                report(split_line(stage["stage"], split, r) + "  (from the earlier run)")
     grpo_ckpt, steps = grpo(plan, sft_ckpt, report)
     stages.append(evaluate(plan, f"builtin:{grpo_ckpt}", "grpo", report))
     result = {"plan": plan.describe(), "stages": stages, "grpo_steps": steps, "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt},
-              "timings_s": plan.timings, "total_s": time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
+              "timings_s": plan.timings, "total_s": lent + time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
+    if reuse is not None:
+        result["reused"] = {"stages": ["base", "teacher", "sft"], "run_ids": [s["splits"][k]["run_id"] for s in stages[:2] for k in s["splits"]]}
     (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))
     plot(result, Path(result["plot"]))
     return result

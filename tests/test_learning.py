@@ -17,6 +17,7 @@ from forgetui.learning import (
     base_config,
     floors,
     mistaken_turns,
+    reusable,
     split_result,
     teacher_script,
     teacher_turns,
@@ -122,3 +123,18 @@ def test_split_result_lines_and_table() -> None:
     md = table({"react": result}, ["eval-phrasing"])
     assert md.splitlines()[2].startswith("| react | base | 0.000 [") and "(3/8)" in md
     json.dumps(r)  # what learning_curve.json holds
+
+
+def test_an_earlier_run_lends_its_stages_before_grpo_only_to_the_same_plan(tmp_path: Path) -> None:
+    ckpt = tmp_path / "step-00025"
+    ckpt.mkdir()
+    plan = Plan(harness="mini-swe-agent", sft_epochs=1)
+    earlier = {"plan": {**plan.describe(), "grpo_steps": 2, "grpo_lr": 1e-5}, "checkpoints": {"sft": str(ckpt)}}
+    reusable(Plan(harness="mini-swe-agent", sft_epochs=1, grpo_steps=6), earlier)  # GRPO's schedule may differ
+    with pytest.raises(ValueError, match=r"sft_epochs \(1 ≠ 3\)"):
+        reusable(Plan(harness="mini-swe-agent"), earlier)
+    with pytest.raises(ValueError, match="harness"):
+        reusable(Plan(harness="pi", sft_epochs=1), earlier)
+    ckpt.rmdir()
+    with pytest.raises(ValueError, match="is gone"):
+        reusable(plan, earlier)

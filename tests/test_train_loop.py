@@ -146,7 +146,8 @@ def test_a_crash_mid_training_resumes_after_the_last_checkpoint(tmp_path, docker
 def test_dynamic_sampling_refills_a_flat_step_with_unused_tasks(docker_client, base_image) -> None:
     """write-file-000 always scores 0 under CoinHarness (a flat group): the step draws `hello`, whose coin flips differ."""
     config = coin_config(**{"env.tasks": "hello,write-file-000", "train.steps": 2, "train.tasks_per_step": 1,
-                            "train.max_extra_batches": 2, "train.save_every": 0, "train.lr": 1e-5})  # small steps: hello stays a coin flip
+                            "train.max_extra_batches": 2, "train.save_every": 0, "train.lr": 1e-5,
+                            "train.shuffle": False})  # small steps: hello stays a coin flip
     summary = asyncio.run(execute_run(config))
     store = summary.store
     tasks_by_step = dict(rows(store, "SELECT step, list(DISTINCT task_id ORDER BY task_id) FROM rollouts GROUP BY step"))

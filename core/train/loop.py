@@ -30,6 +30,7 @@ from core.proxy.factory import token_policy
 from core.rollout.status import Tally
 from core.session import RunSession, store_rows
 from core.train.advantages import compute_advantages, discount_calls
+from core.train.batches import TaskSchedule
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
 from core.train.local import LocalTrainer, trainer_settings
 from core.train.lora_push import push_weights
@@ -59,20 +60,6 @@ def check_train_tasks(tasks: list[Task]) -> None:
         splits = " and ".join(sorted({str(t.meta["split"]) for t in held_out}))
         raise ConfigError(f"{len(held_out)} of the selected tasks are in the {splits} split ({', '.join(t.id for t in held_out[:3])}…): "
                           "train on env.options.split = \"train\"")
-
-
-def tasks_for_step(tasks: list[Task], step: int, per_step: int | None) -> list[Task]:
-    """The step's batch: `per_step` tasks, walking the task list round-robin (all tasks when None)."""
-    if not per_step or per_step >= len(tasks):
-        return list(tasks)
-    start = (step * per_step) % len(tasks)
-    return [tasks[(start + i) % len(tasks)] for i in range(per_step)]
-
-
-def extra_tasks(tasks: list[Task], used: list[Task], n: int) -> list[Task]:
-    """Up to `n` tasks not yet in this step's batch, in the env's order (dynamic sampling's refill)."""
-    taken = {t.id for t in used}
-    return [t for t in tasks if t.id not in taken][:n]
 
 
 def _informative(stats: Any) -> int:
@@ -107,11 +94,11 @@ class LocalTraining:
     def _existing(self, sql: str, step: int) -> bool:
         return bool(store_rows(self.store, sql, [self.session.run_id, step]))
 
-    async def run_step(self, tasks: list[Task], step: int) -> dict[str, Any]:
+    async def run_step(self, schedule: TaskSchedule, step: int) -> dict[str, Any]:
         """Rollouts, samples, advantages, one update and the new weights for one step; returns its metrics."""
         session, train = self.session, self.config.train
         batch: list[Task] = []
-        more, extra = tasks_for_step(tasks, step, train.tasks_per_step), -1  # the first batch, then dynamic sampling's refills
+        more, extra = schedule.batch(step), -1  # the first batch, then dynamic sampling's refills
         sampler = backend_stats(self.backend)
         started = time.perf_counter()
         while more:
@@ -123,7 +110,7 @@ class LocalTraining:
             discount_calls(samples, train.call_discount)
             missing = len(batch) - _informative(stats)  # one informative group wanted per task run so far
             refill = self.config.run.n_samples > 1 and extra < train.max_extra_batches and missing > 0
-            more = extra_tasks(tasks, batch, missing) if refill else []
+            more = schedule.refill(step, batch, missing) if refill else []
         rollout_s = time.perf_counter() - started
         sampler = {k: v - sampler.get(k, 0.0) for k, v in backend_stats(self.backend).items() if k in SAMPLER_COUNTERS}
         started = time.perf_counter()
@@ -230,12 +217,14 @@ class LocalTrainerRun:
             await preflight_session(session, backend, config.policy.spec, temperature=config.train.temperature)
             tasks = session.tasks()
             check_train_tasks(tasks)
+            train = config.train
+            schedule = TaskSchedule(tuple(tasks), train.tasks_per_step, train.seed if train.seed is not None else config.run.seed, train.shuffle)
             loop = LocalTraining(session, backend, trainer)
             if hooks.on_start is not None:
-                on_start_total = len(tasks_for_step(tasks, 0, config.train.tasks_per_step)) * config.run.n_samples * config.train.steps
+                on_start_total = len(schedule.batch(0)) * config.run.n_samples * config.train.steps
                 hooks.on_start(session.run_id, on_start_total)
             try:
-                last = await self._steps(loop, tasks, first, hooks)
+                last = await self._steps(loop, schedule, first, hooks)
                 final = await asyncio.to_thread(loop.checkpoint, config.train.steps - 1)
             finally:
                 loop.mirror.close()
@@ -245,12 +234,12 @@ class LocalTrainerRun:
             session.finish("done")
             return summary
 
-    async def _steps(self, loop: LocalTraining, tasks: list[Task], first: int, hooks: RunHooks) -> dict[str, Any]:
+    async def _steps(self, loop: LocalTraining, schedule: TaskSchedule, first: int, hooks: RunHooks) -> dict[str, Any]:
         """Steps `first` .. `train.steps` - 1, with the periodic checkpoints; the last step's metrics."""
         train = loop.config.train
         last: dict[str, Any] = {}
         for step in range(first, train.steps):
-            last = await loop.run_step(tasks, step)
+            last = await loop.run_step(schedule, step)
             if hooks.on_step is not None:
                 try:
                     hooks.on_step(last)
