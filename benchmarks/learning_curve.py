@@ -20,8 +20,9 @@ learning_curve-<harness>.png (held-out pass rate per stage and split, train rewa
 `--reuse PATH` takes the base and SFT stages (and the SFT checkpoint) from an earlier learning_curve.json
 whose plan agrees up to SFT, and runs only GRPO and its eval: a GRPO variant in half the time.
 
-`--transfer` reads each harness's learning_curve.json under --out and evaluates its GRPO checkpoint in
-the other harnesses on eval-phrasing: the 3×3 table of where a policy was trained × where it runs.
+`--transfer` reads each harness's learning_curve.json under --out and evaluates its GRPO (or, with
+`--transfer-stage sft`, its SFT) checkpoint in the other harnesses on eval-phrasing: the 3×3 table of where
+a policy was trained × where it runs. A harness without a learning curve yet is a column only.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reuse", type=Path, default=None, help="an earlier learning_curve.json of the same plan up to SFT: "
                         "its base and SFT stages and SFT checkpoint stand in for running them (GRPO variants)")
     parser.add_argument("--transfer", action="store_true", help="evaluate each harness's GRPO checkpoint in the other harnesses")
+    parser.add_argument("--transfer-stage", default="grpo", choices=["sft", "grpo"], help="which checkpoint --transfer evaluates")
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
     for name in TUNABLE:
@@ -79,23 +81,24 @@ def run_transfer(args: argparse.Namespace) -> int:
     from forgetui.learning import FLOOR_SPLIT, transfer
 
     harnesses = [h.strip() for h in args.harness.split(",")]
-    results = {}
-    for h in harnesses:
-        path = args.out / h / "learning_curve.json"
-        if not path.exists():
-            print(f"no {path}: run `benchmarks/learning_curve.py --harness {h}` first", file=sys.stderr)
-            return 2
-        results[h] = json.loads(path.read_text())
+    results = {h: json.loads((args.out / h / "learning_curve.json").read_text()) for h in harnesses if (args.out / h / "learning_curve.json").exists()}
+    if not results:
+        print(f"no learning_curve.json under {args.out}/<harness>/: run `benchmarks/learning_curve.py --harness {harnesses[0]}` first", file=sys.stderr)
+        return 2
+    untrained = [h for h in harnesses if h not in results]
+    if untrained:
+        print(f"no learning curve for {', '.join(untrained)} yet: their rows are left out, their columns run", flush=True)
     plan = make_plan(args, harnesses[0])
     plan.eval_splits = (FLOOR_SPLIT,)
-    plan.model = results[harnesses[0]]["plan"]["model"]
-    print(f"transfer: each harness's GRPO checkpoint in every harness, on {FLOOR_SPLIT}", flush=True)
-    table = transfer(results, plan, lambda line: print(line, flush=True))
-    (args.out / "transfer.json").write_text(json.dumps(table, indent=2, default=str))
+    plan.model = next(iter(results.values()))["plan"]["model"]
+    stage = args.transfer_stage
+    print(f"transfer: each trained harness's {stage} checkpoint in every harness, on {FLOOR_SPLIT}", flush=True)
+    table = transfer(results, plan, lambda line: print(line, flush=True), stage, tuple(harnesses))
+    (args.out / f"transfer-{stage}.json").write_text(json.dumps(table, indent=2, default=str))
     print("\n| trained in ↓ / run in → | " + " | ".join(harnesses) + " |")
     print("|" + "---|" * (len(harnesses) + 1))
-    for trained in harnesses:
-        cells = [f"{table[trained][h]['pass_rate']:.3f} [{table[trained][h]['ci'][0]:.2f}, {table[trained][h]['ci'][1]:.2f}]" for h in harnesses]
+    for trained, row in table.items():
+        cells = [f"{row[h]['pass_rate']:.3f} [{row[h]['ci'][0]:.2f}, {row[h]['ci'][1]:.2f}] ({row[h]['passed']}/{row[h]['scored']})" for h in harnesses]
         print(f"| {trained} | " + " | ".join(cells) + " |")
     return 0
 

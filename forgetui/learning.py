@@ -298,15 +298,17 @@ def floors(result: dict[str, Any], split: str = FLOOR_SPLIT) -> tuple[float, flo
     return sft_gain, grpo_gain, sft_gain >= SFT_FLOOR and grpo_gain >= GRPO_FLOOR
 
 
-def transfer(results: dict[str, dict[str, Any]], plan: Plan, report: Report = print, stage: str = "grpo") -> dict[str, dict[str, Any]]:
-    """Each harness's `stage` checkpoint evaluated in every harness on the plan's first eval split: {trained: {evaluated: result}}."""
+def transfer(results: dict[str, dict[str, Any]], plan: Plan, report: Report = print, stage: str = "grpo",
+             columns: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """Each trained harness's `stage` checkpoint evaluated in every harness of `columns` (default: the trained ones) on the
+    plan's first eval split: {trained: {evaluated: result}}; a harness's own cell is its learning curve's."""
     split = plan.eval_splits[0]
     table: dict[str, dict[str, Any]] = {}
     for trained, result in results.items():
         ckpt = result["checkpoints"][stage]
         own = next(s for s in result["stages"] if s["stage"] == stage)["splits"][split]
         row = table.setdefault(trained, {trained: own})
-        for other in results:
+        for other in columns or tuple(results):
             if other == trained:
                 continue
             one = Plan(**{**plan.__dict__, "harness": other, "eval_splits": (split,), "timings": {}})

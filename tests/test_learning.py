@@ -138,3 +138,25 @@ def test_an_earlier_run_lends_its_stages_before_grpo_only_to_the_same_plan(tmp_p
     ckpt.rmdir()
     with pytest.raises(ValueError, match="is gone"):
         reusable(plan, earlier)
+
+
+def test_transfer_runs_each_trained_checkpoint_in_every_listed_harness(monkeypatch: pytest.MonkeyPatch) -> None:
+    import forgetui.learning as learning
+
+    ran: list[tuple[str, str]] = []
+
+    def fake_evaluate(plan: Plan, backend: str, label: str, report=print) -> dict:
+        ran.append((plan.harness, backend))
+        return {"splits": {"eval-phrasing": {"pass_rate": 0.25, "harness": plan.harness}}}
+
+    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    own = {"pass_rate": 0.55}
+    result = {"checkpoints": {"sft": "/ck/sft", "grpo": "/ck/grpo"},
+              "stages": [{"stage": "sft", "splits": {"eval-phrasing": {"pass_rate": 0.49}}}, {"stage": "grpo", "splits": {"eval-phrasing": own}}]}
+    plan = Plan(eval_splits=("eval-phrasing",))
+    table = learning.transfer({"mini-swe-agent": result}, plan, lambda _: None, "grpo", ("react", "mini-swe-agent", "pi"))
+    assert ran == [("react", "builtin:/ck/grpo"), ("pi", "builtin:/ck/grpo")]  # pi has no curve of its own: still a column
+    assert table["mini-swe-agent"]["mini-swe-agent"] is own and table["mini-swe-agent"]["pi"]["harness"] == "pi"
+    ran.clear()
+    assert learning.transfer({"mini-swe-agent": result}, plan, lambda _: None, "sft", ("react",))["mini-swe-agent"]["mini-swe-agent"]["pass_rate"] == 0.49
+    assert ran == [("react", "builtin:/ck/sft")]
