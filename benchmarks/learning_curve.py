@@ -121,6 +121,10 @@ def main() -> int:
     sft_gain, grpo_gain, ok = floors(result, split)
     print(f"\non {split}: SFT − base = {sft_gain:+.3f} (floor +{SFT_FLOOR}); GRPO − SFT = {grpo_gain:+.3f} (floor +{GRPO_FLOOR}); "
           f"{result['total_s'] / 60:.1f} min in all; plot: {result['plot']}")
+    from forgetui.learning_report import paired_line
+
+    for label, p in result["gains"].get(split, {}).items():
+        print(paired_line(label.replace(" - ", " − "), p))
     print("wall time per stage (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result["timings_s"].items()))
     split_s = {k: sum(float(m.get(k, 0.0)) for m in result["grpo_steps"]) for k in ("rollout_s", "prefill_s", "decode_s", "update_s")}
     print(f"GRPO steps: rollouts {split_s['rollout_s']:.0f} s (sampler: prefill {split_s['prefill_s']:.0f} s, decode {split_s['decode_s']:.0f} s; "

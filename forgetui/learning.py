@@ -20,13 +20,14 @@ from typing import Any
 
 from core.config import RunConfig
 from core.models.resolve import resolve_model
+from core.paths import runs_dir
 from core.registry import load_env
 from core.run import execute_run
 from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
 from envs.toy import solution_script
-from forgetui.learning_report import pass_interval, plot, split_line
+from forgetui.learning_report import paired_gain, pass_interval, plot, split_line
 
 SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
 HARNESSES = ("react", "mini-swe-agent", "pi")
@@ -134,7 +135,21 @@ def split_result(per_task: dict[str, dict[str, Any]], run_id: str) -> dict[str, 
     lo, hi = pass_interval({k: (t["passed"], t["scored"]) for k, t in per_task.items()})
     return {"pass_rate": passed / scored if scored else 0.0, "ci": [lo, hi], "passed": passed, "scored": scored,
             "tasks": len(per_task), "mean_reward": sum(t["reward"] for t in per_task.values()) / scored if scored else 0.0,
-            "by_family": {f: tuple(c) for f, c in by_family.items()}, "run_id": run_id}
+            "by_family": {f: tuple(c) for f, c in by_family.items()}, "run_id": run_id,
+            "per_task": {k: [t["passed"], t["scored"]] for k, t in sorted(per_task.items())}}
+
+
+def per_task_counts(r: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """A split result's (passed, scored) per task: stored in it, or (results written before they were) read from its run's store."""
+    if "per_task" in r:
+        return {k: (int(p), int(n)) for k, (p, n) in r["per_task"].items()}
+    return {k: (t["passed"], t["scored"]) for k, t in task_results(str(runs_dir() / r["run_id"] / "store.duckdb")).items()}
+
+
+def gains(result: dict[str, Any], split: str = FLOOR_SPLIT) -> dict[str, dict[str, Any]]:
+    """SFT − base and GRPO − SFT on `split`, paired over its tasks (`paired_gain`)."""
+    by_stage = {s["stage"]: per_task_counts(s["splits"][split]) for s in result["stages"] if split in s["splits"]}
+    return {f"{b} - {a}": paired_gain(by_stage[a], by_stage[b]) for a, b in (("base", "sft"), ("sft", "grpo")) if a in by_stage and b in by_stage}
 
 
 def evaluate(plan: Plan, backend: str, label: str, report: Report = print) -> dict[str, Any]:
@@ -284,6 +299,7 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
     stages.append(evaluate(plan, f"builtin:{grpo_ckpt}", "grpo", report))
     result = {"plan": plan.describe(), "stages": stages, "grpo_steps": steps, "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt},
               "timings_s": plan.timings, "total_s": lent + time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
+    result["gains"] = {split: gains(result, split) for split in plan.eval_splits}
     if reuse is not None:
         result["reused"] = {"stages": ["base", "teacher", "sft"], "run_ids": [s["splits"][k]["run_id"] for s in stages[:2] for k in s["splits"]]}
     (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))

@@ -31,6 +31,30 @@ def pass_interval(per_task: dict[str, tuple[int, int]], *, resamples: int = BOOT
     return rates[int(cut * (resamples - 1))], rates[int(round((1 - cut) * (resamples - 1)))]
 
 
+def paired_gain(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], *, resamples: int = BOOTSTRAP_RESAMPLES,
+                level: float = LEVEL, seed: int = 0) -> dict[str, Any]:
+    """The change of pass rate between two stages on the same tasks, with a bootstrap interval resampling tasks.
+
+    Pairing removes what the tasks themselves contribute (an easy task passes in both stages), so the
+    interval of the difference is narrower than the two stages' intervals suggest. `up`/`down` count
+    tasks whose pass rate rose or fell.
+    """
+    common = [t for t in before if t in after and before[t][1] and after[t][1]]
+    diffs = [after[t][0] / after[t][1] - before[t][0] / before[t][1] for t in common]
+    if not diffs:
+        return {"gain": 0.0, "ci": [0.0, 0.0], "tasks": 0, "up": 0, "down": 0}
+    rng = random.Random(seed)
+    means = sorted(sum(diffs[rng.randrange(len(diffs))] for _ in diffs) / len(diffs) for _ in range(resamples))
+    cut = (1 - level) / 2
+    return {"gain": sum(diffs) / len(diffs), "ci": [means[int(cut * (resamples - 1))], means[int(round((1 - cut) * (resamples - 1)))]],
+            "tasks": len(diffs), "up": sum(d > 0 for d in diffs), "down": sum(d < 0 for d in diffs)}
+
+
+def paired_line(label: str, p: dict[str, Any]) -> str:
+    return (f"{label} = {p['gain']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] paired over {p['tasks']} tasks "
+            f"({p['up']} up, {p['down']} down)")
+
+
 def split_line(stage: str, split: str, r: dict[str, Any]) -> str:
     """One line for a stage's result on one eval split: pass rate, interval, tasks, per family."""
     families = " ".join(f"{f} {p}/{n}" for f, (p, n) in sorted(r["by_family"].items()))

@@ -22,7 +22,7 @@ from forgetui.learning import (
     teacher_script,
     teacher_turns,
 )
-from forgetui.learning_report import pass_interval, split_line, table
+from forgetui.learning_report import paired_gain, pass_interval, split_line, table
 
 REACT_TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": p, "required": list(p)}}}
                for n, p in (("bash", {"command": {"type": "string"}}), ("write_file", {"path": {"type": "string"}, "content": {"type": "string"}}))]
@@ -160,3 +160,14 @@ def test_transfer_runs_each_trained_checkpoint_in_every_listed_harness(monkeypat
     ran.clear()
     assert learning.transfer({"mini-swe-agent": result}, plan, lambda _: None, "sft", ("react",))["mini-swe-agent"]["mini-swe-agent"]["pass_rate"] == 0.49
     assert ran == [("react", "builtin:/ck/sft")]
+
+
+def test_paired_gain_counts_tasks_that_moved_and_is_narrower_than_the_stages() -> None:
+    before = {f"t{i}": (i % 4, 4) for i in range(20)}  # the tasks differ a lot in how hard they are
+    after = {k: (min(p + (1 if i % 2 else 0), 4), 4) for i, (k, (p, _)) in enumerate(before.items())}
+    g = paired_gain(before, after)
+    assert g["tasks"] == 20 and g["up"] == 10 and g["down"] == 0  # every odd task (1 or 3 of 4 before) rose by one sample
+    assert abs(g["gain"] - 10 * 0.25 / 20) < 1e-9 and 0 <= g["ci"][0] <= g["gain"] <= g["ci"][1]
+    lo, hi = pass_interval(after)
+    assert g["ci"][1] - g["ci"][0] < (hi - lo) / 2
+    assert paired_gain(before, {"other": (1, 4)})["tasks"] == 0
