@@ -89,10 +89,10 @@ class PrivateEngine:
             proc.kill()
             proc.wait(timeout=30)
 
-    def client(self) -> Any:
+    def client(self, timeout: int = 60) -> Any:
         import docker
 
-        return docker.DockerClient(base_url=self.url, timeout=60)
+        return docker.DockerClient(base_url=self.url, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +103,16 @@ def private_engine(docker_client, base_image) -> Iterator[PrivateEngine]:
     engine = PrivateEngine(root)
     try:
         engine.start()
-        client = engine.client()
-        client.images.load(b"".join(docker_client.images.get(base_image).save(named=True)))
-        client.close()
+        # `save | load` of a 200 MB image: on a busy machine the shared engine takes more than the
+        # clients' default 30 s to send the first byte, so both ends get a long read timeout here
+        import docker
+
+        shared, client = docker.from_env(timeout=600), engine.client(timeout=600)
+        try:
+            client.images.load(b"".join(shared.images.get(base_image).save(named=True)))
+        finally:
+            shared.close()
+            client.close()
         yield engine
     finally:
         try:
