@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 BOOTSTRAP_RESAMPLES = 2000
 LEVEL = 0.95
+
+
+def bootstrap_interval(items: Sequence[T], statistic: Callable[[list[T]], float], *, resamples: int = BOOTSTRAP_RESAMPLES,
+                       level: float = LEVEL, seed: int = 0) -> tuple[float, float]:
+    """A percentile bootstrap interval of `statistic` over `items` resampled with replacement (each resample as large)."""
+    rng = random.Random(seed)
+    values = sorted(statistic([items[rng.randrange(len(items))] for _ in items]) for _ in range(resamples))
+    cut = (1 - level) / 2
+    return values[int(cut * (resamples - 1))], values[int(round((1 - cut) * (resamples - 1)))]
 
 
 def pass_interval(per_task: dict[str, tuple[int, int]], *, resamples: int = BOOTSTRAP_RESAMPLES, level: float = LEVEL,
@@ -21,14 +33,7 @@ def pass_interval(per_task: dict[str, tuple[int, int]], *, resamples: int = BOOT
     tasks = [v for v in per_task.values() if v[1]]
     if not tasks:
         return 0.0, 0.0
-    rng = random.Random(seed)
-    rates = []
-    for _ in range(resamples):
-        pick = [tasks[rng.randrange(len(tasks))] for _ in tasks]
-        rates.append(sum(p for p, _ in pick) / sum(n for _, n in pick))
-    rates.sort()
-    cut = (1 - level) / 2
-    return rates[int(cut * (resamples - 1))], rates[int(round((1 - cut) * (resamples - 1)))]
+    return bootstrap_interval(tasks, lambda pick: sum(p for p, _ in pick) / sum(n for _, n in pick), resamples=resamples, level=level, seed=seed)
 
 
 def paired_gain(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], *, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -43,11 +48,8 @@ def paired_gain(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, 
     diffs = [after[t][0] / after[t][1] - before[t][0] / before[t][1] for t in common]
     if not diffs:
         return {"gain": 0.0, "ci": [0.0, 0.0], "tasks": 0, "up": 0, "down": 0}
-    rng = random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(len(diffs))] for _ in diffs) / len(diffs) for _ in range(resamples))
-    cut = (1 - level) / 2
-    return {"gain": sum(diffs) / len(diffs), "ci": [means[int(cut * (resamples - 1))], means[int(round((1 - cut) * (resamples - 1)))]],
-            "tasks": len(diffs), "up": sum(d > 0 for d in diffs), "down": sum(d < 0 for d in diffs)}
+    lo, hi = bootstrap_interval(diffs, lambda pick: sum(pick) / len(pick), resamples=resamples, level=level, seed=seed)
+    return {"gain": sum(diffs) / len(diffs), "ci": [lo, hi], "tasks": len(diffs), "up": sum(d > 0 for d in diffs), "down": sum(d < 0 for d in diffs)}
 
 
 def paired_line(label: str, p: dict[str, Any]) -> str:
