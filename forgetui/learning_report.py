@@ -30,7 +30,7 @@ def pass_interval(per_task: dict[str, tuple[int, int]], *, resamples: int = BOOT
     (the same instruction, the same policy), so resampling rollouts one by one (or a Wilson interval
     over them) would be too narrow; the task is the unit that was drawn.
     """
-    tasks = [v for v in per_task.values() if v[1]]
+    tasks = [per_task[k] for k in sorted(per_task) if per_task[k][1]]  # sorted: the interval is a function of the data, not of arrival order
     if not tasks:
         return 0.0, 0.0
     return bootstrap_interval(tasks, lambda pick: sum(p for p, _ in pick) / sum(n for _, n in pick), resamples=resamples, level=level, seed=seed)
@@ -44,7 +44,7 @@ def paired_gain(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, 
     interval of the difference is narrower than the two stages' intervals suggest. `up`/`down` count
     tasks whose pass rate rose or fell.
     """
-    common = [t for t in before if t in after and before[t][1] and after[t][1]]
+    common = sorted(t for t in before if t in after and before[t][1] and after[t][1])
     diffs = [after[t][0] / after[t][1] - before[t][0] / before[t][1] for t in common]
     if not diffs:
         return {"gain": 0.0, "ci": [0.0, 0.0], "tasks": 0, "up": 0, "down": 0}

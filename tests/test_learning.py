@@ -171,3 +171,12 @@ def test_paired_gain_counts_tasks_that_moved_and_is_narrower_than_the_stages() -
     lo, hi = pass_interval(after)
     assert g["ci"][1] - g["ci"][0] < (hi - lo) / 2
     assert paired_gain(before, {"other": (1, 4)})["tasks"] == 0
+
+
+def test_intervals_depend_on_the_data_not_on_the_order_tasks_arrive_in() -> None:
+    before = {f"t{i:02d}": (i % 3, 4) for i in range(25)}
+    after = {k: (min(p + i % 2, 4), 4) for i, (k, (p, _)) in enumerate(before.items())}
+    shuffled_before = dict(reversed(list(before.items())))
+    shuffled_after = dict(sorted(after.items(), key=lambda kv: hash(kv[0]) % 7))
+    assert pass_interval(after) == pass_interval(shuffled_after)
+    assert paired_gain(before, after) == paired_gain(shuffled_before, shuffled_after)
