@@ -153,6 +153,7 @@ class RunSettings(_Section):
     timeout_s: float | None = Field(None, gt=0, description="a cap on every rollout's wall clock, and the wall clock of tasks that set none (unset: no cap, 600 s for those)")
     timeout_scale: float = Field(1.0, gt=0, description="multiplies a task's own timeout (before the run.timeout_s cap)")
     call_timeout_s: float | None = Field(300.0, gt=0, description="per model call")
+    max_calls: int | None = Field(None, ge=1, description="model calls a rollout may make; the proxy refuses the next (HTTP 403 in the caller's protocol), the harness ends as it ends on a refused call and the verifier scores what it left (unset: no cap)")
     max_retries: int = Field(2, ge=0, description="retries of infrastructure failures only")
     seed: int = 0
 

@@ -95,6 +95,16 @@ class BodyTooLargeError(ProtocolError):
     kind = "too_large"
 
 
+class CallBudgetError(ProtocolError):
+    """The rollout has made every model call `run.max_calls` allows (HTTP 403: clients do not retry it)."""
+
+    kind = "permission"
+
+    def __init__(self) -> None:
+        # No number in the message: some harnesses retry an error whose text holds 429 or 5xx-like digits (pi does).
+        super().__init__("this rollout has made every model call run.max_calls allows; forgetui ends it here and the verifier scores what it left")
+
+
 class ContextLengthError(ProtocolError):
     """The rendered prompt does not fit the model's context (HTTP 400)."""
 

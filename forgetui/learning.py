@@ -37,6 +37,7 @@ MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # Each harness's options for these runs: a cap on model calls where the harness has one (the teacher needs two:
 # the command, then the final answer or submit; a model that flails costs no more than that), and a completion
 # cap where the harness asks for its own (pi asks for 4096 tokens a call, which a flailing model would use).
+# pi has no cap on its turns: there the proxy's run.max_calls (Plan.max_calls) ends a rollout at the same budget.
 HARNESS_OPTIONS: dict[str, dict[str, Any]] = {
     "react": {"max_steps": 2},
     "mini-swe-agent": {"step_limit": 2},
@@ -65,6 +66,7 @@ class Plan:
     grpo_lr: float = 5e-6
     grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
     max_tokens: int = 96
+    max_calls: int | None = 2  # run.max_calls: model calls per rollout, refused past it by the proxy (None: the harness's own caps only)
     runtime: str = "docker"
     concurrency: int = 8
     timeout_s: int = 600
@@ -96,7 +98,7 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
         "harness": {"name": plan.harness, "options": dict(HARNESS_OPTIONS.get(plan.harness, {}))},
         "policy": {"backend": backend, "max_tokens": plan.max_tokens},
         "runtime": {"kind": plan.runtime},
-        "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s},
+        "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s, "max_calls": plan.max_calls},
     })
 
 
@@ -259,7 +261,7 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
 
 # The plan fields the base, teacher and SFT stages depend on: a result whose plan agrees on them can lend those stages.
 BEFORE_GRPO = ("harness", "model", "eval_splits", "eval_n", "train_n", "eval_samples", "families", "sft_epochs", "sft_lr",
-               "max_tokens", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes")
+               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes")
 
 
 def reusable(plan: Plan, earlier: dict[str, Any]) -> None:

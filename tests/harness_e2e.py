@@ -65,9 +65,12 @@ class HelloResult:
 
 
 def run_hello(
-    harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None, tokenizer: str | None = None
+    harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None, tokenizer: str | None = None,
+    overrides: list[str] = (),
 ) -> HelloResult:
-    """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for `script` (HELLO_SCRIPT) in `tokenizer`'s tokens."""
+    """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for `script` (HELLO_SCRIPT) in `tokenizer`'s tokens.
+
+    `overrides`: more `key=value` settings of the run config (e.g. "run.max_calls=1")."""
     if backend == "scripted":
         path = tmp_path / "hello-script.json"
         path.write_text(json.dumps({"turns": script or HELLO_SCRIPT}))
@@ -82,6 +85,7 @@ def run_hello(
             "runtime.kind=docker",
             f"run.timeout_s={timeout_s}",
             "run.max_retries=0",
+            *overrides,
         ],
     )
     config.harness.options = options or {}

@@ -87,6 +87,8 @@ def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
         assert config.harness.name == harness and config.env.options["split"] == "eval-phrasing"
     assert base_config(Plan(harness="pi"), "builtin:tiny", "eval", 5).harness.options["max_tokens"] == 96
     assert base_config(Plan(harness="mini-swe-agent"), "builtin:tiny", "eval", 5).harness.options["step_limit"] == 2
+    assert base_config(Plan(harness="pi"), "builtin:tiny", "eval", 5).run.max_calls == 2  # pi has no cap of its own: the proxy's
+    assert base_config(Plan(harness="pi", max_calls=None), "builtin:tiny", "eval", 5).run.max_calls is None
     demo = base_config(DEMO, "builtin:tiny", "train", DEMO.train_n, DEMO.train_tasks)
     assert demo.env.tasks == ["hello"]
     assert demo.runtime.kind == "auto"  # the demo runs where Docker is missing, as `forgetui demo` itself does

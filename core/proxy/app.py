@@ -22,7 +22,14 @@ from urllib.parse import parse_qs, unquote, unquote_to_bytes
 import orjson
 
 from core.chat import ChatRequest, Completion, Finished, ReasoningDelta, StreamEvent, TextDelta
-from core.errors import BackendError, ForgetuiError, ProtocolError, RateLimitedError, status_of
+from core.errors import (
+    BackendError,
+    CallBudgetError,
+    ForgetuiError,
+    ProtocolError,
+    RateLimitedError,
+    status_of,
+)
 from core.protocols.base import WireProtocol
 from core.protocols.body import load_json
 from core.protocols.checks import check_nesting
@@ -193,6 +200,11 @@ class ProxyApp:
                 "send the screen as text, or serve a vision-language model (a litellm: spec whose model LiteLLM does not list as taking images needs vision=1)"
             )
             await self._error(send, proto, "invalid_request", message)
+            return
+        try:
+            session.admit()  # here, with no await before next_seq: two calls at once cannot both take the last one
+        except CallBudgetError as exc:
+            await self._error(send, proto, exc.kind, str(exc))
             return
         if session.tools_hash is None:
             session.tools_hash = tools_key(request.tools)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import AuthError
+from core.errors import AuthError, CallBudgetError
 from core.tokens.continuation import Continuation
 
 ADHOC_DEFAULT = "default"
@@ -23,7 +23,15 @@ class Session:
     attempt: int = 0  # the rollout's attempt this session serves (a retry gets a new session)
     calls: int = 0
     tools_hash: str | None = None  # of the tools the harness offered on its first call
+    max_calls: int | None = None  # run.max_calls: model calls this rollout may make (None: no cap)
+    refused: int = 0  # calls refused past that cap
     _continuations: dict[int, Continuation] = field(default_factory=dict)
+
+    def admit(self) -> None:
+        """Raise CallBudgetError for a call past the rollout's cap (counted in `refused`)."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            self.refused += 1
+            raise CallBudgetError()
 
     def next_seq(self) -> int:
         seq = self.calls
@@ -52,14 +60,15 @@ def new_token() -> str:
 class SessionRegistry:
     """Tokens → sessions. In a run unknown tokens are refused; a standalone proxy makes ad-hoc sessions."""
 
-    def __init__(self, run_id: str, adhoc: bool, on_new_adhoc: Callable[[Session], None] | None = None) -> None:
+    def __init__(self, run_id: str, adhoc: bool, on_new_adhoc: Callable[[Session], None] | None = None, max_calls: int | None = None) -> None:
         self.run_id = run_id
         self.adhoc = adhoc
+        self.max_calls = max_calls  # every registered rollout's cap (run.max_calls)
         self.on_new_adhoc = on_new_adhoc
         self._by_token: dict[str, Session] = {}
 
     def register(self, rollout_id: str, token: str | None = None, attempt: int = 0) -> Session:
-        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id, attempt=attempt)
+        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id, attempt=attempt, max_calls=self.max_calls)
         self._by_token[session.token] = session
         return session
 

@@ -195,6 +195,9 @@ class Attempt:
         }
         if image.harness_volume:
             meta["harness_volume"] = image.harness_volume
+        session = ctx.sessions.get(token)
+        if session is not None and session.refused:
+            meta["calls_refused"] = session.refused  # calls past run.max_calls: the harness ended on its cap
         if result.timed_out:
             self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)
             return RolloutResult(Status.TIMEOUT, 0.0, False, f"timeout after {timeout:g} s", meta)
