@@ -136,6 +136,44 @@ def test_cli_sql_refuses_host_files(tmp_path: Path) -> None:
     assert "disabled by configuration" in out.stderr
 
 
+CUT_MESSAGE = "SELECT json_extract(repeat('\u00e9', 100), '$')"  # DuckDB's error quotes the input cut mid-character
+
+
+def test_an_error_message_duckdb_cuts_inside_a_character_is_a_clear_error(populated: Store, tmp_path: Path) -> None:
+    url, token = populated.serve_queries(), populated.query_token
+    resp = live_post(url, token, {"sql": CUT_MESSAGE})
+    assert resp.status_code == 400 and "cut inside a character" in resp.json()["error"], resp.text
+    assert live_post(url, token, {"sql": "SELECT count(*) FROM calls"}).json()["rows"] == [[1]]  # the endpoint lives on
+    closed = tmp_path / "closed.duckdb"
+    with Store.open(closed) as s:
+        s.record_call({"call_id": "c1", "rollout_id": "r1", "seq": 0})
+    with pytest.raises(StoreError, match="calls_full"):
+        run_query(closed, CUT_MESSAGE)
+    with pytest.raises(StoreError, match="cut inside a character"):
+        run_query_shards([closed], CUT_MESSAGE)
+    out = subprocess.run([sys.executable, "-m", "forgetui.cli", "sql", CUT_MESSAGE, "--store", str(closed)], capture_output=True,
+                         text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert out.returncode != 0 and "cut inside a character" in " ".join(out.stderr.split()) and "Traceback" not in out.stderr
+
+
+def test_a_planner_child_that_crashes_is_reported_as_a_crash_not_as_memory(tmp_path: Path, monkeypatch) -> None:
+    import core.store.planner as planner
+
+    child = tmp_path / "child.py"  # answers its setup, then dies on the first query the way an unexpected exception does
+    child.write_text(planner.CHILD.read_text().replace("_rehearse(con, duckdb, message.decode(\"utf-8\"))",
+                                                       "raise ValueError('a bug in the rehearsal')"))
+    monkeypatch.setattr(planner, "CHILD", child)
+    p = planner.Planner("CREATE TABLE t (x INT)", {})
+    try:
+        with pytest.raises(StoreError, match="planner process failed on this query.*ValueError: a bug in the rehearsal") as err:
+            p.check("SELECT 1")
+        assert not isinstance(err.value, planner.QueryTooCostly)
+        monkeypatch.setattr(planner, "CHILD", planner.CHILD.__class__(planner.__file__).with_name("plan_child.py"))
+        assert p.check("SELECT 1") is None  # a fresh child takes the next query
+    finally:
+        p.stop()
+
+
 def raw_http(url: str, request: bytes) -> bytes:
     """Send raw bytes to a loopback server and read its whole answer (b'' if it closed without one)."""
     host, port = url.removeprefix("http://").rstrip("/").split(":")

@@ -78,6 +78,8 @@ def main() -> None:
             _write({"planned": False, "error": str(exc)[:2000]})
         except duckdb.Error as exc:
             _write({"planned": True, "error": str(exc)[:2000]})
+        except UnicodeDecodeError as exc:  # DuckDB's message cut inside a character: a refused query, not a costly one
+            _write({"planned": True, "error": f"DuckDB's error message could not be decoded ({exc.reason})"})
 
 
 if __name__ == "__main__":

@@ -84,7 +84,9 @@ class Planner:
                     "(DuckDB's planner cannot be interrupted: long UNION ALL chains and nested NOT MATERIALIZED CTEs grow without bound); simplify it"
                 ) from None
             except (EOFError, BrokenPipeError, OSError):
-                self._kill()
+                crash = self._crash()
+                if crash is not None:
+                    raise StoreError(f"the live query planner process failed on this query, which was not run: {crash}") from None
                 raise QueryTooCostly(
                     f"the query needs more than {self.memory_bytes >> 20} MiB before reading a single row of the store "
                     "(the process rehearsing it ran out), so it was not run on the store; simplify it"
@@ -132,6 +134,23 @@ class Planner:
                     raise EOFError
                 out += chunk
         return bytes(out)
+
+    def _crash(self) -> str | None:
+        """Stop the child that just died; the last line of its Python traceback when an exception other than running
+        out of memory killed it (a bug to report, not a costly query), else None."""
+        proc = self._proc
+        why = ""
+        if proc is not None and proc.stderr is not None:
+            try:
+                proc.wait(timeout=5)
+                why = proc.stderr.read().decode("utf-8", "replace").strip()
+            except (subprocess.TimeoutExpired, OSError):
+                why = ""
+        self._kill()
+        last = why.splitlines()[-1] if why else ""
+        if "Traceback" not in why or "MemoryError" in last:
+            return None
+        return last[-1000:]
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None

@@ -166,6 +166,14 @@ def execute_read_only(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int = 
         raise StoreError(f"query interrupted: cancelled, or past its time limit ({exc})") from exc
     except duckdb.Error as exc:
         raise StoreError(f"query failed: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        # DuckDB cuts some error messages (json_extract's "Input: …") at a byte count, inside a UTF-8
+        # character; its Python binding then raises this instead of the error it meant to raise.
+        raise StoreError(
+            "query failed: DuckDB's error message for it was cut inside a character and cannot be shown "
+            f"({exc.reason} at byte {exc.start}); a JSON function given a non-JSON value does this: the raw "
+            "`calls.*_token_ids` columns are packed, read them from `calls_full`"
+        ) from exc
     finally:
         try:
             cur.execute("ROLLBACK")
