@@ -66,7 +66,7 @@ class HelloResult:
 
 def run_hello(
     harness: str, backend: str, tmp_path: Path, *, options: dict | None = None, timeout_s: float = 300, script: list | None = None, tokenizer: str | None = None,
-    overrides: list[str] = (),
+    overrides: tuple[str, ...] = (),
 ) -> HelloResult:
     """Run the `hello` task once with `harness` in Docker; `backend` may be "scripted" for `script` (HELLO_SCRIPT) in `tokenizer`'s tokens.
 

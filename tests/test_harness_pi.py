@@ -132,7 +132,7 @@ def test_tiny_model_keeps_the_protocol(docker_client, base_image, tmp_path) -> N
 def test_a_policy_that_never_stops_ends_at_run_max_calls(docker_client, base_image, tmp_path) -> None:
     """pi has no cap on its turns: run.max_calls refuses the third call, pi ends on it (no retry), the verifier still scores."""
     loop = [{"tool": "shell", "command": f"echo {i} >> turns.txt"} for i in range(8)]
-    res = run_hello("pi", "scripted", tmp_path, script=loop, overrides=["run.max_calls=2"])
+    res = run_hello("pi", "scripted", tmp_path, script=loop, overrides=("run.max_calls=2",))
     assert [c["seq"] for c in res.calls] == [0, 1] and all(c["status"] == "ok" for c in res.calls)
     assert res.rollout["status"] in ("done", "failed"), res.rollout["error"]  # ended by pi, not by the wall clock
     assert res.rollout["passed"] is False and res.rollout["reward"] == 0.0  # scored: hello.txt was never written

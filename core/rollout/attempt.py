@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from core.env import Environment, Task
 from core.errors import SandboxError
 from core.harness import Endpoint, Harness
-from core.proxy.sessions import SessionRegistry
+from core.proxy.sessions import Session, SessionRegistry
 from core.rollout import trajectory_formats
 from core.rollout.status import Status, can_move
 from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec, as_bytes
@@ -141,7 +141,7 @@ class Attempt:
         )
         sandbox = ctx.runtime.create(spec)
         try:
-            return await self._run_in(sandbox, session.token, timeout, clock, image)
+            return await self._run_in(sandbox, session, timeout, clock, image)
         except SandboxError as exc:
             raise InfraError(str(exc)) from exc
         finally:
@@ -161,10 +161,10 @@ class Attempt:
         except Exception:  # noqa: BLE001 - the reaper removes what stop could not
             log.warning("could not stop sandbox of %s; the reaper will remove it", self.item.rollout_id, exc_info=True)
 
-    async def _run_in(self, sandbox: Any, token: str, timeout: float, clock: Stopwatch, image: SandboxImage) -> RolloutResult:
+    async def _run_in(self, sandbox: Any, session: Session, timeout: float, clock: Stopwatch, image: SandboxImage) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
         workdir = task.workdir or ctx.workdir
-        endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{token}", token=token, model=ctx.model_name)
+        endpoint = Endpoint(base_url=f"{ctx.proxy_url}/r/{session.token}", token=session.token, model=ctx.model_name)
         launch = ctx.harness.launch(task, endpoint, workdir)
         files = [SandboxFile(str(PurePosixPath(workdir) / rel), as_bytes(data)) for rel, data in task.files.items()]
         files += [SandboxFile(path, as_bytes(data), 0o755) for path, data in launch.files.items()]
@@ -195,8 +195,7 @@ class Attempt:
         }
         if image.harness_volume:
             meta["harness_volume"] = image.harness_volume
-        session = ctx.sessions.get(token)
-        if session is not None and session.refused:
+        if session.refused:
             meta["calls_refused"] = session.refused  # calls past run.max_calls: the harness ended on its cap
         if result.timed_out:
             self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)

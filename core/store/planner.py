@@ -103,9 +103,7 @@ class Planner:
         try:
             self._receive(proc, START_WAIT_S)
         except (TimeoutError, EOFError, OSError) as exc:
-            proc.kill()
-            proc.wait()
-            why = proc.stderr.read().decode("utf-8", "replace").strip()[-1000:] if proc.stderr is not None else ""
+            why = _last_words(proc)[-1000:]
             self._kill()
             raise StoreError(f"the live query planner process could not start ({type(exc).__name__}): {why or 'no message'}") from None
         self._ready = True
@@ -138,14 +136,7 @@ class Planner:
     def _crash(self) -> str | None:
         """Stop the child that just died; the last line of its Python traceback when an exception other than running
         out of memory killed it (a bug to report, not a costly query), else None."""
-        proc = self._proc
-        why = ""
-        if proc is not None and proc.stderr is not None:
-            try:
-                proc.wait(timeout=5)
-                why = proc.stderr.read().decode("utf-8", "replace").strip()
-            except (subprocess.TimeoutExpired, OSError):
-                why = ""
+        why = _last_words(self._proc) if self._proc is not None else ""
         self._kill()
         last = why.splitlines()[-1] if why else ""
         if "Traceback" not in why or "MemoryError" in last:
@@ -169,3 +160,16 @@ class Planner:
     def stop(self) -> None:
         with self._lock:
             self._kill()
+
+
+def _last_words(proc: subprocess.Popen) -> str:
+    """What a child wrote to stderr, once it is stopped (killed if it still runs)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stderr is None:
+        return ""
+    try:
+        return proc.stderr.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
