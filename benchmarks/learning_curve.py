@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
-           "grpo_lr", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "timeout_s")
+           "grpo_lr", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "timeout_s")
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
     for name in TUNABLE:
-        kind = float if name.endswith("_lr") else int
+        kind = float if name.endswith(("_lr", "_temperature")) else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
     return parser.parse_args()
 

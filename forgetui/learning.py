@@ -64,6 +64,7 @@ class Plan:
     grpo_tasks_per_step: int = 6
     grpo_samples: int = 4
     grpo_lr: float = 5e-6
+    grpo_temperature: float = 1.0  # GRPO's sampling temperature (train.temperature: the trainer recomputes logprobs at it); evals sample as the harness asks
     grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
     max_tokens: int = 96
     max_calls: int | None = 2  # run.max_calls: model calls per rollout, refused past it by the proxy (None: the harness's own caps only)
@@ -238,14 +239,21 @@ def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
     return x["checkpoint"]
 
 
-def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict[str, Any]]]:
-    """GRPO from `start` on the train split; returns the final checkpoint and each step's metrics."""
+def grpo_config(plan: Plan, start: str) -> Any:
+    """The GRPO stage's run: from checkpoint `start` on the train split, the plan's schedule and sampling temperature."""
     config = base_config(plan, f"builtin:{start}", "train", plan.train_n, plan.train_tasks)
     config.run.n_samples = plan.grpo_samples
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
     config.train.lr = plan.grpo_lr
     config.train.max_extra_batches = plan.grpo_extra_batches
+    config.train.temperature = plan.grpo_temperature
+    return config
+
+
+def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict[str, Any]]]:
+    """GRPO from `start` on the train split; returns the final checkpoint and each step's metrics."""
+    config = grpo_config(plan, start)
     steps: list[dict[str, Any]] = []
 
     def on_step(m: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from forgetui.learning import (
     Plan,
     base_config,
     floors,
+    grpo_config,
     mistaken_turns,
     reusable,
     split_result,
@@ -93,6 +94,15 @@ def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
     assert demo.env.tasks == ["hello"]
     assert demo.runtime.kind == "auto"  # the demo runs where Docker is missing, as `forgetui demo` itself does
     assert base_config(Plan(), "builtin:tiny", "eval", 5).runtime.kind == "docker"
+
+
+def test_grpo_samples_at_the_plans_temperature_and_the_trainer_recomputes_at_it() -> None:
+    config = grpo_config(Plan(harness="pi", grpo_temperature=1.3, grpo_samples=6, grpo_lr=2e-5), "/ck/sft")
+    assert config.train.temperature == 1.3 and config.run.n_samples == 6 and config.train.lr == 2e-5
+    assert config.policy.backend == "builtin:/ck/sft" and config.env.options["split"] == "train"
+    assert grpo_config(Plan(), "/ck/sft").train.temperature == 1.0
+    evals = base_config(Plan(grpo_temperature=1.3), "builtin:/ck/sft", "eval-phrasing", 5)
+    assert evals.train.temperature == 1.0  # the held-out runs are not GRPO's: they sample as the harness asks
 
 
 def test_pass_interval_resamples_tasks() -> None:
