@@ -48,6 +48,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reuse", type=Path, default=None, help="an earlier learning_curve.json of the same plan up to SFT: "
                         "its base and SFT stages and SFT checkpoint stand in for running them (GRPO variants)")
     parser.add_argument("--transfer", action="store_true", help="evaluate each harness's GRPO checkpoint in the other harnesses")
+    parser.add_argument("--rows", default=None, help="with --transfer: the trained harnesses whose rows to run (default: every one with a "
+                        "curve); rows already in transfer-<stage>.json for other harnesses are kept")
     parser.add_argument("--transfer-stage", default="grpo", choices=["sft", "grpo"], help="which checkpoint --transfer evaluates")
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
@@ -88,17 +90,27 @@ def run_transfer(args: argparse.Namespace) -> int:
     untrained = [h for h in harnesses if h not in results]
     if untrained:
         print(f"no learning curve for {', '.join(untrained)} yet: their rows are left out, their columns run", flush=True)
+    if args.rows:
+        rows = [h.strip() for h in args.rows.split(",")]
+        missing = [h for h in rows if h not in results]
+        if missing:
+            print(f"no learning_curve.json under {args.out}/ for {', '.join(missing)}: --rows names trained harnesses", file=sys.stderr)
+            return 2
+        results = {h: results[h] for h in rows}
     plan = make_plan(args, harnesses[0])
     plan.eval_splits = (FLOOR_SPLIT,)
     plan.model = next(iter(results.values()))["plan"]["model"]
     stage = args.transfer_stage
     print(f"transfer: each trained harness's {stage} checkpoint in every harness, on {FLOOR_SPLIT}", flush=True)
-    table = transfer(results, plan, lambda line: print(line, flush=True), stage, tuple(harnesses))
-    (args.out / f"transfer-{stage}.json").write_text(json.dumps(table, indent=2, default=str))
+    path = args.out / f"transfer-{stage}.json"
+    table = json.loads(path.read_text()) if path.exists() else {}
+    table.update(transfer(results, plan, lambda line: print(line, flush=True), stage, tuple(harnesses)))
+    path.write_text(json.dumps(table, indent=2, default=str))
     print("\n| trained in ↓ / run in → | " + " | ".join(harnesses) + " |")
     print("|" + "---|" * (len(harnesses) + 1))
     for trained, row in table.items():
-        cells = [f"{row[h]['pass_rate']:.3f} [{row[h]['ci'][0]:.2f}, {row[h]['ci'][1]:.2f}] ({row[h]['passed']}/{row[h]['scored']})" for h in harnesses]
+        cells = [f"{row[h]['pass_rate']:.3f} [{row[h]['ci'][0]:.2f}, {row[h]['ci'][1]:.2f}] ({row[h]['passed']}/{row[h]['scored']})" if h in row else "not run"
+                 for h in harnesses]
         print(f"| {trained} | " + " | ".join(cells) + " |")
     return 0
 

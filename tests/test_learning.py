@@ -192,3 +192,38 @@ def test_intervals_depend_on_the_data_not_on_the_order_tasks_arrive_in() -> None
     shuffled_after = dict(sorted(after.items(), key=lambda kv: hash(kv[0]) % 7))
     assert pass_interval(after) == pass_interval(shuffled_after)
     assert paired_gain(before, after) == paired_gain(shuffled_before, shuffled_after)
+
+
+def test_transfer_rows_run_only_the_named_harnesses_and_keep_the_other_rows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import importlib.util
+
+    import forgetui.learning as learning
+
+    spec = importlib.util.spec_from_file_location("learning_curve_script", Path(__file__).parents[1] / "benchmarks" / "learning_curve.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cell = {"pass_rate": 0.5, "ci": [0.3, 0.7], "passed": 50, "scored": 100}
+    for harness in ("react", "pi", "mini-swe-agent"):
+        (tmp_path / harness).mkdir()
+        (tmp_path / harness / "learning_curve.json").write_text(json.dumps({"plan": {"model": "tiny"}, "checkpoints": {"grpo": f"/ck/{harness}"}}))
+    earlier = {"mini-swe-agent": {"mini-swe-agent": cell, "react": cell}, "react": {"react": {**cell, "pass_rate": 0.1}}}
+    (tmp_path / "transfer-grpo.json").write_text(json.dumps(earlier))
+    ran: list[tuple[str, ...]] = []
+
+    def fake_transfer(results: dict, plan: Plan, report, stage: str, columns: tuple[str, ...]) -> dict:
+        ran.append(tuple(results))
+        return {h: {c: {**cell, "pass_rate": 0.25} for c in columns} for h in results}
+
+    monkeypatch.setattr(learning, "transfer", fake_transfer)
+    args = argparse.Namespace(harness="react,mini-swe-agent,pi", rows="react,pi", out=tmp_path, transfer_stage="grpo", demo=False, split="both",
+                              model=None, **{name: None for name in script.TUNABLE})
+    assert script.run_transfer(args) == 0
+    assert ran == [("react", "pi")]
+    table = json.loads((tmp_path / "transfer-grpo.json").read_text())
+    assert table["mini-swe-agent"] == earlier["mini-swe-agent"]  # a row not run is kept as it was
+    assert table["react"]["react"]["pass_rate"] == 0.25 and set(table["pi"]) == {"react", "mini-swe-agent", "pi"}
+    assert "not run" in capsys.readouterr().out  # the kept row has no pi cell
+    args.rows = "codex"
+    assert script.run_transfer(args) == 2
