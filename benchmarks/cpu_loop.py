@@ -104,14 +104,15 @@ def alternate(rounds: int, ours: Side, theirs: Side, names: tuple[str, str]) -> 
 class Gen:
     """The two generators side by side: forgetui's BuiltinBackend and a plain transformers model."""
 
-    def __init__(self, model: str, dtype: str, prefix_cache_mb: float = 2048) -> None:
+    def __init__(self, model: str, dtype: str, prefix_cache_mb: float = 2048, speculate: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from core.backends.builtin import BuiltinBackend
+        from core.backends.builtin import SPECULATE, BuiltinBackend
         from core.models.resolve import resolve_model
 
-        self.backend = BuiltinBackend(model, device="cpu", dtype=dtype, prefix_cache_mb=prefix_cache_mb)
+        self.backend = BuiltinBackend(model, device="cpu", dtype=dtype, prefix_cache_mb=prefix_cache_mb,
+                                      speculate=SPECULATE if speculate is None else speculate)
         self.backend.eos_token_ids = set()  # benchmark only: every call answers exactly its budget
         self.hf = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=getattr(torch, dtype), attn_implementation="sdpa").eval()
         self.vocab = int(self.hf.config.vocab_size)
@@ -172,7 +173,7 @@ def rollout(gen: Gen, start: int, seed: int, ours: bool) -> tuple[float, float, 
 
 
 def bench_rollout(args: argparse.Namespace, results: dict[str, float]) -> None:
-    gen = Gen(args.model, "float32")
+    gen = Gen(args.model, "float32", speculate=args.speculate)
     gen.backend.context_length = 32768  # lifted for --long (SmolLM2 says 8,192; rotary positions go further)
     gen.ours([random_ids(32, 0, gen.vocab)], 2)  # warm-up
     starts = [int(n) for n in args.starts.split(",")] + ([16000] if args.long and "16000" not in args.starts.split(",") else [])
@@ -194,7 +195,8 @@ def bench_rollout(args: argparse.Namespace, results: dict[str, float]) -> None:
               f"({floor_text(label, results[label])}); greedy answers equal for {same:.0%} of the last round's tokens", flush=True)
     stats = gen.backend.stats()
     print(f"  sampler: prefill {stats['prefill_s']:.0f} s over {stats['prefill_tokens']:.0f} tokens, "
-          f"{stats['reused_tokens']:.0f} tokens reused; decode {stats['decode_s']:.0f} s", flush=True)
+          f"{stats['reused_tokens']:.0f} tokens reused; decode {stats['decode_s']:.0f} s over {stats['decode_tokens']:.0f} tokens "
+          f"({stats['accepted_tokens']:.0f} of {stats['drafted_tokens']:.0f} drafted tokens accepted)", flush=True)
     gen.close()
 
 
@@ -474,6 +476,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long", action="store_true", help="also a 16,000-token start in the rollout part (minutes)")
     parser.add_argument("--starts", default="3000", help="the rollout part's start lengths, comma-separated (over 3,000: one round each)")
+    parser.add_argument("--speculate", type=int, default=None, help="the built-in backend's prompt-lookup draft tokens per step (default: its own)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default); 1 keeps CPU seconds honest on a crowded machine")
     parser.add_argument("--memory-shape", choices=sorted(SHAPES), default="all", help="which tokens the memory part trains: " + "; ".join(f"{k}: {v}" for k, v in SHAPES.items()))
     parser.add_argument("--memory-child", nargs=2, metavar=("TOKENS", "MODE"), help=argparse.SUPPRESS)

@@ -177,11 +177,11 @@ async def test_a_failed_step_fails_its_rows_and_the_backend_recovers(
     real = batch.decode
     calls = {"n": 0}
 
-    def flaky(tokens: list[int]) -> None:
+    def flaky(feeds: list[list[int]]) -> object:
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("boom")
-        real(tokens)
+        return real(feeds)
 
     monkeypatch.setattr(batch, "decode", flaky)
     p = prompt(backend, TEXTS[1])

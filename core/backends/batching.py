@@ -5,7 +5,9 @@ admits waiting requests (the starts of their prompts found in the prefix cache a
 rest prefilled together: see `Batch`), merges them into the batch's KV cache with left padding,
 samples one token for every row, drops the rows that finished or were cancelled (caching what they
 ran through the model), and runs one batched decode forward (attention mask over the padding,
-per-row position ids).
+per-row position ids). With `speculate` > 0 each row's sampled token goes into that forward with
+draft tokens looked up in its own sequence, and the drafts the model agrees with are emitted too
+(`core.backends.speculation`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from core.backends.prefix_cache import PrefixCache
+from core.backends.speculation import accept, propose
 from core.errors import ModelError
 from core.tokens.ids import common_prefix
 
@@ -55,6 +58,7 @@ class Request:
     cached: int = 0  # real (unpadded) tokens in this row's KV cache
     cacheable: bool = True  # its ids say everything the model saw (False with images): the prefix cache may hold it
     weights: int = 0  # the batch's weights generation when this row was prefilled
+    banned: int | None = None  # a draft the model rejected: the next token is sampled without it (speculation's residual)
     # a vision-language prompt's extra prefill inputs (pixel values, grids, 3D positions) and the offset
     # its image tokens put between a token's index and its rotary position (Qwen2-VL's rope delta)
     prefill_inputs: dict[str, Any] = field(default_factory=dict)
@@ -70,8 +74,11 @@ class Request:
         self.done.set_result(self.produced)
 
 
-def pick(logits: Any, temperature: float, top_p: float, generator: Any) -> tuple[int, float]:
-    """Choose one token; return it with its logprob (log_softmax(logits / T) before top-p; greedy: T = 1)."""
+def pick(logits: Any, temperature: float, top_p: float, generator: Any, banned: int | None = None) -> tuple[int, float]:
+    """Choose one token; return it with its logprob (log_softmax(logits / T) before top-p; greedy: T = 1).
+
+    `banned`: a rejected draft, never chosen (greedy never would: it was not the argmax).
+    """
     import torch
 
     if temperature < GREEDY_BELOW:
@@ -80,6 +87,8 @@ def pick(logits: Any, temperature: float, top_p: float, generator: Any) -> tuple
         return token, float(logp[token])
     logp = torch.log_softmax(logits / temperature, dim=-1)
     probs = logp.exp()
+    if banned is not None:
+        probs[banned] = 0.0
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
@@ -348,24 +357,46 @@ class Batch:
         for layer in self.cache.layers:
             layer.fill(layer.keys[index, :, lead:], layer.values[index, :, lead:])
 
-    def decode(self, tokens: list[int]) -> None:
-        """Feed each row its sampled token (one batched forward) and keep the new logits."""
+    def decode(self, feeds: list[list[int]]) -> Any:
+        """Feed each row its sampled token and its drafts (one batched forward, shorter feeds right-padded).
+
+        Returns the logits [rows, longest feed, vocab] on the CPU; `settle` then says how much of each feed stays.
+        """
         import torch
 
-        ids = torch.tensor(tokens, dtype=torch.long, device=self.device).unsqueeze(1)
-        positions = torch.tensor([r.cached + r.rope_delta for r in self.rows], dtype=torch.long, device=self.device)
-        mask = torch.cat([self.mask, torch.ones(len(tokens), 1, dtype=torch.bool, device=self.device)], dim=1)
+        width = max(len(f) for f in feeds)
+        ids = torch.zeros(len(feeds), width, dtype=torch.long)
+        real = torch.zeros(len(feeds), width, dtype=torch.bool)
+        for i, feed in enumerate(feeds):
+            ids[i, : len(feed)] = torch.tensor(feed, dtype=torch.long)
+            real[i, : len(feed)] = True
+        starts = torch.tensor([r.cached + r.rope_delta for r in self.rows], dtype=torch.long)
+        positions = (starts.unsqueeze(1) + torch.arange(width)).to(self.device)
+        mask = torch.cat([self.mask, real.to(self.device)], dim=1)
         out = self.model(
-            input_ids=ids,
+            input_ids=ids.to(self.device),
             attention_mask=mask,
-            position_ids=positions.unsqueeze(1),
+            position_ids=positions,
             use_cache=True,
             **{self.cache_kwarg: self.cache},
         )
         self.cache, self.mask = cache_of(out), mask
-        self.logits = out.logits[:, -1].float().cpu()
-        for row in self.rows:
-            row.cached += 1
+        return out.logits.float().cpu()
+
+    def settle(self, fed: list[int], width: int) -> None:
+        """Keep the first `fed[i]` of row i's last `width` columns (the sampled token and its accepted drafts).
+
+        The rest are masked out, and columns no row keeps are dropped from the cache.
+        """
+        used = max(fed)
+        base = self.mask.shape[1] - width
+        for i, (row, n) in enumerate(zip(self.rows, fed, strict=True)):
+            row.cached += n
+            self.mask[i, base + n :] = False
+        if used < width:
+            self.mask = self.mask[:, : base + used]
+            for layer in self.cache.layers:
+                layer.truncate(base + used)
 
     def clear(self, error: BaseException) -> None:
         """Fail every row (a forward raised) and empty the batch."""
@@ -416,13 +447,16 @@ class DecodeLoop:
     """The worker thread: admits requests and runs queued calls at step boundaries, decodes the batch."""
 
     def __init__(
-        self, model: Any, device: str, cache_kwarg: str, name: str, max_batch: int = 16, prefix_cache_bytes: int = 0
+        self, model: Any, device: str, cache_kwarg: str, name: str, max_batch: int = 16, prefix_cache_bytes: int = 0, speculate: int = 0
     ) -> None:
         import torch
 
         self._torch = torch
         self.max_batch = max(1, int(max_batch))
+        self.speculate = max(0, int(speculate))  # draft tokens a row may verify per step (0: none)
         self.tokens_generated = 0
+        self.drafted = 0  # draft tokens verified
+        self.accepted = 0  # of them, the ones the model agreed with (emitted without a forward of their own)
         self.peak_batch = 0  # the most rows one decode step has carried
         self.prefill_s = 0.0  # worker seconds spent prefilling prompts
         self.decode_s = 0.0  # worker seconds spent in decode steps (sampling included)
@@ -520,6 +554,8 @@ class DecodeLoop:
             "prefill_tokens": float(batch.prefilled_tokens),
             "reused_tokens": float(batch.reused_tokens),
             "decode_tokens": float(self.tokens_generated),
+            "drafted_tokens": float(self.drafted),
+            "accepted_tokens": float(self.accepted),
             "prefix_cache_bytes": float(prefix.bytes if prefix is not None else 0),
             "prefix_cache_sequences": float(prefix.leaves if prefix is not None else 0),
         }
@@ -529,26 +565,24 @@ class DecodeLoop:
         self._batch.forget()
 
     def _step(self) -> None:
-        """Sample one token for every row, drop finished and cancelled rows, decode the rest together."""
+        """Sample one token for every row, drop finished and cancelled rows, decode the rest together (with their drafts)."""
         batch = self._batch
         keep: list[int] = []
         tokens: list[int] = []
         for i, row in enumerate(batch.rows):
+            if row.done.done():  # it finished on an accepted draft in the last step (and was cached then)
+                continue
             if row.stop.is_set():
                 log.debug("generation cancelled after %d tokens", row.produced)
                 row.finish()
                 continue
             try:
-                token, logprob = pick(batch.logits[i], row.temperature, row.top_p, row.generator)
+                token, logprob = pick(batch.logits[i], row.temperature, row.top_p, row.generator, row.banned)
             except Exception as exc:  # e.g. non-finite logits: this row fails, the others go on
                 row.finish(exc)
                 continue
-            row.produced += 1
-            row.tokens.append(token)
-            self.tokens_generated += 1
-            finish = "stop" if token in row.stops else ("length" if row.produced >= row.budget else None)
-            row.emit((token, logprob, finish))
-            if finish is not None:
+            row.banned = None
+            if self._emit(row, token, logprob):
                 row.finish()
                 self._remember(i)
                 continue
@@ -557,11 +591,58 @@ class DecodeLoop:
         try:
             batch.keep(keep)
             if batch.rows:
-                batch.decode(tokens)
+                feeds = [[token, *self._drafts(row)] for row, token in zip(batch.rows, tokens, strict=True)]
+                logits = batch.decode(feeds)
+                self._verify(feeds, logits)
                 self.peak_batch = max(self.peak_batch, len(batch.rows))
         except BaseException as exc:
             log.debug("decode step failed for %d rows: %r", len(batch.rows), exc)
             batch.clear(exc)
+
+    def _emit(self, row: Request, token: int, logprob: float) -> bool:
+        """Hand `row` its next token; whether that ends it (a stop token or its budget spent)."""
+        row.produced += 1
+        row.tokens.append(token)
+        self.tokens_generated += 1
+        finish = "stop" if token in row.stops else ("length" if row.produced >= row.budget else None)
+        row.emit((token, logprob, finish))
+        return finish is not None
+
+    def _drafts(self, row: Request) -> list[int]:
+        """Draft tokens for `row` this step (none without speculation or with top-p).
+
+        How many depends on the row alone, never on the batch: a seed draws the same answer alone or batched.
+        """
+        k = min(self.speculate, row.budget - row.produced)
+        if k <= 0 or row.top_p < 1.0 or not self._batch.mergeable:
+            return []
+        return propose(row.prompt_ids + row.tokens, k)
+
+    def _verify(self, feeds: list[list[int]], logits: Any) -> None:
+        """Emit each row's drafts up to the first the model rejects; keep their states and the logits that follow."""
+        batch = self._batch
+        fed: list[int] = []
+        nexts = []
+        ended: list[int] = []
+        for i, (row, feed) in enumerate(zip(batch.rows, feeds, strict=True)):
+            drafts = feed[1:]
+            kept, rejected = accept(logits[i], drafts, row.temperature, row.generator, GREEDY_BELOW) if drafts else ([], None)
+            self.drafted += len(drafts)
+            self.accepted += len(kept)
+            n = 0
+            for draft, logprob in zip(drafts, kept, strict=False):
+                n += 1
+                if self._emit(row, draft, logprob):
+                    ended.append(i)
+                    break
+            row.banned = rejected if n == len(kept) else None
+            fed.append(1 + n)
+            nexts.append(logits[i, n])
+        batch.settle(fed, len(max(feeds, key=len)))
+        batch.logits = self._torch.stack(nexts)
+        for i in ended:  # finished on a draft: answered now, cached while its states are in the batch, dropped next step
+            batch.rows[i].finish()
+            self._remember(i)
 
     def _remember(self, index: int) -> None:
         """Cache a finished row's prompt + completion; a failure here costs reuse, never the generation."""

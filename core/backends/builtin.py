@@ -35,6 +35,7 @@ from core.tokens.vision import forward_inputs, vision_prompt
 log = logging.getLogger(__name__)
 
 MAX_CONTEXT_CAP = 131072
+SPECULATE = 0  # prompt-lookup draft tokens per row and step (see core.backends.speculation)
 PREFIX_CACHE_MB = 1024  # default bound of the prefix cache's KV states (SmolLM2-135M fp32: ~22k tokens)
 
 
@@ -58,7 +59,8 @@ class BuiltinBackend:
 
     `dtype`: "auto" (bfloat16 on a CUDA GPU, float32 on a CPU; see core.models.precision),
     "float32", "bfloat16", "float16" or a torch dtype. `prefix_cache_mb`: the bound on cached KV
-    states (0 turns prefix reuse off).
+    states (0 turns prefix reuse off). `speculate`: draft tokens looked up in each sequence and
+    verified with its next token in one forward (0: off; see core.backends.speculation).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class BuiltinBackend:
         max_context: int | None = None,
         max_batch: int = 16,
         prefix_cache_mb: float = PREFIX_CACHE_MB,
+        speculate: int = SPECULATE,
     ) -> None:
         self.name = model
         self.max_new_tokens_default = max_new_tokens_default
@@ -101,7 +104,7 @@ class BuiltinBackend:
         params = inspect.signature(self.model.forward).parameters
         cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._loop = DecodeLoop(
-            self.model, self.device, cache_kwarg, Path(str(model)).name, max_batch, int(prefix_cache_mb * 2**20)
+            self.model, self.device, cache_kwarg, Path(str(model)).name, max_batch, int(prefix_cache_mb * 2**20), speculate
         )
         self._pending: set[Future] = set()
         self._closed = False
@@ -275,10 +278,16 @@ def _read_state(path: Path) -> dict[str, Any]:
 
 
 def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> BuiltinBackend:
-    """`builtin:MODEL`; options device=cpu|cuda|auto, dtype=auto|float32|bfloat16|float16 (or `policy.dtype`), prefix_cache_mb=N (0: no prefix reuse)."""
+    """`builtin:MODEL`; options device=cpu|cuda|auto, dtype=auto|float32|bfloat16|float16 (or `policy.dtype`), prefix_cache_mb=N
+    (0: no prefix reuse), speculate=N (prompt-lookup draft tokens per step; 0: off)."""
     options = spec.options
-    try:
-        cache = {"prefix_cache_mb": float(options["prefix_cache_mb"])} if "prefix_cache_mb" in options else {}
-    except ValueError:
-        raise ConfigError(f"prefix_cache_mb={options['prefix_cache_mb']!r} in the backend spec must be a number of megabytes") from None
-    return BuiltinBackend(spec.target, device=options.get("device", "auto"), dtype=options.get("dtype", "auto"), **cache)
+    extra: dict[str, Any] = {}
+    for key, kind, what in (("prefix_cache_mb", float, "a number of megabytes"), ("speculate", int, "a whole number of tokens (0: off)")):
+        if key in options:
+            try:
+                extra[key] = kind(options[key])
+            except ValueError:
+                raise ConfigError(f"{key}={options[key]!r} in the backend spec must be {what}") from None
+    if extra.get("speculate", 0) < 0:
+        raise ConfigError(f"speculate={options['speculate']!r} in the backend spec must be a whole number of tokens (0: off)")
+    return BuiltinBackend(spec.target, device=options.get("device", "auto"), dtype=options.get("dtype", "auto"), **extra)

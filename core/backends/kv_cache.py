@@ -62,6 +62,10 @@ class GrowingLayer(DynamicLayer):
         self._keys, self._values = keys, values
         self._expose(width)
 
+    def truncate(self, length: int) -> None:
+        """Forget every column from `length` on (drafts the model rejected); the room stays for the next appends."""
+        self._expose(min(length, self.length))
+
     def _expose(self, length: int) -> None:
         self.length = length
         self.keys = self._keys[:, :, :length]

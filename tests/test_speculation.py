@@ -1,0 +1,120 @@
+"""Prompt-lookup speculative decoding in the built-in backend: the drafts, their verification, and answers it must not change."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core.backends.base import SamplingParams
+from core.backends.batching import pick
+from core.backends.builtin import BuiltinBackend, from_spec
+from core.backends.spec import PolicySpec
+from core.backends.speculation import accept, propose
+from core.errors import ConfigError
+from core.models.tiny import ensure_tiny_model
+from tests.test_builtin_batching import SETTINGS, TEXTS, full_forward_gap, prompt, run
+
+
+def test_propose_continues_the_latest_occurrence_of_the_longest_matching_tail() -> None:
+    #            0  1  2  3  4  5  6  7  8  9
+    context = [5, 6, 7, 1, 5, 6, 8, 2, 5, 6]
+    assert propose(context, 3) == [8, 2, 5]  # "5 6" last occurred at 4: what followed it
+    assert propose([9, 1, 2, 3, 9, 4, 1, 2], 2) == [3, 9]  # no earlier "4 1 2": the 2-gram "1 2"
+    assert propose([1, 2, 3, 4, 7, 2, 3], 5) == [4, 7, 2, 3]  # a 2-gram tail; fewer than k follow
+    assert propose([4, 1, 9, 3, 1, 2, 7, 1], 2) == [2, 7]  # a 1-gram: its latest earlier occurrence wins
+    assert propose([1, 2, 3], 4) == []  # nothing repeats
+    assert propose([3, 3], 0) == [] and propose([3], 2) == []
+
+
+def test_a_point_mass_draft_verified_then_its_residual_samples_exactly_the_model_distribution() -> None:
+    import torch
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25]]))
+    generator = torch.Generator().manual_seed(0)
+    counts: Counter[int] = Counter()
+    n = 20_000
+    for _ in range(n):
+        kept, rejected = accept(logits, [1], 1.0, generator, 1e-5)
+        if kept:
+            counts[1] += 1
+            assert kept[0] == pytest.approx(float(torch.log(torch.tensor(0.3))), abs=1e-6)  # log p(draft), not the acceptance odds
+        else:
+            assert rejected == 1
+            token, logprob = pick(logits[0], 1.0, 1.0, generator, banned=rejected)
+            assert token != 1 and logprob == pytest.approx(float(torch.log_softmax(logits[0], -1)[token]), abs=1e-6)
+            counts[token] += 1
+    for token, p in enumerate([0.5, 0.3, 0.15, 0.05]):
+        assert counts[token] / n == pytest.approx(p, abs=0.015)
+
+
+def test_greedy_verification_accepts_exactly_the_argmax_run() -> None:
+    import torch
+
+    logits = torch.tensor([[0.0, 3.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    kept, rejected = accept(logits, [1, 0, 1], 0.0, None, 1e-5)
+    assert len(kept) == 2 and rejected == 1
+    assert kept[0] == pytest.approx(float(torch.log_softmax(logits[0], -1)[1]))
+    assert accept(logits, [1, 0, 2], 0.0, None, 1e-5)[1] is None
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return ensure_tiny_model(root=tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def backends(tiny_dir: Path) -> tuple[BuiltinBackend, BuiltinBackend]:
+    return BuiltinBackend(str(tiny_dir), device="cpu", speculate=0), BuiltinBackend(str(tiny_dir), device="cpu", speculate=4)
+
+
+async def test_greedy_answers_are_the_same_token_for_token_and_drafts_are_used(backends: tuple[BuiltinBackend, BuiltinBackend]) -> None:
+    plain, spec = backends
+    prompts = [prompt(plain, t) for t in TEXTS]
+    greedy = SamplingParams(max_tokens=40, temperature=0.0)
+    before = spec.stats()["accepted_tokens"]
+    expected = await asyncio.gather(*(run(plain, p, greedy) for p in prompts))
+    got = await asyncio.gather(*(run(spec, p, greedy) for p in prompts))
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    assert [g[2] for g in got] == [e[2] for e in expected]
+    for (_, a, _), (_, b, _) in zip(expected, got, strict=True):
+        assert b == pytest.approx(a, abs=1e-4)
+    assert spec.stats()["accepted_tokens"] > before  # the tiny model repeats itself: drafts were accepted
+    assert spec.stats()["decode_tokens"] >= spec.stats()["accepted_tokens"]
+
+
+async def test_sampled_logprobs_match_a_full_forward_and_seeds_do_not_depend_on_the_batch(backends: tuple[BuiltinBackend, BuiltinBackend]) -> None:
+    _, spec = backends
+    prompts = [prompt(spec, t) for t in TEXTS]
+    together = await asyncio.gather(*(run(spec, p, s) for p, s in zip(prompts, SETTINGS, strict=True)))
+    for p, s, (tokens, lps, finish) in zip(prompts, SETTINGS, together, strict=True):
+        assert finish in ("stop", "length") and (len(tokens) == s.max_tokens or finish == "stop")
+        assert full_forward_gap(spec, p, tokens, lps, s.temperature) <= 1e-4
+    alone = [await run(spec, p, s) for p, s in zip(prompts[:3], SETTINGS[:3], strict=True)]
+    assert [a[0] for a in alone] == [t[0] for t in together[:3]]
+
+
+async def test_a_stop_token_among_accepted_drafts_ends_the_answer_there(backends: tuple[BuiltinBackend, BuiltinBackend]) -> None:
+    plain, spec = backends
+    ids = prompt(plain, TEXTS[2])
+    free = await run(plain, ids, SamplingParams(max_tokens=30, temperature=0.0))
+    stop_at = next(i for i in range(3, len(free[0])) if free[0][i] in free[0][:i])  # a token drafts can reach
+    stop = SamplingParams(max_tokens=30, temperature=0.0, stop_token_ids=[free[0][stop_at]])
+    expected = await run(plain, ids, stop)
+    got = await run(spec, ids, stop)
+    assert got[0] == expected[0] and got[2] == expected[2] == "stop" and got[0][-1] == free[0][stop_at]
+    # the budget holds when drafts run past it
+    short = await run(spec, ids, SamplingParams(max_tokens=5, temperature=0.0))
+    assert short[0] == free[0][:5] and short[2] == "length"
+    # what a draft-finished answer left in the prefix cache serves a later call as a cold prefill would
+    follow = ids + got[0] + ids[-4:]
+    assert (await run(spec, follow, SamplingParams(max_tokens=8, temperature=0.0)))[0] == (await run(plain, follow, SamplingParams(max_tokens=8, temperature=0.0)))[0]
+
+
+def test_the_spec_option_parses_and_bad_values_are_config_errors(tiny_dir: Path) -> None:
+    for bad in ("x", "-1", "2.5"):
+        with pytest.raises(ConfigError, match="speculate"):
+            from_spec(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&speculate={bad}"))
+    assert from_spec(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&speculate=3"))._loop.speculate == 3
