@@ -392,7 +392,8 @@ class Batch:
         base = self.mask.shape[1] - width
         for i, (row, n) in enumerate(zip(self.rows, fed, strict=True)):
             row.cached += n
-            self.mask[i, base + n :] = False
+            if n < width:  # without drafts every row keeps its one column: nothing to mask on the common path
+                self.mask[i, base + n :] = False
         if used < width:
             self.mask = self.mask[:, : base + used]
             for layer in self.cache.layers:
@@ -635,7 +636,7 @@ class DecodeLoop:
                 if self._emit(row, draft, logprob):
                     ended.append(i)
                     break
-            row.banned = rejected if n == len(kept) else None
+            row.banned = rejected  # (a row that ended on a draft samples nothing more)
             fed.append(1 + n)
             nexts.append(logits[i, n])
         batch.settle(fed, len(max(feeds, key=len)))

@@ -59,11 +59,10 @@ def accept(logits: Any, drafts: list[int], temperature: float, generator: Any, g
     greedy = temperature < greedy_below
     for j, draft in enumerate(drafts):
         row = logits[j]
+        if greedy and int(torch.argmax(row)) != draft:
+            return kept, draft
         logp = torch.log_softmax(row if greedy else row / temperature, dim=-1)
-        if greedy:
-            if int(torch.argmax(row)) != draft:
-                return kept, draft
-        elif float(torch.rand(1, generator=generator)) >= float(logp[draft].exp()):
+        if not greedy and float(torch.rand(1, generator=generator)) >= float(logp[draft].exp()):
             return kept, draft
         kept.append(float(logp[draft]))
     return kept, None
