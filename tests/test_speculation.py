@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from core.backends.base import SamplingParams
-from core.backends.batching import pick
 from core.backends.builtin import BuiltinBackend, from_spec
+from core.backends.sampling import PositionNoise, pick
 from core.backends.spec import PolicySpec
-from core.backends.speculation import accept, propose
+from core.backends.speculation import accepted, propose, width
 from core.errors import ConfigError
 from core.models.tiny import ensure_tiny_model
 from tests.test_builtin_batching import SETTINGS, TEXTS, full_forward_gap, prompt, run
@@ -23,41 +23,72 @@ def test_propose_continues_the_latest_occurrence_of_the_longest_matching_tail() 
     context = [5, 6, 7, 1, 5, 6, 8, 2, 5, 6]
     assert propose(context, 3) == [8, 2, 5]  # "5 6" last occurred at 4: what followed it
     assert propose([9, 1, 2, 3, 9, 4, 1, 2], 2) == [3, 9]  # no earlier "4 1 2": the 2-gram "1 2"
-    assert propose([1, 2, 3, 4, 7, 2, 3], 5) == [4, 7, 2, 3]  # a 2-gram tail; fewer than k follow
+    assert propose([1, 2, 3, 4, 7, 2, 3], 5) == [4, 7, 2, 3, 4]  # a 2-gram tail; at the end the stretch repeats
+    assert propose([8, 1, 1, 1], 4) == [1, 1, 1, 1]  # a run goes on
+    assert propose([8, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]  # so does a period of two
     assert propose([4, 1, 9, 3, 1, 2, 7, 1], 2) == [2, 7]  # a 1-gram: its latest earlier occurrence wins
     assert propose([1, 2, 3], 4) == []  # nothing repeats
     assert propose([3, 3], 0) == [] and propose([3], 2) == []
 
 
-def test_a_point_mass_draft_verified_then_its_residual_samples_exactly_the_model_distribution() -> None:
+def test_the_perturbed_argmax_samples_exactly_the_model_distribution_and_top_p_its_nucleus() -> None:
     import torch
 
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25]]))
-    generator = torch.Generator().manual_seed(0)
-    counts: Counter[int] = Counter()
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    noise = PositionNoise(torch.Generator().manual_seed(0))
     n = 20_000
+    plain: Counter[int] = Counter()
+    nucleus: Counter[int] = Counter()
     for _ in range(n):
-        kept, rejected = accept(logits, [1], 1.0, generator, 1e-5)
-        if kept:
-            counts[1] += 1
-            assert kept[0] == pytest.approx(float(torch.log(torch.tensor(0.3))), abs=1e-6)  # log p(draft), not the acceptance odds
-        else:
-            assert rejected == 1
-            token, logprob = pick(logits[0], 1.0, 1.0, generator, banned=rejected)
-            assert token != 1 and logprob == pytest.approx(float(torch.log_softmax(logits[0], -1)[token]), abs=1e-6)
-            counts[token] += 1
+        token, logprob = pick(logits, 1.0, 1.0, noise.at(0, 4))
+        assert logprob == pytest.approx(float(logits[token]), abs=1e-6)
+        plain[token] += 1
+        nucleus[pick(logits, 1.0, 0.7, noise.at(0, 4))[0]] += 1  # same noise: the nucleus {0, 1}
+        noise.advance()
     for token, p in enumerate([0.5, 0.3, 0.15, 0.05]):
-        assert counts[token] / n == pytest.approx(p, abs=0.015)
+        assert plain[token] / n == pytest.approx(p, abs=0.015)
+    assert set(nucleus) == {0, 1} and nucleus[0] / n == pytest.approx(0.5 / 0.8, abs=0.015)
+    # halved temperature: p ∝ p_i²
+    sharp = Counter(pick(logits, 0.5, 1.0, noise.at(i, 4))[0] for i in range(n))
+    squares = torch.tensor([0.5, 0.3, 0.15, 0.05]) ** 2
+    assert sharp[0] / n == pytest.approx(float(squares[0] / squares.sum()), abs=0.015)
 
 
-def test_greedy_verification_accepts_exactly_the_argmax_run() -> None:
+def test_a_positions_noise_is_drawn_once_in_order_whoever_asks_first() -> None:
+    import torch
+
+    ahead, step = PositionNoise(torch.Generator().manual_seed(7)), PositionNoise(torch.Generator().manual_seed(7))
+    looked = [ahead.at(j, 8).clone() for j in (2, 0, 1)]  # a verifier looks three positions ahead
+    for j in range(3):
+        assert torch.equal(step.at(0, 8), looked[[2, 0, 1].index(j)])  # one position at a time, the same draws
+        step.advance()
+    ahead.advance()
+    assert torch.equal(ahead.at(0, 8), looked[2])
+
+
+def test_verification_accepts_the_drafts_the_sampler_itself_chooses() -> None:
     import torch
 
     logits = torch.tensor([[0.0, 3.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
-    kept, rejected = accept(logits, [1, 0, 1], 0.0, None, 1e-5)
-    assert len(kept) == 2 and rejected == 1
-    assert kept[0] == pytest.approx(float(torch.log_softmax(logits[0], -1)[1]))
-    assert accept(logits, [1, 0, 2], 0.0, None, 1e-5)[1] is None
+
+    def greedy(j: int, row: torch.Tensor) -> tuple[int, float]:
+        return pick(row, 0.0, 1.0, None)
+
+    kept = accepted(logits, [1, 0, 1], greedy)
+    assert len(kept) == 2 and kept[0] == pytest.approx(float(torch.log_softmax(logits[0], -1)[1]))
+    assert len(accepted(logits, [1, 0, 2], greedy)) == 3
+    assert accepted(logits, [2, 0, 2], greedy) == []
+
+
+def test_the_width_pays_for_its_columns() -> None:
+    # one row that drafts well and weights that cost 16 positions: every draft pays
+    assert width([[1, 2, 3, 4]], [0.9], 16.0) == 5
+    # eight rows, one of them with drafts: a column costs all eight rows a position each
+    assert width([[1, 2, 3, 4]] + [[]] * 7, [0.9] + [0.5] * 7, 16.0) == 1
+    # eight rows drafting at 0.6: one or two columns, not four
+    assert width([[1, 2, 3, 4]] * 8, [0.6] * 8, 16.0) in (2, 3)
+    assert width([[1, 2]] * 8, [0.95] * 8, 16.0) == 3
+    assert width([[], []], [0.5, 0.5], 16.0) == 1
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +98,9 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backends(tiny_dir: Path) -> tuple[BuiltinBackend, BuiltinBackend]:
-    return BuiltinBackend(str(tiny_dir), device="cpu", speculate=0), BuiltinBackend(str(tiny_dir), device="cpu", speculate=4)
+    spec = BuiltinBackend(str(tiny_dir), device="cpu", speculate=4)
+    spec._loop.fixed_positions = 1e9  # columns cost nothing: every draft found is verified (the path under test)
+    return BuiltinBackend(str(tiny_dir), device="cpu", speculate=0), spec
 
 
 async def test_greedy_answers_are_the_same_token_for_token_and_drafts_are_used(backends: tuple[BuiltinBackend, BuiltinBackend]) -> None:
@@ -94,6 +127,21 @@ async def test_sampled_logprobs_match_a_full_forward_and_seeds_do_not_depend_on_
         assert full_forward_gap(spec, p, tokens, lps, s.temperature) <= 1e-4
     alone = [await run(spec, p, s) for p, s in zip(prompts[:3], SETTINGS[:3], strict=True)]
     assert [a[0] for a in alone] == [t[0] for t in together[:3]]
+
+
+async def test_sampled_answers_are_the_same_tokens_with_and_without_drafts(backends: tuple[BuiltinBackend, BuiltinBackend]) -> None:
+    plain, spec = backends
+    prompts = [prompt(plain, t) for t in TEXTS]
+    settings = [SamplingParams(max_tokens=40, temperature=t, top_p=p, seed=11 + i) for i, (t, p) in enumerate([(1.0, 1.0), (0.05, 1.0), (1.0, 0.9), (1.3, 0.95), (0.1, 0.8), (0.5, 1.0)])][: len(prompts)]
+    before = spec.stats()
+    expected = await asyncio.gather(*(run(plain, p, s) for p, s in zip(prompts, settings, strict=True)))
+    got = await asyncio.gather(*(run(spec, p, s) for p, s in zip(prompts, settings, strict=True)))
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    for (_, a, _), (_, b, _) in zip(expected, got, strict=True):
+        assert b == pytest.approx(a, abs=1e-4)
+    after = spec.stats()
+    assert after["drafted_tokens"] - before["drafted_tokens"] >= 10
+    assert after["accepted_tokens"] > before["accepted_tokens"]  # drafts were accepted while sampling
 
 
 async def test_a_stop_token_among_accepted_drafts_ends_the_answer_there(backends: tuple[BuiltinBackend, BuiltinBackend]) -> None:

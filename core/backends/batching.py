@@ -26,16 +26,18 @@ from typing import Any
 import numpy as np
 
 from core.backends.prefix_cache import PrefixCache
-from core.backends.speculation import accept, propose
+from core.backends.sampling import GREEDY_BELOW, PositionNoise, pick
+from core.backends.speculation import accepted, propose, width
 from core.errors import ModelError
 from core.tokens.ids import common_prefix
 
 log = logging.getLogger(__name__)
 
-GREEDY_BELOW = 1e-5
 PREFILL_TOKENS = 2048  # prompt tokens one prefill forward carries (rows × chunk): bounds its activations and masks
 MIN_SHARED = 32  # a start several newcomers share is prefilled once on its own when at least this many tokens are new
 SLACK = 64  # padding tokens a prefill group may carry beyond its half-of-the-work bound
+FIXED_POSITIONS_CPU = 16.0  # see DecodeLoop.fixed_positions (benchmarks/speculation.py measures the trade)
+FIXED_POSITIONS_ACCELERATOR = 256.0  # a GPU's decode forward barely notices a few more positions per row
 DONE = object()  # the last item a request's `emit` receives
 _LIVE: weakref.WeakSet[DecodeLoop] = weakref.WeakSet()  # stopped at interpreter exit, never mid-forward
 
@@ -58,11 +60,21 @@ class Request:
     cached: int = 0  # real (unpadded) tokens in this row's KV cache
     cacheable: bool = True  # its ids say everything the model saw (False with images): the prefix cache may hold it
     weights: int = 0  # the batch's weights generation when this row was prefilled
-    banned: int | None = None  # a draft the model rejected: the next token is sampled without it (speculation's residual)
+    drafted: int = 0  # speculation: drafts this row verified where all before them were accepted (trials)
+    accepted: int = 0  # of them, the ones accepted
     # a vision-language prompt's extra prefill inputs (pixel values, grids, 3D positions) and the offset
     # its image tokens put between a token's index and its rotary position (Qwen2-VL's rope delta)
     prefill_inputs: dict[str, Any] = field(default_factory=dict)
     rope_delta: int = 0
+    noise: PositionNoise = field(init=False)  # its sampler's noise per answer position, from `generator`
+
+    def __post_init__(self) -> None:
+        self.noise = PositionNoise(self.generator)
+
+    def choose(self, offset: int, logits: Any) -> tuple[int, float]:
+        """The token this request's sampler takes at the position `offset` past its next one, given the logits there."""
+        noise = None if self.temperature < GREEDY_BELOW else self.noise.at(offset, logits.shape[-1])
+        return pick(logits, self.temperature, self.top_p, noise)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Tell the consumer this generation is over (with `error` if it failed) and resolve `done`."""
@@ -72,32 +84,6 @@ class Request:
             self.emit(error if isinstance(error, Exception) else RuntimeError(str(error)))
         self.emit(DONE)
         self.done.set_result(self.produced)
-
-
-def pick(logits: Any, temperature: float, top_p: float, generator: Any, banned: int | None = None) -> tuple[int, float]:
-    """Choose one token; return it with its logprob (log_softmax(logits / T) before top-p; greedy: T = 1).
-
-    `banned`: a rejected draft, never chosen (greedy never would: it was not the argmax).
-    """
-    import torch
-
-    if temperature < GREEDY_BELOW:
-        logp = torch.log_softmax(logits, dim=-1)
-        token = int(torch.argmax(logits))
-        return token, float(logp[token])
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
-    if banned is not None:
-        probs[banned] = 0.0
-    if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
-        keep[0] = True
-        mask = torch.zeros_like(probs, dtype=torch.bool)
-        mask[order[keep]] = True
-        probs = torch.where(mask, probs, torch.zeros_like(probs))
-    token = int(torch.multinomial(probs, 1, generator=generator))
-    return token, float(logp[token])
 
 
 def cache_of(out: Any) -> Any:
@@ -458,6 +444,10 @@ class DecodeLoop:
         self.tokens_generated = 0
         self.drafted = 0  # draft tokens verified
         self.accepted = 0  # of them, the ones the model agreed with (emitted without a forward of their own)
+        self.trials = 0  # drafts tried with every draft before them accepted: `accepted / trials` is the acceptance rate
+        # what a decode forward costs beyond its positions, in positions (`speculation.width`): the weights'
+        # reading on a CPU (SmolLM2-135M on 2 AVX2 cores: a step of 8 rows costs ~15 + 8 × width positions)
+        self.fixed_positions = FIXED_POSITIONS_CPU if str(device).startswith("cpu") else FIXED_POSITIONS_ACCELERATOR
         self.peak_batch = 0  # the most rows one decode step has carried
         self.prefill_s = 0.0  # worker seconds spent prefilling prompts
         self.decode_s = 0.0  # worker seconds spent in decode steps (sampling included)
@@ -578,11 +568,10 @@ class DecodeLoop:
                 row.finish()
                 continue
             try:
-                token, logprob = pick(batch.logits[i], row.temperature, row.top_p, row.generator, row.banned)
+                token, logprob = row.choose(0, batch.logits[i])
             except Exception as exc:  # e.g. non-finite logits: this row fails, the others go on
                 row.finish(exc)
                 continue
-            row.banned = None
             if self._emit(row, token, logprob):
                 row.finish()
                 self._remember(i)
@@ -592,7 +581,7 @@ class DecodeLoop:
         try:
             batch.keep(keep)
             if batch.rows:
-                feeds = [[token, *self._drafts(row)] for row, token in zip(batch.rows, tokens, strict=True)]
+                feeds = self._feeds(tokens)
                 logits = batch.decode(feeds)
                 self._verify(feeds, logits)
                 self.peak_batch = max(self.peak_batch, len(batch.rows))
@@ -604,39 +593,51 @@ class DecodeLoop:
         """Hand `row` its next token; whether that ends it (a stop token or its budget spent)."""
         row.produced += 1
         row.tokens.append(token)
+        row.noise.advance()
         self.tokens_generated += 1
         finish = "stop" if token in row.stops else ("length" if row.produced >= row.budget else None)
         row.emit((token, logprob, finish))
         return finish is not None
 
-    def _drafts(self, row: Request) -> list[int]:
-        """Draft tokens for `row` this step (none without speculation or with top-p).
+    def _feeds(self, tokens: list[int]) -> list[list[int]]:
+        """Each row's sampled token and the drafts this step verifies (as many as pay for their place in the forward)."""
+        rows = self._batch.rows
+        drafts = [self._drafts(row) for row in rows]
+        if not any(drafts):
+            return [[token] for token in tokens]
+        prior = (self.accepted + 1) / (self.trials + 2)
+        rates = [(row.accepted + 2 * prior) / (row.drafted + 2) for row in rows]
+        w = width(drafts, rates, self.fixed_positions)
+        return [[token, *d[: w - 1]] for token, d in zip(tokens, drafts, strict=True)]
 
-        How many depends on the row alone, never on the batch: a seed draws the same answer alone or batched.
-        """
+    def _drafts(self, row: Request) -> list[int]:
+        """Up to `speculate` draft tokens for `row` (within its budget; none without speculation)."""
         k = min(self.speculate, row.budget - row.produced)
-        if k <= 0 or row.top_p < 1.0 or not self._batch.mergeable:
+        if k <= 0 or not self._batch.mergeable:
             return []
         return propose(row.prompt_ids + row.tokens, k)
 
     def _verify(self, feeds: list[list[int]], logits: Any) -> None:
-        """Emit each row's drafts up to the first the model rejects; keep their states and the logits that follow."""
+        """Emit each row's drafts up to the first its sampler would not have chosen; keep their states and the logits that follow."""
         batch = self._batch
         fed: list[int] = []
         nexts = []
         ended: list[int] = []
         for i, (row, feed) in enumerate(zip(batch.rows, feeds, strict=True)):
             drafts = feed[1:]
-            kept, rejected = accept(logits[i], drafts, row.temperature, row.generator, GREEDY_BELOW) if drafts else ([], None)
+            kept = accepted(logits[i], drafts, row.choose) if drafts else []
             self.drafted += len(drafts)
             self.accepted += len(kept)
+            trials = len(kept) + (len(kept) < len(drafts))  # each draft is tried only once those before it are accepted
+            self.trials += trials
+            row.drafted += trials
+            row.accepted += len(kept)
             n = 0
             for draft, logprob in zip(drafts, kept, strict=False):
                 n += 1
                 if self._emit(row, draft, logprob):
                     ended.append(i)
                     break
-            row.banned = rejected  # (a row that ended on a draft samples nothing more)
             fed.append(1 + n)
             nexts.append(logits[i, n])
         batch.settle(fed, len(max(feeds, key=len)))

@@ -4,14 +4,17 @@ An agent's answer copies a great deal from what it was shown: file names and wor
 JSON of the tool calls earlier in its history, its own repeated phrases. The draft for a row is what
 followed the latest earlier occurrence of its last few tokens (prompt + answer so far), as in
 transformers' `prompt_lookup_num_tokens` and vLLM's n-gram speculator. The model runs the sampled
-token and the drafts in one forward (on a CPU a forward's cost is mostly reading the weights, so a
-few more positions cost little) and `accept` keeps the drafts the model would have produced.
+token and the drafts in one forward (on a CPU a forward's cost is much of it reading the weights, so
+a few more positions cost less than a forward of their own) and `accepted` keeps the drafts the model
+would have produced.
 
-Exact in distribution (speculative sampling with a draft that is a point mass): draft d is accepted
-with probability p(d); at the first rejection the next token is sampled from p without d, the
-residual max(p − q, 0) renormalised. Every emitted token's recorded logprob is log p(token), the
-target distribution's, as without speculation; greedy decoding emits the same tokens. What changes is
-how the row's seeded random stream is consumed, so a seed draws a different (equally likely) answer.
+Exact, and more than in distribution: a draft is accepted when the sampler would have chosen it at
+that position (`core.backends.sampling`: the token at a position is a function of its logits and the
+request's noise for that position), so an answer is the same tokens, with the same recorded logprobs,
+as without speculation (greedy or sampled, any seed). Only the speed changes, so how many drafts a
+step verifies is free to depend on the whole batch: `width` weighs each extra column's expected
+accepted tokens against what it costs every row in the forward.
+
 We write our own instead of calling transformers' `generate(prompt_lookup_num_tokens=...)` because
 the built-in backend decodes many sequences in one batch with its own KV cache and prefix reuse, which
 `generate` does not do.
@@ -19,6 +22,7 @@ the built-in backend decodes many sequences in one batch with its own KV cache a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,7 +32,10 @@ MIN_NGRAM = 1
 
 
 def propose(context: list[int], k: int, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> list[int]:
-    """Up to `k` tokens that followed the latest earlier occurrence of `context`'s longest matching tail (none: [])."""
+    """`k` tokens that followed the latest earlier occurrence of `context`'s longest matching tail (none: []).
+
+    Where that continuation reaches the end of `context`, it continues with its own drafts (period end − follow).
+    """
     if k <= 0 or len(context) < 2:
         return []
     ids = np.asarray(context, dtype=np.int64)
@@ -43,26 +50,41 @@ def propose(context: list[int], k: int, max_ngram: int = MAX_NGRAM, min_ngram: i
             starts = starts[ids[starts + j] == tail[j]]
         if len(starts):
             follow = int(starts[-1]) + n
-            return ids[follow : follow + k].tolist()
+            drafts = ids[follow : follow + k].tolist()
+            # a continuation that runs into the end goes on with itself: a repeating stretch repeats on
+            while len(drafts) < k:
+                drafts.append(drafts[follow + len(drafts) - end])
+            return drafts
     return []
 
 
-def accept(logits: Any, drafts: list[int], temperature: float, generator: Any, greedy_below: float) -> tuple[list[float], int | None]:
-    """Verify `drafts` against `logits` [len(drafts) + 1, vocab] (row j: the distribution of draft j).
+def accepted(logits: Any, drafts: list[int], choose: Callable[[int, Any], tuple[int, float]]) -> list[float]:
+    """The logprobs of the drafts the sampler itself chooses, up to the first it does not.
 
-    Returns the logprobs of the accepted drafts (a prefix of `drafts`) and the rejected draft, if one
-    was (the next token is then sampled without it).
+    `logits` [len(drafts) + 1, vocab]: row j is the distribution at draft j's position; `choose(j, row)`
+    is the sampler's token and logprob there.
     """
-    import torch
-
     kept: list[float] = []
-    greedy = temperature < greedy_below
     for j, draft in enumerate(drafts):
-        row = logits[j]
-        if greedy and int(torch.argmax(row)) != draft:
-            return kept, draft
-        logp = torch.log_softmax(row if greedy else row / temperature, dim=-1)
-        if not greedy and float(torch.rand(1, generator=generator)) >= float(logp[draft].exp()):
-            return kept, draft
-        kept.append(float(logp[draft]))
-    return kept, None
+        token, logprob = choose(j, logits[j])
+        if token != draft:
+            break
+        kept.append(logprob)
+    return kept
+
+
+def width(drafts: list[list[int]], acceptance: list[float], fixed: float) -> int:
+    """The decode forward's width (1 + drafts per row) that maximises expected tokens per unit of cost.
+
+    A forward over rows × w positions costs `fixed` + rows × w (in positions: `fixed` is what reading
+    the weights costs, counted in positions' worth of compute); row i with its drafts yields
+    1 + Σ_{j ≤ min(w − 1, len)} a_i^j tokens where a_i is its acceptance rate per draft.
+    """
+    rows = len(drafts)
+    best, best_rate, tokens = 1, rows / (fixed + rows), float(rows)
+    for w in range(2, 1 + max((len(d) for d in drafts), default=0) + 1):
+        tokens += sum(a ** (w - 1) for d, a in zip(drafts, acceptance, strict=True) if len(d) >= w - 1)
+        rate = tokens / (fixed + rows * w)
+        if rate > best_rate:
+            best, best_rate = w, rate
+    return best
