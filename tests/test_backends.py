@@ -88,7 +88,8 @@ async def test_builtin_greedy_and_seeded_sampling_are_deterministic(builtin: Bui
         await collect(builtin.generate(p, SamplingParams(max_tokens=10, temperature=0.0), ctx()))
         for _ in range(2)
     ]
-    assert greedy[0][0] == greedy[1][0] and greedy[0][1] == greedy[1][1]
+    # the same tokens; logprobs to rounding (the second call reuses the cached prompt and may verify other drafts)
+    assert greedy[0][0] == greedy[1][0] and greedy[0][1] == pytest.approx(greedy[1][1], abs=1e-5)
     seeded = [
         await collect(builtin.generate(p, SamplingParams(max_tokens=10, seed=7, top_p=0.9), ctx()))
         for _ in range(2)

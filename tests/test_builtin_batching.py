@@ -304,7 +304,8 @@ async def test_a_later_call_reuses_its_history_and_samples_what_a_cold_prefill_s
         before = warm.stats()["reused_tokens"]
         reused = await run(warm, second, sampling)
         fresh = await run(cold, second, sampling)
-        assert warm.stats()["reused_tokens"] - before == len(first) + len(tokens) - 1  # all but the last sampled token was fed
+        # every token of the first call was fed but its last sampled one (fed too when it was an accepted draft)
+        assert len(first) + len(tokens) - 1 <= warm.stats()["reused_tokens"] - before <= len(first) + len(tokens)
         assert reused[0] == fresh[0] and reused[2] == fresh[2]
         assert reused[1] == pytest.approx(fresh[1], abs=1e-5)
         assert full_forward_gap(warm, second, reused[0], reused[1], max(sampling.temperature, 0.0)) <= 1e-4

@@ -35,7 +35,7 @@ from core.tokens.vision import forward_inputs, vision_prompt
 log = logging.getLogger(__name__)
 
 MAX_CONTEXT_CAP = 131072
-SPECULATE = 0  # prompt-lookup draft tokens per row and step (see core.backends.speculation)
+SPECULATE = 4  # prompt-lookup draft tokens a row may verify per step (core.backends.speculation: answers unchanged)
 PREFIX_CACHE_MB = 1024  # default bound of the prefix cache's KV states (SmolLM2-135M fp32: ~22k tokens)
 
 
