@@ -166,3 +166,15 @@ def test_the_spec_option_parses_and_bad_values_are_config_errors(tiny_dir: Path)
         with pytest.raises(ConfigError, match="speculate"):
             from_spec(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&speculate={bad}"))
     assert from_spec(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&speculate=3"))._loop.speculate == 3
+
+
+async def test_drafts_left_out_of_the_forward_still_teach_the_rows_acceptance(tiny_dir: Path) -> None:
+    frugal = BuiltinBackend(str(tiny_dir), device="cpu", speculate=4)
+    frugal._loop.fixed_positions = 0.0  # a column costs as much as a forward: no draft is ever verified
+    ids = prompt(frugal, TEXTS[3])
+    before = frugal.stats()
+    await run(frugal, ids, SamplingParams(max_tokens=30, temperature=0.0))
+    loop = frugal._loop
+    assert frugal.stats()["drafted_tokens"] == before["drafted_tokens"]
+    assert loop.trials >= 20 and loop.hits >= 15  # the greedy tiny model repeats itself: its unverified drafts would have passed
+    await frugal.aclose()

@@ -60,8 +60,11 @@ class Request:
     cached: int = 0  # real (unpadded) tokens in this row's KV cache
     cacheable: bool = True  # its ids say everything the model saw (False with images): the prefix cache may hold it
     weights: int = 0  # the batch's weights generation when this row was prefilled
-    drafted: int = 0  # speculation: drafts this row verified where all before them were accepted (trials)
-    accepted: int = 0  # of them, the ones accepted
+    # speculation: drafts tried, each once every draft before it was accepted (verified, or checked afterwards
+    # against the token sampled where it was not verified), and how many matched: the row's acceptance rate
+    trials: int = 0
+    hits: int = 0
+    unverified: int | None = None  # the first draft of the last step's proposal left out of the forward
     # a vision-language prompt's extra prefill inputs (pixel values, grids, 3D positions) and the offset
     # its image tokens put between a token's index and its rotary position (Qwen2-VL's rope delta)
     prefill_inputs: dict[str, Any] = field(default_factory=dict)
@@ -444,7 +447,8 @@ class DecodeLoop:
         self.tokens_generated = 0
         self.drafted = 0  # draft tokens verified
         self.accepted = 0  # of them, the ones the model agreed with (emitted without a forward of their own)
-        self.trials = 0  # drafts tried with every draft before them accepted: `accepted / trials` is the acceptance rate
+        self.trials = 0  # drafts tried with every draft before them accepted (`Request.trials`, over every row)
+        self.hits = 0  # of them, the ones that matched
         # what a decode forward costs beyond its positions, in positions (`speculation.width`): the weights'
         # reading on a CPU (SmolLM2-135M on 2 AVX2 cores: a step of 8 rows costs ~15 + 8 × width positions)
         self.fixed_positions = FIXED_POSITIONS_CPU if str(device).startswith("cpu") else FIXED_POSITIONS_ACCELERATOR
@@ -572,6 +576,9 @@ class DecodeLoop:
             except Exception as exc:  # e.g. non-finite logits: this row fails, the others go on
                 row.finish(exc)
                 continue
+            if row.unverified is not None:  # would the draft left out have been accepted? (answers never depend on it)
+                self._tried(row, 1, int(token == row.unverified))
+                row.unverified = None
             if self._emit(row, token, logprob):
                 row.finish()
                 self._remember(i)
@@ -605,10 +612,19 @@ class DecodeLoop:
         drafts = [self._drafts(row) for row in rows]
         if not any(drafts):
             return [[token] for token in tokens]
-        prior = (self.accepted + 1) / (self.trials + 2)
-        rates = [(row.accepted + 2 * prior) / (row.drafted + 2) for row in rows]
+        prior = (self.hits + 1) / (self.trials + 2)
+        rates = [(row.hits + 2 * prior) / (row.trials + 2) for row in rows]
         w = width(drafts, rates, self.fixed_positions)
+        for row, d in zip(rows, drafts, strict=True):
+            row.unverified = d[w - 1] if len(d) >= w else None
         return [[token, *d[: w - 1]] for token, d in zip(tokens, drafts, strict=True)]
+
+    def _tried(self, row: Request, trials: int, hits: int) -> None:
+        """Count drafts tried for `row` and how many matched (its acceptance rate, and the batch's)."""
+        row.trials += trials
+        row.hits += hits
+        self.trials += trials
+        self.hits += hits
 
     def _drafts(self, row: Request) -> list[int]:
         """Up to `speculate` draft tokens for `row` (within its budget; none without speculation)."""
@@ -628,10 +644,11 @@ class DecodeLoop:
             kept = accepted(logits[i], drafts, row.choose) if drafts else []
             self.drafted += len(drafts)
             self.accepted += len(kept)
-            trials = len(kept) + (len(kept) < len(drafts))  # each draft is tried only once those before it are accepted
-            self.trials += trials
-            row.drafted += trials
-            row.accepted += len(kept)
+            if len(kept) < len(drafts):  # one was rejected: nothing after it was tried
+                self._tried(row, len(kept) + 1, len(kept))
+                row.unverified = None
+            else:
+                self._tried(row, len(kept), len(kept))
             n = 0
             for draft, logprob in zip(drafts, kept, strict=False):
                 n += 1
