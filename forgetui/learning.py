@@ -261,7 +261,8 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
         report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f} over {m['samples']} samples, trained on "
                f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}; "
                f"rollouts {m.get('rollout_s', 0):.0f} s (prefill {m.get('prefill_s', 0):.0f} s, decode {m.get('decode_s', 0):.0f} s, "
-               f"{m.get('reused_tokens', 0):.0f} prompt tokens reused), update {m.get('update_s', 0):.0f} s")
+               f"{m.get('reused_tokens', 0):.0f} prompt tokens reused, {m.get('accepted_tokens', 0):.0f} of "
+               f"{m.get('decode_tokens', 0):.0f} answer tokens from accepted drafts), update {m.get('update_s', 0):.0f} s")
 
     summary = run(config, "grpo-train", plan, on_step)
     return summary.extra["checkpoint"], steps

@@ -59,6 +59,10 @@ def test_grpo_steps_through_the_proxy_raise_rewarded_completions(docker_client, 
         assert float(diff_max) <= 1e-3, f"step {step}: recorded and recomputed logprobs disagree by {diff_max}"
     _, _, reward_mean, _, trained, flat = steps[0]
     assert 0.0 < reward_mean < 1.0 and trained == 12 and flat == 0
+    # the sampler's share of each step: answer tokens decoded, drafts verified and accepted among them
+    sampler = rows(store, "SELECT CAST(metrics->>'decode_tokens' AS INT), CAST(metrics->>'drafted_tokens' AS INT), "
+                          "CAST(metrics->>'accepted_tokens' AS INT) FROM train_steps ORDER BY step")
+    assert all(decoded >= 12 and 0 <= accepted <= drafted and accepted <= decoded for decoded, drafted, accepted in sampler)
 
     # the samples table holds what the trainer used: advantages of both signs, one sample per rollout
     stored = rows(store, "SELECT step, count(*), sum(CASE WHEN advantage > 0 THEN 1 ELSE 0 END), sum(CASE WHEN advantage < 0 THEN 1 ELSE 0 END) "

@@ -67,7 +67,7 @@ def _informative(stats: Any) -> int:
     return stats.groups - stats.zero_variance_groups - stats.singleton_groups
 
 
-SAMPLER_COUNTERS = ("prefill_s", "decode_s", "prefill_tokens", "reused_tokens")
+SAMPLER_COUNTERS = ("prefill_s", "decode_s", "prefill_tokens", "reused_tokens", "decode_tokens", "drafted_tokens", "accepted_tokens")
 
 
 def backend_stats(backend: TokenBackend) -> dict[str, float]:
