@@ -641,14 +641,15 @@ class DecodeLoop:
         ended: list[int] = []
         for i, (row, feed) in enumerate(zip(batch.rows, feeds, strict=True)):
             drafts = feed[1:]
-            kept = accepted(logits[i], drafts, row.choose) if drafts else []
+            kept: list[float] = []
+            if drafts:
+                kept = accepted(logits[i], drafts, row.choose)
+                rejected = len(kept) < len(drafts)  # then nothing after the rejected draft was tried
+                self._tried(row, len(kept) + rejected, len(kept))
+                if rejected:
+                    row.unverified = None
             self.drafted += len(drafts)
             self.accepted += len(kept)
-            if len(kept) < len(drafts):  # one was rejected: nothing after it was tried
-                self._tried(row, len(kept) + 1, len(kept))
-                row.unverified = None
-            else:
-                self._tried(row, len(kept), len(kept))
             n = 0
             for draft, logprob in zip(drafts, kept, strict=False):
                 n += 1
