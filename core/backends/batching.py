@@ -38,6 +38,7 @@ MIN_SHARED = 32  # a start several newcomers share is prefilled once on its own 
 SLACK = 64  # padding tokens a prefill group may carry beyond its half-of-the-work bound
 FIXED_POSITIONS_CPU = 16.0  # see DecodeLoop.fixed_positions (benchmarks/speculation.py measures the trade)
 FIXED_POSITIONS_ACCELERATOR = 256.0  # a GPU's decode forward barely notices a few more positions per row
+PRIOR_WINDOW = 4096  # draft trials the batch-wide acceptance prior remembers at full weight (then halved)
 DONE = object()  # the last item a request's `emit` receives
 _LIVE: weakref.WeakSet[DecodeLoop] = weakref.WeakSet()  # stopped at interpreter exit, never mid-forward
 
@@ -447,8 +448,11 @@ class DecodeLoop:
         self.tokens_generated = 0
         self.drafted = 0  # draft tokens verified
         self.accepted = 0  # of them, the ones the model agreed with (emitted without a forward of their own)
-        self.trials = 0  # drafts tried with every draft before them accepted (`Request.trials`, over every row)
-        self.hits = 0  # of them, the ones that matched
+        # drafts tried with every draft before them accepted (`Request.trials`, over every row) and the ones
+        # that matched: the prior of a row without history. Halved past PRIOR_WINDOW trials, so it follows a
+        # policy that changes under training (weights reloaded between GRPO steps) instead of its whole past.
+        self.trials = 0.0
+        self.hits = 0.0
         # what a decode forward costs beyond its positions, in positions (`speculation.width`): the weights'
         # reading on a CPU (SmolLM2-135M on 2 AVX2 cores: a step of 8 rows costs ~15 + 8 × width positions)
         self.fixed_positions = FIXED_POSITIONS_CPU if str(device).startswith("cpu") else FIXED_POSITIONS_ACCELERATOR
@@ -625,6 +629,9 @@ class DecodeLoop:
         row.hits += hits
         self.trials += trials
         self.hits += hits
+        if self.trials > PRIOR_WINDOW:
+            self.trials /= 2
+            self.hits /= 2
 
     def _drafts(self, row: Request) -> list[int]:
         """Up to `speculate` draft tokens for `row` (within its budget; none without speculation)."""
