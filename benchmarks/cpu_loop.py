@@ -1,6 +1,6 @@
 """The CPU learning loop against plain transformers: generation with prefix reuse, bfloat16, the trainer's update.
 
-    .venv/bin/python benchmarks/cpu_loop.py [--only rollout,shared,train,prefix,dtype,memory] [--long] [--starts 3000,16000]
+    .venv/bin/python benchmarks/cpu_loop.py [--only rollout,shared,train,prefix,rows,dtype,memory] [--long] [--starts 3000,16000]
         [--rounds 2] [--threads 1]
 
 Every part measures forgetui's code and plain transformers on the same work in the same process,
@@ -19,6 +19,9 @@ rounds alternating (the machine may be shared), and prints the ratio of the medi
   the same trainer without it, on samples shaped like a harness's: 8 rollouts (2 tasks x a GRPO group
   of 4) under one 900-token system prompt, each task's own 100 tokens, then 300 tokens of its own
   trajectory (a quarter sampled). Floor: >= 1.5x.
+- rows: `LocalTrainer.step` at its default samples per forward (`pack_samples`, 32) against 4 a forward
+  (the default before), on a GRPO step shaped like react's in the learning benchmark: 6 tasks x 4
+  rollouts under one 650-token system prompt, ~740 tokens each. Same gradient. Reported.
 - dtype: bfloat16 against float32: generation (4 prompts of ~700 tokens, 64 answered each, at once)
   and `LocalTrainer.step`. Floors (on a CPU with native bfloat16): generation >= 1.5x, training >= 1.8x.
   Also the logprob agreement in each dtype: 2 answers sampled at temperature 1 after 400-token
@@ -298,7 +301,7 @@ class PlainLoop:
 def trainer(model: str, dtype: str, **kw: Any) -> Any:
     from core.train.local import LocalTrainer
 
-    return LocalTrainer(model, device="cpu", dtype=dtype, lr=1e-6, micro_batch_size=4, rollout_correction="off", **kw)
+    return LocalTrainer(model, device="cpu", dtype=dtype, lr=1e-6, pack_samples=4, rollout_correction="off", **kw)
 
 
 def bench_train(args: argparse.Namespace, results: dict[str, float]) -> None:
@@ -320,17 +323,18 @@ def bench_train(args: argparse.Namespace, results: dict[str, float]) -> None:
           f"({floor_text('train', results['train'])})", flush=True)
 
 
-def harness_samples(vocab: int, system: int = 900, task: int = 100, own: int = 300) -> list[Sample]:
-    """2 tasks x 4 rollouts under one system prompt: what a harness's GRPO step trains on."""
+def harness_samples(vocab: int, system: int = 900, task: int = 100, own: int = 300, tasks: int = 2, answer: int = 0) -> list[Sample]:
+    """`tasks` tasks x 4 rollouts under one system prompt: what a harness's GRPO step trains on (`answer`: sampled tokens, own // 4 by default)."""
     head = random_ids(system, 1, vocab)
+    sampled = answer or own // 4
     out = []
-    for t in range(2):
+    for t in range(tasks):
         words = random_ids(task, 10 + t, vocab)
         for r in range(4):
             rest = random_ids(own, 100 + 4 * t + r, vocab)
-            ids, answer = head + words + rest, own // 4
+            ids = head + words + rest
             out.append(Sample(sample_id=f"h{t}{r}", run_id="bench", rollout_id=f"h{t}{r}", task_id=f"t{t}", branch=0, step=0, token_ids=ids,
-                              loss_mask=[0] * (len(ids) - answer) + [1] * answer, logprobs=[0.0] * (len(ids) - answer) + [-2.0] * answer,
+                              loss_mask=[0] * (len(ids) - sampled) + [1] * sampled, logprobs=[0.0] * (len(ids) - sampled) + [-2.0] * sampled,
                               prompt_tokens=system + task, reward=float(r % 2), advantage=1.0 if r % 2 else -1.0))
     return out
 
@@ -351,6 +355,27 @@ def bench_prefix(args: argparse.Namespace, results: dict[str, float]) -> None:
     results["prefix"] = alternate(args.rounds, side(shared), side(alone), ("shared prefix", "each sample whole"))
     print(f"prefix: 8 samples, {real} tokens, float32: {results['prefix']:.2f}x the same trainer without sharing "
           f"({floor_text('prefix', results['prefix'])})", flush=True)
+
+
+def bench_rows(args: argparse.Namespace, results: dict[str, float]) -> None:
+    from core.train.local import LocalTrainerConfig
+
+    default = LocalTrainerConfig().pack_samples
+    wide, narrow = trainer(args.model, "float32", pack_samples=default), trainer(args.model, "float32")
+    # shaped like react's GRPO steps in the learning benchmark: 6 tasks x 4 under a ~650-token system prompt, ~740 tokens each
+    batch = harness_samples(int(wide.model.config.vocab_size), system=650, task=30, own=60, tasks=6, answer=60)
+    real = sum(len(s.token_ids) for s in batch)
+    wide.step(batch[:2])  # warm-up
+
+    def side(t: Any) -> Side:
+        def go(r: int) -> tuple[float, float, str]:
+            m, wall, cpu = timed(lambda: t.step(batch))
+            return wall, cpu, f"{real / wall:.1f} sample tokens/s (ran {m['train_tokens']:.0f} tokens, grad norm {m['grad_norm']:.6f}),"
+
+        return go
+
+    results["rows"] = alternate(args.rounds, side(wide), side(narrow), (f"{default} samples a forward", "4 a forward"))
+    print(f"rows: a GRPO step of 24 samples, {real} tokens, float32: {results['rows']:.2f}x the same trainer at 4 samples a forward (reported)", flush=True)
 
 
 def bench_dtype(args: argparse.Namespace, results: dict[str, float]) -> None:
@@ -466,7 +491,7 @@ def floor_text(label: str, ratio: float, applies: bool = True) -> str:
     return f"floor {floor}x: {'PASS' if ratio >= floor else 'FAIL'}"
 
 
-PARTS = {"rollout": bench_rollout, "shared": bench_shared, "train": bench_train, "prefix": bench_prefix, "dtype": bench_dtype, "memory": bench_memory}
+PARTS = {"rollout": bench_rollout, "shared": bench_shared, "train": bench_train, "prefix": bench_prefix, "rows": bench_rows, "dtype": bench_dtype, "memory": bench_memory}
 
 
 def main() -> int:

@@ -141,7 +141,7 @@ def weights(t) -> dict:
 def test_recorded_logprobs_agree_with_the_trainer(prompt, completions) -> None:
     samples = pair(prompt, completions)
     for micro in (1, 2):  # alone, and right-padded next to the other sample
-        t = trainer(micro_batch_size=micro, lr=1e-3)
+        t = trainer(pack_samples=micro, lr=1e-3)
         agreement = t.logprob_agreement(samples)
         assert agreement["tokens"] == sum(len(ids) for ids, _ in completions)
         assert agreement["logprob_diff_max"] <= 1e-3
@@ -189,8 +189,8 @@ def test_logprobs_are_recomputed_at_the_sampler_temperature(backend, prompt) -> 
 def test_gradient_accumulation_matches_one_batch(prompt, completions, mode) -> None:
     samples = pair(prompt, completions)
     one, two = (
-        trainer(micro_batch_size=1, loss_agg_mode=mode),
-        trainer(micro_batch_size=2, loss_agg_mode=mode),
+        trainer(pack_samples=1, loss_agg_mode=mode),
+        trainer(pack_samples=2, loss_agg_mode=mode),
     )
     m1, m2 = one.step(samples), two.step(samples)
     for key in ("loss", "pg_loss", "grad_norm", "entropy", "tokens"):
@@ -201,7 +201,7 @@ def test_packed_samples_get_the_logprobs_they_get_alone_and_no_padding(prompt, c
     third = generate(backend, prompt, seed=9, max_tokens=5)  # shorter: samples of different lengths in one row
     samples = [*pair(prompt, completions), sample(prompt, third, rollout="r3", reward=0.5)]
     samples[2].advantage = 0.25
-    alone, packed = trainer(micro_batch_size=1), trainer(micro_batch_size=3, share_prefix=False)
+    alone, packed = trainer(pack_samples=1), trainer(pack_samples=3, share_prefix=False)
     assert packed.packed
     for a, b in zip(alone.logprobs(samples), packed.logprobs(samples), strict=True):
         assert b == pytest.approx(a, abs=1e-5)
@@ -258,7 +258,7 @@ def test_a_shared_prefix_runs_once_and_changes_no_logprob_and_no_gradient(prompt
 
     assert collate(merged_only).shared == len(prompt) + 2 and collate(samples).shared >= len(prompt)
     for group in (samples, merged_only):
-        plain, shared = trainer(micro_batch_size=8, share_prefix=False), trainer(micro_batch_size=8)
+        plain, shared = trainer(pack_samples=8, share_prefix=False), trainer(pack_samples=8)
         for a, b in zip(plain.logprobs(group), shared.logprobs(group), strict=True):
             assert b == pytest.approx(a, abs=1e-5)
         m1, g1 = _grads(plain, group)
@@ -553,8 +553,24 @@ def test_resume_refuses_a_checkpoint_of_another_kind(tmp_path) -> None:
         trainer().load_checkpoint(tmp_path)
 
 
+def test_the_run_configs_pack_samples_bounds_each_forward(prompt, completions, backend) -> None:
+    """`train.pack_samples` reaches the trainer: a step's forwards hold at most that many samples (the SFT batch is micro_batch_size)."""
+    from core.config import load_config
+    from core.train.local import LocalTrainer, trainer_settings
+
+    config = load_config(None, ["train.pack_samples=2", "train.micro_batch_size=7"])
+    settings = trainer_settings(config.train)
+    assert settings["pack_samples"] == 2 and "micro_batch_size" not in settings
+    samples = [*pair(prompt, completions), sample(prompt, generate(backend, prompt, seed=9, max_tokens=5), rollout="r3", reward=0.5)]
+    rows = [chunk for chunk, _ in LocalTrainer("tiny", device="cpu", **settings)._micro_batches(samples)]
+    assert [len(r) for r in rows] == [2, 1]
+    assert [len(r) for r, _ in trainer()._micro_batches(samples)] == [3]  # the default: all three in one forward
+    with pytest.raises(ConfigError):
+        load_config(None, ["train.pack_samples=0"])
+
+
 def test_bad_trainer_settings_are_config_errors() -> None:
-    for kw in ({"loss_agg_mode": "mean"}, {"old_logprobs": "old"}, {"policy_loss": "nope"}, {"no_such": 1}, {"dtype": "bf16"}, {"rollout_correction": "yes"}):
+    for kw in ({"loss_agg_mode": "mean"}, {"pack_samples": 0}, {"old_logprobs": "old"}, {"policy_loss": "nope"}, {"no_such": 1}, {"dtype": "bf16"}, {"rollout_correction": "yes"}):
         with pytest.raises(ConfigError):
             trainer(**kw)
 

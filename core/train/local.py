@@ -79,8 +79,9 @@ class LocalTrainerConfig:
     (core.models.precision; float32 gives exact logprob agreement). The model is kept in eval
     mode (no dropout), so recomputed logprobs match the sampler's.
 
-    Samples are packed (`core.train.logprobs`): each forward runs up to `micro_batch_size` samples
-    and `pack_tokens` tokens end to end with no padding. share_prefix: samples of a micro-batch that
+    Samples are packed (`core.train.logprobs`): each forward runs up to `pack_samples` samples
+    and `pack_tokens` tokens end to end with no padding (gradients accumulate over a step's forwards,
+    exactly: the two bound speed and memory, not what is learned). share_prefix: samples of a micro-batch that
     begin alike (a harness's system prompt, a GRPO group's prompt) run their common beginning once
     (exact; see `core.train.logprobs`), and rows are filled in token order so that they do. gradient_checkpointing: recompute each
     layer's activations in the backward pass (memory per step grows far slower with sample length).
@@ -92,7 +93,9 @@ class LocalTrainerConfig:
     eps: float = 1e-8
     max_grad_norm: float = 1.0
     warmup_steps: int = 0  # linear warm-up of the lr over this many optimizer steps
-    micro_batch_size: int = 4  # samples per forward/backward (gradient accumulation over the step)
+    # samples per forward/backward at most: many, so a GRPO step's samples under one system prompt run it
+    # once per forward (react's 28 samples of ~740 tokens: 6,765 tokens run in rows of 4, 3,705 in one row)
+    pack_samples: int = 32
     pack_tokens: int = 8192  # tokens per forward at most (a longer sample runs alone)
     gradient_checkpointing: bool = False
     share_prefix: bool = True
@@ -131,8 +134,8 @@ class LocalTrainerConfig:
             raise ConfigError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
         if self.pack_tokens < 1 or self.rollout_is_threshold <= 1.0:
             raise ConfigError("pack_tokens must be >= 1 and rollout_is_threshold > 1")
-        if self.lr <= 0 or self.micro_batch_size < 1 or self.max_grad_norm <= 0:
-            raise ConfigError("lr and max_grad_norm must be > 0 and micro_batch_size >= 1")
+        if self.lr <= 0 or self.pack_samples < 1 or self.pack_tokens < 1 or self.max_grad_norm <= 0:
+            raise ConfigError("lr and max_grad_norm must be > 0, pack_samples and pack_tokens >= 1")
         if self.temperature <= 0:
             raise ConfigError("temperature must be > 0 (use 1.0 for samples drawn greedily)")
         if self.kl_coef < 0 or self.entropy_coef < 0 or self.lora_rank < 0:
@@ -246,14 +249,14 @@ class LocalTrainer:
     # ------------------------------------------------------------------ logprobs
 
     def _micro_batches(self, samples: Sequence[Sample]) -> Iterator[tuple[list[Sample], Batch]]:
-        """Samples packed `micro_batch_size` (and at most `pack_tokens` tokens) to a forward, alike lengths together."""
+        """Samples packed `pack_samples` (and at most `pack_tokens` tokens) to a forward, alike lengths together."""
         if self.vision is not None:
             for sample in samples:
                 self._check_images(sample)
         cfg = self.config
         alone = not self.packed or self.vision is not None  # images: 3D positions span a whole row
         share = cfg.share_prefix and not alone
-        for chunk in pack(samples, cfg.micro_batch_size, cfg.pack_tokens, alone=alone, share_prefix=share):
+        for chunk in pack(samples, cfg.pack_samples, cfg.pack_tokens, alone=alone, share_prefix=share):
             yield chunk, collate(chunk, self.device, self._image_inputs if self.vision is not None else None, share_prefix=share)
 
     @contextlib.contextmanager
@@ -575,7 +578,7 @@ def trainer_settings(train: TrainConfig) -> dict[str, Any]:
         "lr": train.lr,
         "max_grad_norm": train.max_grad_norm,
         "warmup_steps": train.warmup_steps,
-        "micro_batch_size": train.micro_batch_size,
+        "pack_samples": train.pack_samples,
         "temperature": train.temperature,
         "policy_loss": train.policy_loss,
         "clip_ratio": train.clip_ratio,
