@@ -298,6 +298,29 @@ def test_sft_steps_share_the_prefix_of_different_tasks_exactly(prompt, completio
     assert sorted(sorted(s.rollout_id for s in row) for row in rows) == [["a0", "a1"], ["b3", "b4"]]
 
 
+def test_packing_keeps_a_long_shared_prompt_in_one_row_and_splits_groups_that_share_little() -> None:
+    """Rows are filled while sharing pays: groups under one system prompt together, groups sharing a short start apart."""
+    from core.train.logprobs import collate, pack
+
+    def group(head: list[int], task: int) -> list[Sample]:
+        return [
+            Sample(sample_id=f"{task}-{r}", run_id="r", rollout_id=f"{task}-{r}", task_id=str(task), branch=0, step=0,
+                   token_ids=[*head, *range(1000 + 50 * r, 1040 + 50 * r)], loss_mask=[0] * len(head) + [1] * 40,
+                   logprobs=[0.0] * (len(head) + 40), prompt_tokens=len(head), advantage=1.0)
+            for r in range(4)
+        ]  # fmt: skip
+
+    system = list(range(10, 310))  # 300 tokens every rollout sees
+    react_like = group([*system, 1, 2, 3], 0) + group([*system, 4, 5, 6], 1)  # the task after the system prompt
+    rows = pack(react_like, 32, 100_000, share_prefix=True)
+    assert [len(r) for r in rows] == [8] and collate(rows[0]).shared == 300
+    start = list(range(10, 30))  # 20 tokens, then each task's own 300 (mini-swe-agent's order)
+    mini_like = group([*start, *range(400, 700)], 0) + group([*start, *range(800, 1100)], 1)
+    rows = pack(mini_like, 32, 100_000, share_prefix=True)
+    assert sorted(sorted(s.task_id for s in row) for row in rows) == [["0"] * 4, ["1"] * 4]
+    assert sum(collate(r).width for r in rows) == 2 * (320 + 4 * 40)  # one row: 20 + 8 × (300 + 40) = 2,740 tokens
+
+
 def test_samples_as_numpy_arrays_collate_like_lists(prompt, completions) -> None:
     """samples_for_run builds token ids, masks and logprobs as numpy arrays: packing takes them as it takes lists."""
     import dataclasses

@@ -180,7 +180,10 @@ def pack(
 
     Sorted by length, so a row's samples are alike and the rows are evenly filled; with
     `share_prefix`, sorted by their tokens instead, so samples that begin alike share a row, and a
-    row's tokens count its common prefix once (what `collate` will run).
+    row's tokens count its common prefix once (what `collate` will run). A sample that would shrink
+    the row's common prefix by more than it saves starts a new row: GRPO groups whose prompts share
+    only a short start (mini-swe-agent puts the task first) keep a row each, while groups under one
+    long system prompt (react's) fill a row together.
     """
     if share_prefix:
         order = sorted(samples, key=lambda s: tuple(int(t) for t in s.token_ids))
@@ -194,7 +197,10 @@ def pack(
         joined = min(common, common_prefix(current[-1].token_ids, s.token_ids)) if share_prefix and current else size
         shared = joined if share_prefix and joined >= MIN_SHARED_PREFIX else 0
         cost = plain + size - shared * len(current)  # the prefix once, not once per sample
-        if current and (alone or len(current) >= max_samples or cost > max_tokens):
+        # joining lays (n + 1) samples sharing `shared`; a row of its own lays this one whole, the row's n keep theirs
+        before = common if len(current) > 1 and common >= MIN_SHARED_PREFIX else 0
+        worse = share_prefix and shared * len(current) < before * (len(current) - 1)
+        if current and (alone or len(current) >= max_samples or cost > max_tokens or worse):
             rows.append(current)
             current, plain, joined = [], 0, size
         current.append(s)
