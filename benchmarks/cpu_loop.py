@@ -301,7 +301,7 @@ class PlainLoop:
 def trainer(model: str, dtype: str, **kw: Any) -> Any:
     from core.train.local import LocalTrainer
 
-    return LocalTrainer(model, device="cpu", dtype=dtype, lr=1e-6, pack_samples=4, rollout_correction="off", **kw)
+    return LocalTrainer(model, device="cpu", dtype=dtype, lr=1e-6, rollout_correction="off", **{"pack_samples": 4, **kw})
 
 
 def bench_train(args: argparse.Namespace, results: dict[str, float]) -> None:
@@ -339,20 +339,26 @@ def harness_samples(vocab: int, system: int = 900, task: int = 100, own: int = 3
     return out
 
 
-def bench_prefix(args: argparse.Namespace, results: dict[str, float]) -> None:
-    shared, alone = trainer(args.model, "float32"), trainer(args.model, "float32", share_prefix=False)
-    batch = harness_samples(int(shared.model.config.vocab_size))
+def steps_side_by_side(rounds: int, ours: Any, theirs: Any, batch: list[Sample], names: tuple[str, str]) -> float:
+    """`LocalTrainer.step` of two trainers on the same samples, alternating rounds: theirs / ours of the median seconds."""
     real = sum(len(s.token_ids) for s in batch)
-    shared.step(batch[:2])  # warm-up
+    ours.step(batch[:2])  # warm-up
 
     def side(t: Any) -> Side:
         def go(r: int) -> tuple[float, float, str]:
             m, wall, cpu = timed(lambda: t.step(batch))
-            return wall, cpu, f"{real / wall:.1f} sample tokens/s (ran {m['train_tokens']:.0f} tokens),"
+            return wall, cpu, f"{real / wall:.1f} sample tokens/s (ran {m['train_tokens']:.0f} tokens, grad norm {m['grad_norm']:.6f}),"
 
         return go
 
-    results["prefix"] = alternate(args.rounds, side(shared), side(alone), ("shared prefix", "each sample whole"))
+    return alternate(rounds, side(ours), side(theirs), names)
+
+
+def bench_prefix(args: argparse.Namespace, results: dict[str, float]) -> None:
+    shared, alone = trainer(args.model, "float32"), trainer(args.model, "float32", share_prefix=False)
+    batch = harness_samples(int(shared.model.config.vocab_size))
+    real = sum(len(s.token_ids) for s in batch)
+    results["prefix"] = steps_side_by_side(args.rounds, shared, alone, batch, ("shared prefix", "each sample whole"))
     print(f"prefix: 8 samples, {real} tokens, float32: {results['prefix']:.2f}x the same trainer without sharing "
           f"({floor_text('prefix', results['prefix'])})", flush=True)
 
@@ -365,16 +371,7 @@ def bench_rows(args: argparse.Namespace, results: dict[str, float]) -> None:
     # shaped like react's GRPO steps in the learning benchmark: 6 tasks x 4 under a ~650-token system prompt, ~740 tokens each
     batch = harness_samples(int(wide.model.config.vocab_size), system=650, task=30, own=60, tasks=6, answer=60)
     real = sum(len(s.token_ids) for s in batch)
-    wide.step(batch[:2])  # warm-up
-
-    def side(t: Any) -> Side:
-        def go(r: int) -> tuple[float, float, str]:
-            m, wall, cpu = timed(lambda: t.step(batch))
-            return wall, cpu, f"{real / wall:.1f} sample tokens/s (ran {m['train_tokens']:.0f} tokens, grad norm {m['grad_norm']:.6f}),"
-
-        return go
-
-    results["rows"] = alternate(args.rounds, side(wide), side(narrow), (f"{default} samples a forward", "4 a forward"))
+    results["rows"] = steps_side_by_side(args.rounds, wide, narrow, batch, (f"{default} samples a forward", "4 a forward"))
     print(f"rows: a GRPO step of 24 samples, {real} tokens, float32: {results['rows']:.2f}x the same trainer at 4 samples a forward (reported)", flush=True)
 
 
