@@ -342,7 +342,8 @@ def harness_samples(vocab: int, system: int = 900, task: int = 100, own: int = 3
 def steps_side_by_side(rounds: int, ours: Any, theirs: Any, batch: list[Sample], names: tuple[str, str]) -> float:
     """`LocalTrainer.step` of two trainers on the same samples, alternating rounds: theirs / ours of the median seconds."""
     real = sum(len(s.token_ids) for s in batch)
-    ours.step(batch[:2])  # warm-up
+    for t in (ours, theirs):
+        t.step(batch[:2])  # warm-up, both: the same weights after it, so the same gradients in the rounds
 
     def side(t: Any) -> Side:
         def go(r: int) -> tuple[float, float, str]:
