@@ -180,11 +180,12 @@ async def test_drafts_left_out_of_the_forward_still_teach_the_rows_acceptance(ti
     await frugal.aclose()
 
 
-def test_the_batch_prior_follows_a_changing_policy(tiny_dir: Path) -> None:
+async def test_the_batch_prior_follows_a_changing_policy(tiny_dir: Path) -> None:
     """The prior of rows without history forgets old trials: after a policy stops agreeing, it drops within a window."""
     from core.backends.batching import PRIOR_WINDOW
 
-    loop = BuiltinBackend(str(tiny_dir), device="cpu", speculate=4)._loop
+    backend = BuiltinBackend(str(tiny_dir), device="cpu", speculate=4)
+    loop = backend._loop
     row = type("Row", (), {"trials": 0, "hits": 0})()
     for _ in range(10):
         loop._tried(row, PRIOR_WINDOW // 4, PRIOR_WINDOW // 4)  # a policy whose drafts all pass
@@ -193,3 +194,4 @@ def test_the_batch_prior_follows_a_changing_policy(tiny_dir: Path) -> None:
         loop._tried(row, PRIOR_WINDOW // 4, 0)  # after a weight reload none does
     assert (loop.hits + 1) / (loop.trials + 2) < 0.3  # a lifetime count would still say 10 / 18
     assert (row.trials, row.hits) == (18 * (PRIOR_WINDOW // 4), 10 * (PRIOR_WINDOW // 4))  # a row's own count is its whole life
+    await backend.aclose()

@@ -81,7 +81,7 @@ class LocalTrainerConfig:
 
     Samples are packed (`core.train.logprobs`): each forward runs up to `pack_samples` samples
     and `pack_tokens` tokens end to end with no padding (gradients accumulate over a step's forwards,
-    exactly: the two bound speed and memory, not what is learned). share_prefix: samples of a micro-batch that
+    exactly: the two bound speed and memory, not what is learned). share_prefix: samples of a forward that
     begin alike (a harness's system prompt, a GRPO group's prompt) run their common beginning once
     (exact; see `core.train.logprobs`), and rows are filled in token order so that they do. gradient_checkpointing: recompute each
     layer's activations in the backward pass (memory per step grows far slower with sample length).
@@ -134,8 +134,8 @@ class LocalTrainerConfig:
             raise ConfigError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
         if self.pack_tokens < 1 or self.rollout_is_threshold <= 1.0:
             raise ConfigError("pack_tokens must be >= 1 and rollout_is_threshold > 1")
-        if self.lr <= 0 or self.pack_samples < 1 or self.pack_tokens < 1 or self.max_grad_norm <= 0:
-            raise ConfigError("lr and max_grad_norm must be > 0, pack_samples and pack_tokens >= 1")
+        if self.lr <= 0 or self.pack_samples < 1 or self.max_grad_norm <= 0:
+            raise ConfigError("lr and max_grad_norm must be > 0 and pack_samples >= 1")
         if self.temperature <= 0:
             raise ConfigError("temperature must be > 0 (use 1.0 for samples drawn greedily)")
         if self.kl_coef < 0 or self.entropy_coef < 0 or self.lora_rank < 0:
