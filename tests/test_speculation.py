@@ -31,6 +31,21 @@ def test_propose_continues_the_latest_occurrence_of_the_longest_matching_tail() 
     assert propose([3, 3], 0) == [] and propose([3], 2) == []
 
 
+def test_a_banned_token_is_never_taken_but_the_logprobs_stay_the_models() -> None:
+    import torch
+
+    logits = torch.log(torch.tensor([0.9, 0.06, 0.04]))  # the banned id is the model's favourite
+    banned = torch.tensor([0], dtype=torch.long)
+    noise = PositionNoise(torch.Generator().manual_seed(0))
+    taken: Counter[int] = Counter()
+    for i in range(2_000):
+        token, logprob = pick(logits, 1.0, 1.0, noise.at(i, 3), banned)
+        assert logprob == pytest.approx(float(logits[token]), abs=1e-6)  # what the trainer recomputes
+        taken[token] += 1
+    assert taken[0] == 0 and taken[1] > taken[2] > 0
+    assert pick(logits, 0.0, 1.0, None, banned) == (1, pytest.approx(float(logits[1]), abs=1e-6))  # greedy too
+
+
 def test_the_perturbed_argmax_samples_exactly_the_model_distribution_and_top_p_its_nucleus() -> None:
     import torch
 

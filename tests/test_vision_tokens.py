@@ -158,6 +158,25 @@ def test_the_local_trainer_steps_on_a_screenshot_sample_and_the_backend_takes_th
 
 
 
+def test_the_backend_never_samples_an_image_marker_and_the_trainer_names_one_that_was(vlm) -> None:
+    from core.train.local import LocalTrainer
+    from core.train.samples import samples_for_run
+    from core.train.vision import sample_images
+
+    proxy, backend = vlm
+    vocab = backend.tokenizer.get_vocab()
+    markers = {vocab[t] for t in (VISION_START, IMAGE_PAD, VISION_END)}
+    assert markers <= set(backend._banned.tolist())
+    _record_two_screens(proxy, done=True)
+    (sample,) = samples_for_run(proxy.store, "run-test")
+    sample.images = sample_images(proxy.store.cursor(), sample)
+    at = next(p for p, m in enumerate(sample.loss_mask) if m)
+    sample.token_ids[at] = vocab[IMAGE_PAD]  # as a backend without the ban could have sampled
+    trainer = LocalTrainer("tiny-vl", tokenizer=backend.tokenizer, lr=0.05, seed=0)
+    with pytest.raises(TrainingDataError, match=r"sampled 1 image placeholder token"):
+        trainer.step([sample])
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(900)
 def test_a_gui_training_step_with_screenshots_on_the_token_path(docker_client, base_image) -> None:

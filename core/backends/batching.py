@@ -70,6 +70,7 @@ class Request:
     # its image tokens put between a token's index and its rotary position (Qwen2-VL's rope delta)
     prefill_inputs: dict[str, Any] = field(default_factory=dict)
     rope_delta: int = 0
+    banned: Any = None  # LongTensor of ids never sampled (a vision model's image placeholders), or None
     noise: PositionNoise = field(init=False)  # its sampler's noise per answer position, from `generator`
 
     def __post_init__(self) -> None:
@@ -78,7 +79,7 @@ class Request:
     def choose(self, offset: int, logits: Any) -> tuple[int, float]:
         """The token this request's sampler takes at the position `offset` past its next one, given the logits there."""
         noise = None if self.temperature < GREEDY_BELOW else self.noise.at(offset, logits.shape[-1])
-        return pick(logits, self.temperature, self.top_p, noise)
+        return pick(logits, self.temperature, self.top_p, noise, self.banned)
 
     def finish(self, error: BaseException | None = None) -> None:
         """Tell the consumer this generation is over (with `error` if it failed) and resolve `done`."""

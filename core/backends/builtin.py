@@ -97,6 +97,10 @@ class BuiltinBackend:
         # a vision-language model takes images (Qwen2-VL style); any other model here is text only
         self.vision = vision_prompt(self.tokenizer) if hasattr(self.model.config, "vision_config") else None
         self.capabilities = Capabilities(token_ids=True, logprobs=True, weight_reload=True, images=self.vision is not None)
+        # a sampled image placeholder would stand for an image no one sent: the trainer's forward could not place it
+        self._banned = (
+            self._torch.tensor(self.vision.placeholder_ids, dtype=self._torch.long) if self.vision is not None else None
+        )
         config_len = int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 0) or 2048)
         self.context_length = min(config_len, max_context or MAX_CONTEXT_CAP)
         self.eos_token_ids = self._eos_ids()
@@ -192,6 +196,7 @@ class BuiltinBackend:
             generator=self._torch.Generator(device="cpu").manual_seed(int(seed)),
             emit=emit,
             stop=stop,
+            banned=self._banned,
         )
 
     def _vision_inputs(self, prompt_ids: list[int], images: list[ImagePart]) -> tuple[dict[str, Any], int]:

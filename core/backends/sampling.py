@@ -51,16 +51,23 @@ def nucleus(probs: Any, top_p: float) -> Any:
     return mask
 
 
-def pick(logits: Any, temperature: float, top_p: float, noise: Any) -> tuple[int, float]:
-    """The token at a position and its logprob (log_softmax(logits / T) before top-p; greedy: T = 1, `noise` unused)."""
+def pick(logits: Any, temperature: float, top_p: float, noise: Any, banned: Any = None) -> tuple[int, float]:
+    """The token at a position and its logprob (log_softmax(logits / T) before top-p; greedy: T = 1, `noise` unused).
+
+    `banned` (a LongTensor of ids) are never taken, like tokens outside the nucleus: the logprob stays the
+    model's own, so the trainer's recomputation agrees without knowing the ban.
+    """
     import torch
 
     if temperature < GREEDY_BELOW:
-        token = int(torch.argmax(logits))
+        candidates = logits if banned is None else logits.index_fill(-1, banned, float("-inf"))
+        token = int(torch.argmax(candidates))
         return token, float(torch.log_softmax(logits, dim=-1)[token])
     scaled = logits / temperature
     logp = torch.log_softmax(scaled, dim=-1)
     if top_p < 1.0:
         scaled = scaled.masked_fill(~nucleus(logp.exp(), top_p), float("-inf"))
+    if banned is not None:
+        scaled = scaled.index_fill(-1, banned, float("-inf"))
     token = int(torch.argmax(scaled + noise))
     return token, float(logp[token])

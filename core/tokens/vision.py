@@ -24,6 +24,7 @@ from core.errors import ModelError
 log = logging.getLogger(__name__)
 
 VISION_START, VISION_END, IMAGE_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
+VIDEO_PAD = "<|video_pad|>"
 _IMAGE_PROCESSORS = ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorFast", "Qwen2VLImageProcessorPil")
 
 
@@ -34,6 +35,7 @@ class VisionPrompt:
     processor: Any
     pad_id: int
     merge_size: int
+    placeholder_ids: tuple[int, ...] = ()  # the image markers (start, pad, end): a prompt's, never a completion's
     _grids: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -130,7 +132,8 @@ def _load(tokenizer: Any) -> VisionPrompt | None:
 
     # the PIL implementation: the same resize and patching, without torchvision (not installed here)
     processor = Qwen2VLImageProcessorPil.from_pretrained(str(folder))
-    return VisionPrompt(processor, vocab[IMAGE_PAD], int(processor.merge_size))
+    markers = tuple(vocab[t] for t in (VISION_START, IMAGE_PAD, VISION_END, VIDEO_PAD) if t in vocab)
+    return VisionPrompt(processor, vocab[IMAGE_PAD], int(processor.merge_size), markers)
 
 
 

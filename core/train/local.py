@@ -206,6 +206,12 @@ class LocalTrainer:
         assert self.vision is not None
         pads = sum(1 for t in sample.token_ids if t == self.vision.pad_id)
         need = sum(self.vision.pad_count(image) for image in sample.images)
+        sampled = sum(1 for t, m in zip(sample.token_ids, sample.loss_mask, strict=False) if m and t == self.vision.pad_id)
+        if sampled:
+            raise TrainingDataError(
+                f"sample {sample.sample_id}: the policy sampled {sampled} image placeholder token(s), which no image fills; "
+                "a backend serving a vision model must not sample its image markers (the built-in one never does)"
+            )
         if pads != need:
             raise TrainingDataError(
                 f"sample {sample.sample_id} holds {pads} image tokens but its {len(sample.images)} loaded image(s) make {need}; "
