@@ -27,6 +27,7 @@ from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
 from envs.toy import solution_script
+from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning_report import paired_gain, pass_interval, plot, split_line
 
 SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
@@ -75,6 +76,9 @@ class Plan:
     eval_tasks: list[str] | None = None  # likewise for the eval runs
     teacher_samples: int = 1  # teacher rollouts per train task
     teacher_mistakes: bool = False  # the teacher also records a wrong answer to each task, and SFT imitates both (the demo)
+    # The teacher (so SFT) sees only the train tasks worded with the first k of each family's seen templates (None: all);
+    # GRPO still trains on every train task, so it meets wordings its SFT never saw, the skill eval-phrasing tests.
+    teacher_templates: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
@@ -198,9 +202,24 @@ def mistaken_turns(harness: str, task: Any) -> list[dict[str, Any]]:
     return teacher_turns(harness, wrong)
 
 
-def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
-    """Per-task turns for every train task, matched by its instruction (longest first: no task's text hides another's)."""
+def teacher_tasks(plan: Plan) -> list[Any]:
+    """The train tasks the teacher records: the plan's train tasks, only those of its first `teacher_templates` seen templates."""
     tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
+    if plan.teacher_templates is None:
+        return tasks
+    return [t for t in tasks if seen_template_rank(t) < plan.teacher_templates]
+
+
+def seen_template_rank(task: Any) -> int:
+    """The position of a toy task's template among its family's seen templates (hello, with one template: 0)."""
+    family = FAMILIES.get(task.meta.get("family", ""))
+    index = task.meta.get("params", {}).get("template", 0)
+    return template_indices(family.templates, "seen").index(index) if family else 0
+
+
+def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
+    """Per-task turns for every task the teacher records, matched by its instruction (longest first: no task's text hides another's)."""
+    tasks = teacher_tasks(plan)
     turns = mistaken_turns if mistakes else teacher_turns
     entries = [{"match": t.instruction, "turns": turns(plan.harness, t)} for t in tasks]
     entries.sort(key=lambda e: -len(e["match"]))
@@ -214,7 +233,8 @@ def teach(plan: Plan, out: Path, report: Report = print) -> list[str]:
     for mistakes in (False, True) if plan.teacher_mistakes else (False,):
         name = "teacher-mistakes" if mistakes else "teacher"
         script = teacher_script(plan, out / f"{name}-{plan.harness}.json", mistakes=mistakes)
-        config = base_config(plan, f"scripted:{script}", "train", plan.train_n, plan.train_tasks)
+        tasks = plan.train_tasks if plan.teacher_templates is None else [t.id for t in teacher_tasks(plan)]
+        config = base_config(plan, f"scripted:{script}", "train", plan.train_n, tasks)
         config.policy.tokenizer = str(resolve_model(plan.model))  # the student's tokenizer: its token ids train as they are
         config.run.n_samples = plan.teacher_samples
         summary = run(config, name, plan)
@@ -270,7 +290,7 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
 
 # The plan fields the base, teacher and SFT stages depend on: a result whose plan agrees on them can lend those stages.
 BEFORE_GRPO = ("harness", "model", "eval_splits", "eval_n", "train_n", "eval_samples", "families", "sft_epochs", "sft_lr",
-               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes")
+               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes", "teacher_templates")
 
 
 def reusable(plan: Plan, earlier: dict[str, Any]) -> None:

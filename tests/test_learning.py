@@ -21,6 +21,7 @@ from forgetui.learning import (
     reusable,
     split_result,
     teacher_script,
+    teacher_tasks,
     teacher_turns,
 )
 from forgetui.learning_report import paired_gain, pass_interval, split_line, table
@@ -80,6 +81,21 @@ def test_teacher_script_matches_every_train_task_and_no_text_hides_another(harne
     for t in tasks:  # the scripted backend plays the first entry whose text the user message contains
         first = next(turns for match, turns in scripts if match in t.instruction)
         assert first == teacher_turns(harness, t), t.id
+
+
+def test_teacher_templates_keeps_the_teacher_to_the_first_k_seen_wordings_and_grpo_to_all(tmp_path: Path) -> None:
+    from envs.toy.families import FAMILIES, template_indices
+
+    everything = ToyEnv(split="train", n=20).tasks()
+    plan = Plan(harness="mini-swe-agent", train_n=20, teacher_templates=3)
+    taught = teacher_tasks(plan)
+    allowed = {f: template_indices(fam.templates, "seen")[:3] for f, fam in FAMILIES.items()}
+    assert {t.id for t in taught} == {t.id for t in everything
+                                      if t.id == "hello" or t.meta["params"]["template"] in allowed[t.meta["family"]]}
+    assert 0 < len(taught) < len(everything) and "hello" in {t.id for t in taught}
+    assert {match for match, _ in load_task_scripts(teacher_script(plan, tmp_path / "t.json"))} == {t.instruction for t in taught}
+    assert grpo_config(plan, "/ck/sft").env.tasks is None  # GRPO trains on every train task, wordings the teacher skipped too
+    assert {t.id for t in teacher_tasks(Plan(train_n=20))} == {t.id for t in everything}
 
 
 def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
@@ -147,6 +163,8 @@ def test_an_earlier_run_lends_its_stages_before_grpo_only_to_the_same_plan(tmp_p
         reusable(Plan(harness="mini-swe-agent"), earlier)
     with pytest.raises(ValueError, match="harness"):
         reusable(Plan(harness="pi", sft_epochs=1), earlier)
+    with pytest.raises(ValueError, match=r"teacher_templates \(None ≠ 5\)"):
+        reusable(Plan(harness="mini-swe-agent", sft_epochs=1, teacher_templates=5), earlier)
     ckpt.rmdir()
     with pytest.raises(ValueError, match="is gone"):
         reusable(plan, earlier)
