@@ -207,7 +207,11 @@ def teacher_tasks(plan: Plan) -> list[Any]:
     tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
     if plan.teacher_templates is None:
         return tasks
-    return [t for t in tasks if seen_template_rank(t) < plan.teacher_templates]
+    taught = [t for t in tasks if seen_template_rank(t) < plan.teacher_templates]
+    if not taught:  # an empty selection would mean "the whole split" to the run's config
+        raise ValueError(f"no train task of this plan is worded with the first {plan.teacher_templates} seen template(s) of its family: "
+                         "raise teacher_templates or choose other train_tasks")
+    return taught
 
 
 def seen_template_rank(task: Any) -> int:
@@ -217,9 +221,8 @@ def seen_template_rank(task: Any) -> int:
     return template_indices(family.templates, "seen").index(index) if family else 0
 
 
-def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
-    """Per-task turns for every task the teacher records, matched by its instruction (longest first: no task's text hides another's)."""
-    tasks = teacher_tasks(plan)
+def teacher_script(plan: Plan, tasks: list[Any], path: Path, *, mistakes: bool = False) -> Path:
+    """Per-task turns for each of `tasks` (`teacher_tasks`), matched by its instruction (longest first: no task's text hides another's)."""
     turns = mistaken_turns if mistakes else teacher_turns
     entries = [{"match": t.instruction, "turns": turns(plan.harness, t)} for t in tasks]
     entries.sort(key=lambda e: -len(e["match"]))
@@ -230,11 +233,12 @@ def teacher_script(plan: Plan, path: Path, *, mistakes: bool = False) -> Path:
 def teach(plan: Plan, out: Path, report: Report = print) -> list[str]:
     """Record the scripted teacher on the train split through the plan's harness (and its mistakes, when the plan says); the run ids."""
     runs = []
+    taught = teacher_tasks(plan)
+    task_ids = plan.train_tasks if plan.teacher_templates is None else [t.id for t in taught]
     for mistakes in (False, True) if plan.teacher_mistakes else (False,):
         name = "teacher-mistakes" if mistakes else "teacher"
-        script = teacher_script(plan, out / f"{name}-{plan.harness}.json", mistakes=mistakes)
-        tasks = plan.train_tasks if plan.teacher_templates is None else [t.id for t in teacher_tasks(plan)]
-        config = base_config(plan, f"scripted:{script}", "train", plan.train_n, tasks)
+        script = teacher_script(plan, taught, out / f"{name}-{plan.harness}.json", mistakes=mistakes)
+        config = base_config(plan, f"scripted:{script}", "train", plan.train_n, task_ids)
         config.policy.tokenizer = str(resolve_model(plan.model))  # the student's tokenizer: its token ids train as they are
         config.run.n_samples = plan.teacher_samples
         summary = run(config, name, plan)

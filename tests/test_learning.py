@@ -9,6 +9,7 @@ import pytest
 
 from core.backends.scripted import load_task_scripts, resolve_turn
 from envs.toy import ToyEnv
+from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning import (
     DEMO,
     HARNESSES,
@@ -75,7 +76,7 @@ def test_the_demos_mistakes_differ_from_the_right_answer_only_in_the_text() -> N
 @pytest.mark.parametrize("harness", HARNESSES)
 def test_teacher_script_matches_every_train_task_and_no_text_hides_another(harness: str, tmp_path: Path) -> None:
     plan = Plan(harness=harness, train_n=20)
-    scripts = load_task_scripts(teacher_script(plan, tmp_path / "t.json"))
+    scripts = load_task_scripts(teacher_script(plan, teacher_tasks(plan), tmp_path / "t.json"))
     tasks = ToyEnv(split="train", n=20).tasks()
     assert len(scripts) == len(tasks)
     for t in tasks:  # the scripted backend plays the first entry whose text the user message contains
@@ -84,8 +85,6 @@ def test_teacher_script_matches_every_train_task_and_no_text_hides_another(harne
 
 
 def test_teacher_templates_keeps_the_teacher_to_the_first_k_seen_wordings_and_grpo_to_all(tmp_path: Path) -> None:
-    from envs.toy.families import FAMILIES, template_indices
-
     everything = ToyEnv(split="train", n=20).tasks()
     plan = Plan(harness="mini-swe-agent", train_n=20, teacher_templates=3)
     taught = teacher_tasks(plan)
@@ -93,9 +92,12 @@ def test_teacher_templates_keeps_the_teacher_to_the_first_k_seen_wordings_and_gr
     assert {t.id for t in taught} == {t.id for t in everything
                                       if t.id == "hello" or t.meta["params"]["template"] in allowed[t.meta["family"]]}
     assert 0 < len(taught) < len(everything) and "hello" in {t.id for t in taught}
-    assert {match for match, _ in load_task_scripts(teacher_script(plan, tmp_path / "t.json"))} == {t.instruction for t in taught}
+    assert {match for match, _ in load_task_scripts(teacher_script(plan, taught, tmp_path / "t.json"))} == {t.instruction for t in taught}
     assert grpo_config(plan, "/ck/sft").env.tasks is None  # GRPO trains on every train task, wordings the teacher skipped too
     assert {t.id for t in teacher_tasks(Plan(train_n=20))} == {t.id for t in everything}
+    later = next(t for t in everything if t.id != "hello" and t.meta["params"]["template"] not in allowed[t.meta["family"]])
+    with pytest.raises(ValueError, match="no train task of this plan is worded with the first 3 seen"):
+        teacher_tasks(Plan(train_n=20, train_tasks=[later.id], teacher_templates=3))  # never "the whole split" instead
 
 
 def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
