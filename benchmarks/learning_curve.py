@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
-           "grpo_lr", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "timeout_s",
+           "grpo_lr", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "max_batch", "timeout_s",
            "teacher_samples", "teacher_templates")
 
 

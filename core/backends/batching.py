@@ -33,6 +33,7 @@ from core.tokens.ids import common_prefix
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MAX_BATCH = 16  # rows one decode step carries unless the spec says `max_batch=N`
 PREFILL_TOKENS = 2048  # prompt tokens one prefill forward carries (rows × chunk): bounds its activations and masks
 MIN_SHARED = 32  # a start several newcomers share is prefilled once on its own when at least this many tokens are new
 SLACK = 64  # padding tokens a prefill group may carry beyond its half-of-the-work bound
@@ -439,7 +440,7 @@ class DecodeLoop:
     """The worker thread: admits requests and runs queued calls at step boundaries, decodes the batch."""
 
     def __init__(
-        self, model: Any, device: str, cache_kwarg: str, name: str, max_batch: int = 16, prefix_cache_bytes: int = 0, speculate: int = 0
+        self, model: Any, device: str, cache_kwarg: str, name: str, max_batch: int = DEFAULT_MAX_BATCH, prefix_cache_bytes: int = 0, speculate: int = 0
     ) -> None:
         import torch
 

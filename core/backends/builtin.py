@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
+from core.backends.batching import DEFAULT_MAX_BATCH, DecodeLoop, Request
 from core.backends.batching import DONE as _DONE
-from core.backends.batching import DecodeLoop, Request
 from core.backends.kinds import Capabilities
 from core.backends.spec import PolicySpec
 from core.chat import ImagePart, request_images
@@ -70,7 +70,7 @@ class BuiltinBackend:
         dtype: Any = None,
         max_new_tokens_default: int = 256,
         max_context: int | None = None,
-        max_batch: int = 16,
+        max_batch: int = DEFAULT_MAX_BATCH,
         prefix_cache_mb: float = PREFIX_CACHE_MB,
         speculate: int = SPECULATE,
     ) -> None:
@@ -284,10 +284,11 @@ def _read_state(path: Path) -> dict[str, Any]:
 
 def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> BuiltinBackend:
     """`builtin:MODEL`; options device=cpu|cuda|auto, dtype=auto|float32|bfloat16|float16 (or `policy.dtype`), prefix_cache_mb=N
-    (0: no prefix reuse), speculate=N (prompt-lookup draft tokens per step; 0: off)."""
+    (0: no prefix reuse), speculate=N (prompt-lookup draft tokens per step; 0: off), max_batch=N (rows one decode step carries)."""
     options = spec.options
     extra: dict[str, Any] = {}
-    for key, kind, what in (("prefix_cache_mb", float, "a number of megabytes"), ("speculate", int, "a whole number of tokens (0: off)")):
+    for key, kind, what in (("prefix_cache_mb", float, "a number of megabytes"), ("speculate", int, "a whole number of tokens (0: off)"),
+                            ("max_batch", int, "a whole number of rows (at least 1)")):
         if key in options:
             try:
                 extra[key] = kind(options[key])
@@ -295,4 +296,6 @@ def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> BuiltinBacke
                 raise ConfigError(f"{key}={options[key]!r} in the backend spec must be {what}") from None
     if extra.get("speculate", 0) < 0:
         raise ConfigError(f"speculate={options['speculate']!r} in the backend spec must be a whole number of tokens (0: off)")
+    if extra.get("max_batch", 1) < 1:
+        raise ConfigError(f"max_batch={options['max_batch']!r} in the backend spec must be a whole number of rows (at least 1)")
     return BuiltinBackend(spec.target, device=options.get("device", "auto"), dtype=options.get("dtype", "auto"), **extra)
