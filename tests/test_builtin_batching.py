@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from core.backends.base import GenerationContext, SamplingParams
-from core.backends.builtin import BuiltinBackend
+from core.backends.builtin import BuiltinBackend, from_spec
+from core.backends.spec import PolicySpec
 from core.chat import ChatRequest
-from core.errors import BackendError
+from core.errors import BackendError, ConfigError
 from core.models.tiny import ensure_tiny_model
 
 log = logging.getLogger(__name__)
@@ -265,6 +266,20 @@ async def test_max_batch_queues_the_rest_and_a_cancelled_queued_request_leaves(t
     await asyncio.wait_for(backend.wait_idle(), 60)
     tokens, _, _ = await run(backend, p, SamplingParams(max_tokens=3, temperature=0.0))
     assert len(tokens) == 3
+    await backend.aclose()
+
+
+async def test_the_max_batch_spec_option_bounds_the_rows_a_step_carries(tiny_dir: Path) -> None:
+    for bad in ("0", "-2", "x", "1.5"):
+        with pytest.raises(ConfigError, match="max_batch"):
+            from_spec(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&max_batch={bad}"))
+    backend = from_spec(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu&max_batch=3"))
+    assert backend._loop.max_batch == 3
+    backend.eos_token_ids = set()  # every request samples its whole budget
+    p = prompt(backend, TEXTS[0])
+    results = await asyncio.gather(*(run(backend, p, SamplingParams(max_tokens=12, temperature=1.0, seed=i)) for i in range(7)))
+    assert backend.peak_batch == 3  # seven requests at once, three rows at a time: the rest waited their turn
+    assert [len(tokens) for tokens, _, _ in results] == [12] * 7
     await backend.aclose()
 
 

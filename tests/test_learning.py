@@ -18,6 +18,7 @@ from forgetui.learning import (
     base_config,
     floors,
     grpo_config,
+    policy,
     mistaken_turns,
     reusable,
     split_result,
@@ -121,6 +122,15 @@ def test_grpo_samples_at_the_plans_temperature_and_the_trainer_recomputes_at_it(
     assert grpo_config(Plan(), "/ck/sft").train.temperature == 1.0
     evals = base_config(Plan(grpo_temperature=1.3), "builtin:/ck/sft", "eval-phrasing", 5)
     assert evals.train.temperature == 1.0  # the held-out runs are not GRPO's: they sample as the harness asks
+
+
+def test_the_decode_batch_follows_the_plans_concurrency_unless_the_plan_says() -> None:
+    from core.backends.spec import PolicySpec
+
+    assert policy(Plan(), "smollm2-135m") == "builtin:smollm2-135m"  # concurrency 8: the backend's own 16 rows
+    wide = grpo_config(Plan(concurrency=32), "/ck/sft").policy.backend
+    assert PolicySpec.parse(str(wide)).options["max_batch"] == "32" and PolicySpec.parse(str(wide)).target == "/ck/sft"
+    assert policy(Plan(concurrency=32, max_batch=8), "/ck/x") == "builtin:/ck/x?max_batch=8"
 
 
 def test_pass_interval_resamples_tasks() -> None:
