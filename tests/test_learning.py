@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.backends.scripted import load_task_scripts, resolve_turn
+from core.backends.spec import PolicySpec
 from envs.toy import ToyEnv
 from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning import (
@@ -125,8 +126,6 @@ def test_grpo_samples_at_the_plans_temperature_and_the_trainer_recomputes_at_it(
 
 
 def test_the_decode_batch_follows_the_plans_concurrency_unless_the_plan_says() -> None:
-    from core.backends.spec import PolicySpec
-
     assert policy(Plan(), "smollm2-135m") == "builtin:smollm2-135m"  # concurrency 8: the backend's own 16 rows
     wide = grpo_config(Plan(concurrency=32), "/ck/sft").policy.backend
     assert PolicySpec.parse(str(wide)).options["max_batch"] == "32" and PolicySpec.parse(str(wide)).target == "/ck/sft"
