@@ -74,7 +74,7 @@ class Plan:
     concurrency: int = 8
     # rows one decode step of the built-in backend carries (None: the plan's concurrency, at least the backend's 16). On a
     # CPU a decode step reads every weight whatever its rows, so wider steps are nearly free: concurrency 32 evaluates
-    # 100 base rollouts in 124 s against 180 s at 8 (react, SmolLM2-135M, 2 cores; benchmarks/README.md).
+    # 100 base rollouts in 124 s against 177 s at 8 (react, SmolLM2-135M, 2 cores; benchmarks/README.md).
     max_batch: int | None = None
     timeout_s: int = 600
     train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split
