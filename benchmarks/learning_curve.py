@@ -146,4 +146,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # SIGINT/SIGTERM: the stage running has removed its sandboxes (core.run.signals)
+        print(f"learning curve {exc or 'interrupted'}; the stages finished so far are in their runs' stores", file=sys.stderr)
+        sys.exit(130)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import signal
 import sys
 from typing import Any
 
@@ -18,18 +16,9 @@ from core.eval.summary import RunSummary
 from core.rollout.engine import RolloutEvent
 from core.rollout.status import Tally
 from core.run import execute_run
+from core.run.signals import cancel_on_signals
 
 _STYLE = {"done": "green", "failed": "red", "timeout": "yellow", "infra_error": "magenta"}
-
-
-async def _run_with_signals(coro: Any) -> Any:
-    """Run `coro`; SIGINT/SIGTERM cancel it so every sandbox is removed before exit."""
-    task = asyncio.ensure_future(coro)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
-    return await task
 
 
 def policy_shown(config: RunConfig) -> str:
@@ -63,7 +52,7 @@ async def run_headless_summary(config: RunConfig, *, console: Console, resume: s
         progress.console.print(step_line(m))
 
     with progress:
-        return await _run_with_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start, on_step=on_step, ks=ks))
+        return await cancel_on_signals(execute_run(config, resume=resume, on_event=on_event, on_start=on_start, on_step=on_step, ks=ks))
 
 
 def step_line(m: dict[str, Any]) -> str:

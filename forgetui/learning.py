@@ -24,6 +24,7 @@ from core.models.resolve import resolve_model
 from core.paths import runs_dir
 from core.registry import load_env
 from core.run import execute_run
+from core.run.signals import cancel_on_signals
 from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
@@ -121,7 +122,7 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
 def run(config: Any, label: str, plan: Plan, on_step: Callable[[dict[str, Any]], None] | None = None) -> Any:
     """One stage's run through the engine, timed into `plan.timings[label]`."""
     started = time.monotonic()
-    summary = asyncio.run(execute_run(config, on_step=on_step))
+    summary = asyncio.run(cancel_on_signals(execute_run(config, on_step=on_step)))  # a killed stage removes its sandboxes
     plan.timings[label] = plan.timings.get(label, 0.0) + time.monotonic() - started
     return summary
 
