@@ -287,15 +287,17 @@ def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> BuiltinBacke
     (0: no prefix reuse), speculate=N (prompt-lookup draft tokens per step; 0: off), max_batch=N (rows one decode step carries)."""
     options = spec.options
     extra: dict[str, Any] = {}
-    for key, kind, what in (("prefix_cache_mb", float, "a number of megabytes"), ("speculate", int, "a whole number of tokens (0: off)"),
-                            ("max_batch", int, "a whole number of rows (at least 1)")):
-        if key in options:
-            try:
-                extra[key] = kind(options[key])
-            except ValueError:
-                raise ConfigError(f"{key}={options[key]!r} in the backend spec must be {what}") from None
-    if extra.get("speculate", 0) < 0:
-        raise ConfigError(f"speculate={options['speculate']!r} in the backend spec must be a whole number of tokens (0: off)")
-    if extra.get("max_batch", 1) < 1:
-        raise ConfigError(f"max_batch={options['max_batch']!r} in the backend spec must be a whole number of rows (at least 1)")
+    # (option, its type, what it must be, its least value; None: any number)
+    numeric = (("prefix_cache_mb", float, "a number of megabytes", None), ("speculate", int, "a whole number of tokens (0: off)", 0),
+               ("max_batch", int, "a whole number of rows (at least 1)", 1))
+    for key, kind, what, least in numeric:
+        if key not in options:
+            continue
+        try:
+            value = kind(options[key])
+        except ValueError:
+            value = None
+        if value is None or (least is not None and value < least):
+            raise ConfigError(f"{key}={options[key]!r} in the backend spec must be {what}")
+        extra[key] = value
     return BuiltinBackend(spec.target, device=options.get("device", "auto"), dtype=options.get("dtype", "auto"), **extra)
