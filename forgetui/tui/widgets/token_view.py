@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -59,7 +60,12 @@ def window(sample: SampleView, cursor: int, size: int = WINDOW) -> range:
 
 def tokens_text(sample: SampleView, cursor: int, size: int = WINDOW) -> Text:
     """The window of tokens around `cursor` as styled text; a `│c1` marker where each merged call's completion starts."""
-    text = Text()
+    return tokens_and_cursor(sample, cursor, size)[0]
+
+
+def tokens_and_cursor(sample: SampleView, cursor: int, size: int = WINDOW) -> tuple[Text, int]:
+    """`tokens_text` and where the cursor's token ends in it (characters)."""
+    text, end = Text(), 0
     starts = {s: n for n, s in enumerate(sample.completion_starts)}
     span = window(sample, cursor, size)
     if span.start:
@@ -72,9 +78,16 @@ def tokens_text(sample: SampleView, cursor: int, size: int = WINDOW) -> Text:
         if i == cursor:
             style += " reverse underline"
         text.append(piece_text(sample, i), style=style)
+        if i == cursor:
+            end = len(text)
     if span.stop < len(sample.token_ids):
         text.append(f"\n… {len(sample.token_ids) - span.stop} tokens after", style="dim")
-    return text
+    return text, end
+
+
+def cursor_row(plain: str, end: int, width: int) -> int:
+    """The line (0-based) where the text's character `end - 1` lands once wrapped to `width` as the body wraps it."""
+    return max(0, len(Content(plain[:end].rstrip("\n") or " ").wrap(max(1, width))) - 1)
 
 
 def cursor_text(sample: SampleView, i: int) -> Text:
@@ -118,6 +131,7 @@ class TokenView(Vertical, can_focus=True):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.sample: SampleView | None = None
         self._window: tuple[str, int] | None = None  # (sample, first token) of the text shown
+        self._plain, self._cursor_end = "", 0  # the body's text and where the cursor's token ends in it
 
     def compose(self) -> ComposeResult:
         yield Static(legend_text(), id="token-legend")
@@ -138,6 +152,9 @@ class TokenView(Vertical, can_focus=True):
             self._render_cursor()
         self.cursor = first
 
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.scroll_to_cursor)  # shown (its tab) or resized: the cursor's line moved
+
     def watch_cursor(self) -> None:
         self._render_cursor()
 
@@ -148,8 +165,28 @@ class TokenView(Vertical, can_focus=True):
         span = window(self.sample, self.cursor)
         same = (self.sample.sample_id, span.start) == self._window
         self._window = (self.sample.sample_id, span.start)
-        self.query_one("#token-body", Static).update(tokens_text(self.sample, self.cursor), layout=not same)
+        text, self._cursor_end = tokens_and_cursor(self.sample, self.cursor)
+        self._plain = text.plain
+        self.query_one("#token-body", Static).update(text, layout=not same)
         self.query_one("#token-cursor", Static).update(cursor_text(self.sample, self.cursor))
+        if same:
+            self.scroll_to_cursor()
+        else:
+            self.call_after_refresh(self.scroll_to_cursor)
+
+    def scroll_to_cursor(self) -> None:
+        """Scroll the body (only as far as needed) so the cursor's line is on screen, a line of context around it."""
+        body, scroll = self.query_one("#token-body", Static), self.query_one("#token-scroll", VerticalScroll)
+        width, height = body.content_region.width, scroll.scrollable_content_region.height
+        if width <= 0 or height <= 0:
+            return
+        row = cursor_row(self._plain, self._cursor_end, width)
+        margin = 1 if height > 3 else 0
+        top = scroll.scroll_y
+        if row - margin < top:
+            scroll.scroll_to(y=max(0, row - margin), animate=False, immediate=True)
+        elif row + margin >= top + height:
+            scroll.scroll_to(y=row + margin - height + 1, animate=False, immediate=True)
 
     def _clamp(self, i: int) -> int:
         n = len(self.sample.token_ids) if self.sample else 0

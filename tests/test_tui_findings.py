@@ -1,0 +1,74 @@
+"""Issue 47's findings, each at 80×24 (and 160×48 where the layout differs), on stores written by the real writer:
+the token cursor always on screen, honest small plots, `forgetui run`'s TUI, the launch form selecting the new
+run, failure reasons, narrow tables, confirm dialogs, headers and the keys users of k9s/lazygit expect."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from core.models.resolve import load_tokenizer, resolve_model
+from core.models.tiny import ensure_tiny_model
+from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.screens.rollout_screen import RolloutScreen
+from forgetui.tui.source import RunSource
+from forgetui.tui.widgets.token_view import TokenView
+from tests.tui_stores import build_run
+
+SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
+SIZES = [(80, 24), (160, 48)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(resolve_model("tiny"))
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "models").symlink_to(ensure_tiny_model(SESSION_HOME / "models").parent, target_is_directory=True)
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    return tmp_path
+
+
+async def until(pilot, cond, what: str, tries: int = 400) -> None:
+    for _ in range(tries):
+        if cond():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"the TUI never reached: {what}")
+
+
+def cursor_lines(view: TokenView) -> list[int]:
+    """The rows of the token body, on screen now, that draw the cursor's token (reverse video)."""
+    body, scroll = view.query_one("#token-body", Static), view.query_one("#token-scroll")
+    top, height = int(scroll.scroll_y), scroll.scrollable_content_region.height
+    rows = []
+    for y in range(top, min(top + height, body.virtual_size.height or body.size.height)):
+        if any(seg.style is not None and seg.style.reverse for seg in body.render_line(y)):
+            rows.append(y)
+    return rows
+
+
+# ---------------------------------------------------------------- 1. the token cursor is always on screen
+@pytest.mark.parametrize("size", SIZES)
+async def test_token_cursor_stays_on_screen(home: Path, tokenizer, size: tuple[int, int]) -> None:
+    build_run(home, "long-prompt", tasks=1, samples=1, calls=4, tokenizer=tokenizer, system_tokens=700)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await app.push_screen(RolloutScreen(RunSource(home / "runs" / "long-prompt"), "long-prompt/task-0/0"))
+        screen = app.screen
+        view = screen.query_one(TokenView)
+        await until(pilot, lambda: view.sample is not None, "the sample")
+        await pilot.press("right")  # to the Tokens tab
+        await pilot.pause()
+        assert view.has_focus
+        await until(pilot, lambda: bool(cursor_lines(view)), "the first sampled token on screen")
+        for key in ("n", "n", "p", "end", "home", "pagedown", "pagedown", "down", "up"):
+            await pilot.press(key)
+            await pilot.pause()
+            await until(pilot, lambda: bool(cursor_lines(view)), f"the cursor on screen after {key}")
