@@ -8,14 +8,17 @@ import os
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Static, TabbedContent
+from textual_plotext import PlotextPlot
 
 from core.models.resolve import load_tokenizer, resolve_model
 from core.models.tiny import ensure_tiny_model
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.rollout_screen import RolloutScreen
+from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.source import RunSource
 from forgetui.tui.widgets.token_view import TokenView
+from forgetui.tui.widgets.train_curves import MIN_PLOT_ROWS, TrainCurves
 from tests.tui_stores import build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
@@ -72,3 +75,31 @@ async def test_token_cursor_stays_on_screen(home: Path, tokenizer, size: tuple[i
             await pilot.press(key)
             await pilot.pause()
             await until(pilot, lambda: bool(cursor_lines(view)), f"the cursor on screen after {key}")
+
+
+# ---------------------------------------------------------------- 2. honest small plots
+@pytest.mark.parametrize("size", SIZES)
+async def test_training_curves_read_honestly_at_any_size(home: Path, size: tuple[int, int]) -> None:
+    build_run(home, "train-run", tasks=2, samples=2, steps=4)  # reward 0.25, 0.45, 0.65, 0.85; loss 0.5/(step+1)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(RunSource(home / "runs" / "train-run"), refresh_s=3600))
+        screen = app.screen
+        await pilot.pause()
+        screen.query_one("#run-tabs", TabbedContent).active = "tab-curves"
+        await until(pilot, lambda: screen.query(TrainCurves) and screen.query_one(TrainCurves).border_subtitle == "4 steps",
+                    "the curves")
+        curves = screen.query_one(TrainCurves)
+        await pilot.pause()
+        plots = list(curves.query(PlotextPlot))
+        lines = curves.query_one("#curve-lines", Static)
+        if size == (80, 24):  # each plot would get a few rows: the numbers instead, every metric on its own line
+            assert not any(p.display and p.size.height for p in plots) or not curves.query_one("#curve-grid").display
+            text = lines.content.plain
+            assert lines.display and lines.size.height >= 5
+            assert "reward" in text and "0.25 → 0.85" in text and "min 0.25 · max 0.85" in text
+            assert "loss" in text and "0.5 → 0.125" in text
+        else:  # room enough: every plot has rows for its data, its ticks and its title
+            assert not lines.display
+            assert all(p.size.height >= MIN_PLOT_ROWS for p in plots)
