@@ -291,6 +291,35 @@ def ensure_dockerfile_image(client: Any, name: str, dockerfile: str, context: Pa
     return tag
 
 
+SANDBOX_USER = "forgetui"
+SANDBOX_UID = 1000  # the uid of pod_security = "restricted" pods (core.runtime.k8s.manifest.RESTRICTED_UID)
+SANDBOX_HOME = f"/home/{SANDBOX_USER}"
+
+
+def add_sandbox_user(rootfs: Path) -> None:
+    """Give ``rootfs`` the non-root sandbox user: a passwd entry and a home it owns (uid/gid SANDBOX_UID).
+
+    A pod that runs as uid 1000 without one has HOME=/ (not writable) and no name; harnesses keep their
+    state under a home. Written into the files directly: the rootfs is not booted, and no chroot is needed.
+    """
+    uid = SANDBOX_UID
+    entries = {
+        "etc/passwd": f"{SANDBOX_USER}:x:{uid}:{uid}:forgetui sandbox:{SANDBOX_HOME}:/bin/bash\n",
+        "etc/group": f"{SANDBOX_USER}:x:{uid}:\n",
+        "etc/shadow": f"{SANDBOX_USER}:*:19000:0:99999:7:::\n",
+    }
+    for rel, line in entries.items():
+        path = rootfs / rel
+        text = path.read_text() if path.exists() else ""
+        if not any(row.split(":", 1)[0] == SANDBOX_USER for row in text.splitlines()):
+            path.write_text(text + ("" if not text or text.endswith("\n") else "\n") + line)
+    home = rootfs / SANDBOX_HOME.lstrip("/")
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o755)
+    if hasattr(os, "chown") and os.geteuid() == 0:
+        os.chown(home, uid, uid)
+
+
 def bootstrap_base(
     tag: str = DEFAULT_BASE,
     suite: str = "bookworm",
@@ -338,6 +367,7 @@ def bootstrap_base(
             )
         for cache in (rootfs / "var/cache/apt/archives").glob("*.deb"):
             cache.unlink()
+        add_sandbox_user(rootfs)
         repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
         log.info("importing %s as %s", rootfs, tag)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)

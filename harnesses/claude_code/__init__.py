@@ -24,7 +24,7 @@ from harnesses import versions
 
 BINARY = "node_modules/@anthropic-ai/claude-code-linux-x64/claude"
 RUN_DIR = "/tmp/forgetui-claude"
-CONFIG_DIR = "/root/.claude-forgetui"  # CLAUDE_CONFIG_DIR: settings and state of this run only
+CONFIG_DIR = f"{RUN_DIR}/config"  # CLAUDE_CONFIG_DIR: settings and state of this run only (any uid can make it: not under /root)
 SETTINGS_PATH = f"{CONFIG_DIR}/settings.json"
 INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
 MCP_CONFIG_PATH = f"{RUN_DIR}/mcp.json"

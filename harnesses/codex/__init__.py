@@ -24,7 +24,9 @@ from harnesses import versions
 BINARY = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
 RG = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-path/rg"
 RUN_DIR = "/tmp/forgetui-codex"
-CODEX_HOME = "/root/.codex"  # not under /tmp: Codex refuses to create its helper aliases there
+# not under /tmp (Codex refuses to create its helper aliases under the temp dir) nor /root (0700: a non-root
+# sandbox user cannot enter it); /var/tmp is writable by every uid, and the folder belongs to whoever makes it
+CODEX_HOME = "/var/tmp/forgetui-codex"
 CONFIG_PATH = f"{CODEX_HOME}/config.toml"
 INSTRUCTION_PATH = f"{RUN_DIR}/instruction.txt"
 LAST_MESSAGE_PATH = f"{RUN_DIR}/last-message.txt"
