@@ -327,7 +327,7 @@ def _add_train(sub: Any) -> None:
 def _add_gc(sub: Any) -> None:
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9), and unused older harness volumes")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
-    p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included, and every unused harness volume")
+    p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included (kubernetes: made by this installation, the id kept in FORGETUI_HOME), and every unused harness volume")
     p.add_argument("--config", help="kubernetes: the run config whose [runtime.kubernetes] names the cluster and namespace")
     p.add_argument("--set", action="append", default=[])
     p.set_defaults(func=cmd_gc)

@@ -26,7 +26,7 @@ from core.errors import SandboxError
 from core.runtime import labels as L
 from core.runtime.base import Entry, SandboxFile
 from core.runtime.k8s.config import KubernetesConfig
-from core.runtime.k8s.manifest import HOST, network_policy_manifest, policy_name
+from core.runtime.k8s.manifest import INSTALLATION, network_policy_manifest, policy_name
 from core.runtime.k8s.runtime import IsolationRefused
 from tests.k8s_apiserver import ApiServerStandIn
 from tests.test_run_docker import rows
@@ -244,7 +244,7 @@ def test_gc_all_removes_this_hosts_pods_not_another_hosts_under_the_same_login(s
     asyncio.run(mine.start())
     # a live run of the same login on another CI host, sharing the namespace
     theirs = rt.build_pod_manifest(_live(base_image, run_id="live-there", owner=L.default_owner()), "forgetui-other-host-pod")
-    theirs["metadata"]["labels"][HOST] = "ci-runner-2"
+    theirs["metadata"]["labels"][INSTALLATION] = "0123456789abcdef0123"  # same host name, another FORGETUI_HOME
     asyncio.run(asyncio.to_thread(rt.core.create_namespaced_pod, NS, theirs))
     config = tmp_path / "run.toml"
     config.write_text(f'[runtime]\nkind = "kubernetes"\n[runtime.kubernetes]\nkubeconfig = "{_kubeconfig(tmp_path, server)}"\nnamespace = "{NS}"\n')
@@ -252,4 +252,19 @@ def test_gc_all_removes_this_hosts_pods_not_another_hosts_under_the_same_login(s
     assert capsys.readouterr().out.strip() == "1"
     assert server.requests("DELETE", f"/pods/{mine.name}$") and not server.requests("DELETE", "/pods/forgetui-other-host-pod$")
     listing = server.requests("GET", f"/namespaces/{NS}/pods$")[-1]
-    assert f"{HOST}=" in dict(listing.query)["labelSelector"]
+    assert f"{INSTALLATION}=" in dict(listing.query)["labelSelector"]
+
+
+def test_installation_id_is_kept_in_forgetui_home_not_taken_from_the_host_name(tmp_path, monkeypatch):
+    from core.runtime.k8s.manifest import installation_id, object_labels
+
+    monkeypatch.setattr("socket.gethostname", lambda: "vm")  # cloned VMs share such names
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "a"))
+    first = installation_id()
+    assert first == installation_id() == (tmp_path / "a" / "installation-id").read_text().strip()
+    assert object_labels()[INSTALLATION] == first
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "b"))  # a second FORGETUI_HOME on the same host
+    second = installation_id()
+    assert second != first and "vm" not in (first, second)
+    (tmp_path / "b" / "installation-id").write_text("not an id\n")  # damaged: replaced, not used as a label
+    assert installation_id() not in ("not an id", second) and len(installation_id()) == 20

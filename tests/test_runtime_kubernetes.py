@@ -36,12 +36,12 @@ from core.runtime.k8s import checks, detached, exec_ws
 from core.runtime.k8s.api import backoff_s
 from core.runtime.k8s.config import KubernetesConfig
 from core.runtime.k8s.manifest import (
-    HOST,
+    INSTALLATION,
     KEEP_ALIVE,
     MANAGED_BY,
     allowed_block,
     dns_rules,
-    host_id,
+    installation_id,
     network_policy_manifest,
 )
 from core.runtime.k8s.runtime import KubernetesRuntime
@@ -70,7 +70,7 @@ def test_manifest_is_valid_and_locked_down():
     assert meta["namespace"] == NS
     assert meta["labels"] == {
         L.MANAGED: "true", L.RUN: "run_1", L.ROLLOUT: "r_7", L.OWNER: "ann", "team": "x",
-        MANAGED_BY: "forgetui", HOST: host_id(),  # a namespace-wide cleanup, and `gc --all` of this host, find it
+        MANAGED_BY: "forgetui", INSTALLATION: installation_id(),  # a namespace-wide cleanup, and `gc --all` of this host, find it
     }
     assert meta["annotations"][f"{L.RUN}-raw"] == "run/1"
     assert pod["restartPolicy"] == "Never" and pod["activeDeadlineSeconds"] == 1500
@@ -134,7 +134,7 @@ def test_network_policy_lets_pods_reach_the_proxy_only():
     assert spec["podSelector"] == {"matchLabels": {L.MANAGED: "true", L.RUN: "run_1"}}
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
     assert spec["egress"] == [{"to": [{"ipBlock": {"cidr": "172.18.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 8400}]}]
-    assert by_ip["metadata"]["labels"][MANAGED_BY] == "forgetui" and by_ip["metadata"]["labels"][HOST] == host_id()
+    assert by_ip["metadata"]["labels"][MANAGED_BY] == "forgetui" and by_ip["metadata"]["labels"][INSTALLATION] == installation_id()
     in_cluster = KubernetesConfig(namespace=NS, proxy_pod_labels={"app": "forgetui-proxy"}, proxy_namespace="forgetui")
     by_name = network_policy_manifest("r", "ann", in_cluster, "http://forgetui-proxy.forgetui.svc:8400")
     kubernetes_validate.validate(by_name, K8S_VERSION, strict=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import math
-import socket
+import re
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+from core import paths
 from core.errors import ConfigError
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec, k8s_memory
@@ -19,9 +20,11 @@ from core.runtime.k8s.config import KubernetesConfig, quantity_bytes
 
 CONTAINER = "sandbox"
 LIFETIME_GRACE_S = 600  # activeDeadlineSeconds = the rollout's timeout + this
+INSTALLATION_FILE = "installation-id"
+_ID = re.compile(r"[0-9a-f]{8,32}")
 RESTRICTED_UID = 1000  # "restricted" forbids root: the uid used when run_as_user is not set
 MANAGED_BY = "app.kubernetes.io/managed-by"  # the well-known label: `kubectl delete pods,networkpolicies -l app.kubernetes.io/managed-by=forgetui`
-HOST = "forgetui.host"  # the host whose forgetui made it: `gc --all` removes its own host's pods only
+INSTALLATION = "forgetui.installation"  # the forgetui installation (FORGETUI_HOME) that made it: `gc --all` removes its own only
 # The pod's own process: it only keeps the pod up (commands come over exec), and ends at once on SIGTERM, so a
 # delete is done when the kubelet confirms it, not at the end of the grace period (`sleep` as pid 1 ignores TERM).
 KEEP_ALIVE = "trap 'exit 0' TERM; sleep infinity & wait"
@@ -37,18 +40,35 @@ SEED_SCRIPT = (
 )
 
 
-def host_id() -> str:
-    """This host as a label value (long names keep a hash of the whole: two hosts never share one)."""
-    name = socket.gethostname() or "unknown"
-    value = L.k8s_value(name)
-    if value == name or len(name) <= 63:
-        return value
-    return f"{L.k8s_value(name[:48])}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+def installation_id() -> str:
+    """This installation's id (a label value): made once and kept in FORGETUI_HOME/installation-id.
+
+    Not the host name: cloned VMs and containers share names like ``vm``, and two FORGETUI_HOMEs on one
+    host are two installations; either way `gc --all` must not select the other's pods.
+    """
+    path = paths.home() / INSTALLATION_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if _ID.fullmatch(text):
+        return text
+    made = uuid.uuid4().hex[:20]
+    try:
+        with open(path, "x") as f:  # exclusive: two processes starting at once agree on the first one's id
+            f.write(made + "\n")
+        return made
+    except FileExistsError:  # another process wrote it meanwhile (or it held something unreadable: replaced)
+        text = path.read_text().strip()
+        if _ID.fullmatch(text):
+            return text
+        path.write_text(made + "\n")
+        return made
 
 
 def object_labels() -> dict[str, str]:
     """Labels on everything forgetui creates on a cluster, beside the run's own."""
-    return {MANAGED_BY: "forgetui", HOST: host_id()}
+    return {MANAGED_BY: "forgetui", INSTALLATION: installation_id()}
 
 
 def in_registry(image: str, registry: str | None) -> str:
@@ -323,6 +343,6 @@ def network_policy_manifest(
 
 
 __all__ = [
-    "CONTAINER", "HOST", "MANAGED_BY", "allowed_block", "dns_rules", "host_id", "in_registry", "network_policy_manifest",
+    "CONTAINER", "INSTALLATION", "MANAGED_BY", "allowed_block", "dns_rules", "installation_id", "in_registry", "network_policy_manifest",
     "object_labels", "pod_manifest", "policy_name", "runs_as_non_root", "workdir_volume",
 ]

@@ -14,7 +14,7 @@ from core.runtime.base import SandboxSpec
 from core.runtime.k8s import checks
 from core.runtime.k8s.api import Api, status_of
 from core.runtime.k8s.config import KubernetesConfig
-from core.runtime.k8s.manifest import HOST, host_id, network_policy_manifest, pod_manifest
+from core.runtime.k8s.manifest import INSTALLATION, installation_id, network_policy_manifest, pod_manifest
 from core.runtime.k8s.sandbox import KubernetesSandbox
 
 log = logging.getLogger(__name__)
@@ -191,10 +191,10 @@ class KubernetesRuntime:
     # -- cleanup ----------------------------------------------------------------------------
 
     def _selector(self, run_id: str | None, owner: str | None) -> dict[str, str]:
-        """Labels selecting our pods: of a run, or of an owner on this host (a login is shared by CI hosts)."""
+        """Labels selecting our pods: of a run, or of an owner in this installation (a login is shared by CI hosts)."""
         sel = {k: L.k8s_value(v) for k, v in L.selector(run_id, owner).items()}
         if owner is not None and run_id is None:
-            sel[HOST] = host_id()
+            sel[INSTALLATION] = installation_id()
         return sel
 
     async def reap(self, run_id: str | None = None, owner: str | None = None, *, stopped: bool = False) -> int:
