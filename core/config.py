@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -26,14 +27,20 @@ from core.secrets import redact
 log = logging.getLogger(__name__)
 
 
+# Bounds every numeric field carries (issue 44): integers fit a store's BIGINT, floats are finite (allow_inf_nan=False
+# on every section), and each field has a range it can work in (tests/test_bounds.py walks the models for a field without one)
+INT64_MAX = 2**63 - 1
+WEEK_S = 7 * 24 * 3600.0
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class EnvConfig(_Section):
     name: str = "toy"
     tasks: list[str] | None = Field(None, description="task ids or globs (comma-separated with --set)")
-    limit: int | None = Field(None, ge=1, description="at most this many tasks (after filtering)")
+    limit: int | None = Field(None, ge=1, le=INT64_MAX, description="at most this many tasks (after filtering)")
     path: str | None = Field(None, description="a folder of tasks, for envs that load one (harbor)")
     options: dict[str, Any] = Field(default_factory=dict, description="passed to the environment as keyword arguments (an option the env does not take is an error)")
     strict: bool = Field(False, description="fail on any task that does not load (harbor), instead of skipping it with a warning")
@@ -71,7 +78,7 @@ class PolicyConfig(_Section):
     tokenizer: str | None = Field(None, description="the policy's model for tokenization (vllm:URL needs it)")
     parser: str = "hermes"
     model_name: str = Field("policy", description="the model name harnesses are told to request")
-    max_tokens: int | None = Field(None, ge=1, description="default completion cap when a harness asks for none")
+    max_tokens: int | None = Field(None, ge=1, le=1 << 31, description="default completion cap when a harness asks for none")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="builtin: what the sampler computes in (auto: train.dtype when that is set, else bfloat16 on a CUDA GPU and float32 on a CPU)")
     _spec: PolicySpec = PrivateAttr()
 
@@ -99,9 +106,9 @@ class PolicyConfig(_Section):
 class RuntimeConfig(_Section):
     kind: Literal["auto", "docker", "kubernetes", "local"] = "auto"
     base_image: str = "forgetui/base:bookworm"
-    cpus: float = Field(1.0, gt=0)
+    cpus: float = Field(1.0, gt=0, le=4096)
     memory: str = "2g"
-    pids_limit: int = Field(512, ge=16)
+    pids_limit: int = Field(512, ge=16, le=1 << 22)
     network: Literal["isolated", "host", "bridge"] = Field("isolated", description="docker: isolated = the sandbox reaches the proxy and nothing else; host = the host's network (a warning); bridge = Docker's bridge")
     egress_allow: list[str] = Field(default_factory=list, description="docker, isolated: names a sandbox may reach through forgetui's egress proxy (host, host:port, *.domain; empty = nothing); Kubernetes pods take CIDRs in runtime.kubernetes.egress_allow")
     egress_allow_private: list[str] = Field(default_factory=list, description="exact names of egress_allow that may resolve to loopback/private addresses (link-local and metadata never)")
@@ -144,54 +151,54 @@ class ProxyConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0 = any free port")
     public_url: str | None = Field(None, description="the proxy's address as sandboxes see it (bridge networks, Kubernetes pods)")
-    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, le=1 << 40)
 
 
 class RunSettings(_Section):
-    n_samples: int = Field(1, ge=1, description="rollouts per task (a GRPO group)")
-    concurrency: int = Field(4, ge=1)
-    timeout_s: float | None = Field(None, gt=0, description="a cap on every rollout's wall clock, and the wall clock of tasks that set none (unset: no cap, 600 s for those)")
-    timeout_scale: float = Field(1.0, gt=0, description="multiplies a task's own timeout (before the run.timeout_s cap)")
-    call_timeout_s: float | None = Field(300.0, gt=0, description="per model call")
-    max_calls: int | None = Field(None, ge=1, description="model calls a rollout may make; the proxy refuses the next (HTTP 403 in the caller's protocol), the harness ends as it ends on a refused call and the verifier scores what it left (unset: no cap)")
-    max_retries: int = Field(2, ge=0, description="retries of infrastructure failures only")
-    seed: int = 0
+    n_samples: int = Field(1, ge=1, le=1 << 20, description="rollouts per task (a GRPO group)")
+    concurrency: int = Field(4, ge=1, le=1 << 16)
+    timeout_s: float | None = Field(None, gt=0, le=WEEK_S, description="a cap on every rollout's wall clock, and the wall clock of tasks that set none (unset: no cap, 600 s for those)")
+    timeout_scale: float = Field(1.0, gt=0, le=1e6, description="multiplies a task's own timeout (before the run.timeout_s cap)")
+    call_timeout_s: float | None = Field(300.0, gt=0, le=WEEK_S, description="per model call")
+    max_calls: int | None = Field(None, ge=1, le=INT64_MAX, description="model calls a rollout may make; the proxy refuses the next (HTTP 403 in the caller's protocol), the harness ends as it ends on a refused call and the verifier scores what it left (unset: no cap)")
+    max_retries: int = Field(2, ge=0, le=1000, description="retries of infrastructure failures only")
+    seed: int = Field(0, ge=0, le=INT64_MAX)
 
 
 class TrainConfig(_Section):
     """Training: `steps` > 0 turns a run into a trainer (see core.train)."""
 
-    steps: int = Field(0, ge=0, description="0 = evaluate only")
+    steps: int = Field(0, ge=0, le=INT64_MAX, description="0 = evaluate only")
     trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
-    tasks_per_step: int | None = Field(None, ge=1, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
+    tasks_per_step: int | None = Field(None, ge=1, le=INT64_MAX, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
     shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
-    max_extra_batches: int = Field(0, ge=0, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
+    max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
     estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
     norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit (local trainer): call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
     policy_loss: str = Field("vanilla", description="veRL policy loss by registry name")
     loss_agg_mode: str = Field("token-mean", description="veRL agg_loss mode (token-mean: a rollout weighs its sampled tokens, however many branches)")
-    clip_ratio: float = Field(0.2, gt=0)
-    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (LoRA wants ~1e-5 to 1e-4)")
-    max_grad_norm: float = Field(1.0, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    micro_batch_size: int = Field(4, ge=1, description="SFT: examples per optimizer step; veRL: samples per forward per GPU (gradient accumulation)")
-    pack_samples: int = Field(32, ge=1, description="local trainer: samples per forward/backward at most (and 8,192 tokens); a GRPO step is one optimizer step over all its forwards, so this sets speed and memory only (samples that begin alike run their common beginning once per forward)")
-    temperature: float = Field(1.0, gt=0, description="the sampling temperature the trainer recomputes logprobs at")
-    kl_coef: float = Field(0.0, ge=0, description="> 0: KL to the frozen starting weights")
+    clip_ratio: float = Field(0.2, gt=0, le=1e6)
+    lr: float = Field(1e-6, gt=0, le=1e6, description="AdamW learning rate (LoRA wants ~1e-5 to 1e-4)")
+    max_grad_norm: float = Field(1.0, gt=0, le=1e12)
+    warmup_steps: int = Field(0, ge=0, le=INT64_MAX)
+    micro_batch_size: int = Field(4, ge=1, le=1 << 20, description="SFT: examples per optimizer step; veRL: samples per forward per GPU (gradient accumulation)")
+    pack_samples: int = Field(32, ge=1, le=1 << 20, description="local trainer: samples per forward/backward at most (and 8,192 tokens); a GRPO step is one optimizer step over all its forwards, so this sets speed and memory only (samples that begin alike run their common beginning once per forward)")
+    temperature: float = Field(1.0, gt=0, le=1e6, description="the sampling temperature the trainer recomputes logprobs at")
+    kl_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: KL to the frozen starting weights")
     kl_type: str = Field("low_var_kl", description="veRL kl_penalty name")
-    entropy_coef: float = Field(0.0, ge=0)
-    lora_rank: int = Field(0, ge=0, description="0 = full fine-tuning")
-    lora_alpha: float = Field(32.0, gt=0)
+    entropy_coef: float = Field(0.0, ge=0, le=1e12)
+    lora_rank: int = Field(0, ge=0, le=1 << 20, description="0 = full fine-tuning")
+    lora_alpha: float = Field(32.0, gt=0, le=1e12)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: far less memory for long samples, ~30% more time")
     share_prefix: bool = Field(True, description="samples of a micro-batch that begin alike (system prompt, a GRPO group's prompt) run that beginning once: exact, fewer tokens per forward")
     rollout_correction: Literal["auto", "token", "sequence", "off"] = Field("auto", description="veRL's truncated importance sampling of the sampler/trainer mismatch (auto: where they disagree by > 1e-3)")
-    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
-    seed: int | None = None
+    save_every: int = Field(0, ge=0, le=INT64_MAX, description="checkpoint every N steps (0 = only at the end)")
+    seed: int | None = Field(None, ge=0, le=INT64_MAX)
     from_runs: list[str] = Field(default_factory=list, description="sft: earlier runs whose passing rollouts to learn from")
-    min_reward: float = Field(1.0, description="sft: rollouts with at least this reward are the teacher's examples")
-    epochs: int = Field(1, ge=1, description="sft: passes over the examples")
+    min_reward: float = Field(1.0, ge=-1e12, le=1e12, description="sft: rollouts with at least this reward are the teacher's examples")
+    epochs: int = Field(1, ge=1, le=1 << 20, description="sft: passes over the examples")
 
     @field_validator("from_runs", mode="before")
     @classmethod
@@ -209,6 +216,20 @@ class RunConfig(_Section):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     run: RunSettings = Field(default_factory=RunSettings)
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_input(cls, values: Any) -> Any:
+        """An integer past 64 bits is refused as given, before a float field turns it into a float."""
+        _check_storable(values)
+        return values
+
+    @model_validator(mode="after")
+    def _storable_numbers(self) -> RunConfig:
+        """Every number anywhere in the config (sections defined elsewhere and free-form options too) is finite and fits
+        64 bits: the config is stored as JSON in the run's row, and a value past that lands the row in dead_letters."""
+        _check_storable(self.model_dump())
+        return self
 
     @model_validator(mode="after")
     def _one_dtype(self) -> RunConfig:
@@ -229,6 +250,30 @@ class RunConfig(_Section):
                 "weighs each token by π_trainer/π_sampler); set one dtype for both (policy.dtype or train.dtype)", sampler, trainer
             )
         return self
+
+
+def _check_storable(values: Any) -> None:
+    """ValueError naming the first number in `values` that is not finite or does not fit 64 bits."""
+    bad = _unstorable_number(values, "")
+    if bad is not None:
+        where, value = bad
+        raise ValueError(f"{where} = {value!r}: numbers in a config must be finite and fit 64 bits (between {-INT64_MAX - 1} and {INT64_MAX})")
+
+
+def _unstorable_number(value: Any, where: str) -> tuple[str, Any] | None:
+    """The first (dotted key, value) in `value` that is a non-finite float or an integer past 64 bits; None if none."""
+    stack = [(where, value)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((f"{key}.{k}" if key else str(k), v) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return key, item
+        elif isinstance(item, int) and not isinstance(item, bool) and not -INT64_MAX - 1 <= item <= INT64_MAX:
+            return key, item
+    return None
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -259,6 +304,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise ConfigError(f"no config file at {path}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{path} is a folder, not a config file: give a run config (TOML), e.g. examples/local.toml") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save the config as UTF-8 TOML") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
         base_dir = base_dir or path.parent

@@ -15,6 +15,7 @@ from core.errors import ForgetuiError
 from core.models.precision import DTYPES
 from core.train.trainers import TRAINERS
 from forgetui.analyze import register as register_analytics
+from forgetui.argtypes import PORT, SECONDS, float_range, int_range
 
 log = logging.getLogger("forgetui")
 
@@ -258,12 +259,12 @@ def _add_proxy(sub: Any) -> None:
     p = sub.add_parser("proxy", help="run the recording proxy on its own (harnesses run by hand)")
     p.add_argument("--backend", required=True, help="builtin:MODEL | scripted:FILE | vllm:URL | litellm:MODEL")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8400)
+    p.add_argument("--port", type=PORT, default=8400)
     p.add_argument("--store", help="DuckDB file (default: FORGETUI_HOME/stores/proxy-<time>.duckdb)")
     p.add_argument("--tokenizer", help="the policy's model for tokenization (needed by vllm:URL)")
     p.add_argument("--parser", default="hermes", help="tool-call parser for token backends (hermes, qwen)")
-    p.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
-    p.add_argument("--call-timeout", type=float, default=None, help="seconds a model call may take before it fails (default: no limit; a backend spec's ?timeout= bounds silence from its upstream)")
+    p.add_argument("--max-body-bytes", type=int_range(1024, 1 << 40, "bytes"), default=32 * 1024 * 1024)
+    p.add_argument("--call-timeout", type=SECONDS, default=None, help="seconds a model call may take before it fails (default: no limit; a backend spec's ?timeout= bounds silence from its upstream)")
     p.set_defaults(func=cmd_proxy)
 
 
@@ -271,7 +272,7 @@ def _add_serve_model(sub: Any) -> None:
     p = sub.add_parser("serve-model", help="serve a local model over a vLLM-compatible token-in/token-out API")
     p.add_argument("model", help="tiny | smollm2-135m | a local HF folder | a hub id")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8500)
+    p.add_argument("--port", type=PORT, default=8500)
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="what the model computes in (auto: bfloat16 on a CUDA GPU, float32 on a CPU)")
     p.set_defaults(func=cmd_serve_model)
 
@@ -302,7 +303,7 @@ def _add_export(sub: Any) -> None:
     p.add_argument("run", help="a run id (FORGETUI_HOME/runs/RUN_ID) or the path of a store.duckdb")
     p.add_argument("--format", choices=["sft", "verl", "jsonl"], required=True, help="sft: OpenAI-chat conversations of passing rollouts; verl: one RL-dataset row per task; jsonl: one training sample per line")
     p.add_argument("--out", help="output file (default: the run folder's export/samples.jsonl, sft.jsonl or verl.parquet)")
-    p.add_argument("--min-reward", type=float, default=None, help="keep rollouts with at least this reward (sft default 1.0; jsonl default all)")
+    p.add_argument("--min-reward", type=float_range(-1e12, 1e12, "a reward"), default=None, help="keep rollouts with at least this reward (sft default 1.0; jsonl default all)")
     p.set_defaults(func=cmd_export)
 
 
@@ -313,13 +314,13 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--no-ui", action="store_true", help="local: headless, one JSON summary on stdout")
     p.add_argument("--dry-run", action="store_true", help="verl: write the dataset, agent-loop YAML and overrides, print the command, launch nothing")
-    p.add_argument("--nnodes", type=int, default=1, help="verl: trainer.nnodes")
-    p.add_argument("--n-gpus-per-node", type=int, default=8, help="verl: trainer.n_gpus_per_node")
+    p.add_argument("--nnodes", type=int_range(1, 1 << 20, "nodes"), default=1, help="verl: trainer.nnodes")
+    p.add_argument("--n-gpus-per-node", type=int_range(1, 1024, "GPUs"), default=8, help="verl: trainer.n_gpus_per_node")
     p.add_argument("--model", help="verl: the policy's HF folder or hub id (default: from policy.backend)")
-    p.add_argument("--max-prompt-length", type=int, default=4096, help="verl: tokens of a sample's first prompt")
-    p.add_argument("--max-response-length", type=int, default=8192, help="verl: tokens after it (completions and tool results)")
-    p.add_argument("--tp", type=int, default=1, help="verl: vLLM tensor parallel size")
-    p.add_argument("--agent-workers", type=int, default=None, help="verl: agent-loop workers (each its own proxy and store shard)")
+    p.add_argument("--max-prompt-length", type=int_range(1, 1 << 31, "tokens"), default=4096, help="verl: tokens of a sample's first prompt")
+    p.add_argument("--max-response-length", type=int_range(1, 1 << 31, "tokens"), default=8192, help="verl: tokens after it (completions and tool results)")
+    p.add_argument("--tp", type=int_range(1, 1024, "GPUs"), default=1, help="verl: vLLM tensor parallel size")
+    p.add_argument("--agent-workers", type=int_range(1, 1 << 16, "workers"), default=None, help="verl: agent-loop workers (each its own proxy and store shard)")
     p.add_argument("--override", action="append", default=[], metavar="HYDRA_OVERRIDE", help="verl: an extra Hydra override, appended last")
     p.set_defaults(func=cmd_train)
 
