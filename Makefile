@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install test demo bench lint clean
+.PHONY: help install test demo bench lint clean docs docs-build docs-gen
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 install: $(STAMP) ## create .venv/ and install forgetui with everything it needs (CPU torch where there is no GPU)
 
@@ -32,13 +32,29 @@ test: install ## run the whole test suite (PYTEST_ARGS='-m "not slow"' for the q
 demo: install ## recorded sessions (scripted and built-in models behind the proxy, rows in DuckDB), then a short training that moves the reward
 	$(VENV)/bin/forgetui demo
 
-bench: install ## the proxy and rollout-engine benchmarks (ratios against baselines measured in the same run); the others: README's Benchmarks section
+bench: install ## the proxy and rollout-engine benchmarks (ratios against baselines measured in the same run); the others: docs/benchmarks.md
 	@$(PY) benchmarks/proxy_overhead.py; a=$$?; $(PY) benchmarks/rollout_throughput.py; b=$$?; exit $$((a | b))
 
 lint: install ## ruff, the import contracts (core's floors; core never imports the app, textual, harnesses or envs) and core's import graph (no cycle, no import hidden in a function)
 	$(VENV)/bin/ruff check core forgetui harnesses envs tests benchmarks tools
 	$(VENV)/bin/lint-imports
 	$(PY) tools/import_graph.py
+
+DOCS_STAMP := $(VENV)/.docs-installed
+export NO_MKDOCS_2_WARNING := 1
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[docs]'
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP) ## build the documentation site (MkDocs, docs/) and serve it on http://127.0.0.1:8000
+	$(VENV)/bin/mkdocs serve
+
+docs-build: $(DOCS_STAMP) ## build the site into build/site with --strict (a broken link or missing page fails; CI runs it)
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+docs-gen: install ## regenerate the docs pages made from the code (config keys, CLI flags, store schema)
+	$(PY) tools/gen_docs.py
 
 clean: ## remove the virtualenv and caches (keeps FORGETUI_HOME)
 	rm -rf $(VENV) benchmarks/.venv-baselines .pytest_cache build *.egg-info
