@@ -37,12 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
            "grpo_lr", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "max_batch", "timeout_s",
-           "teacher_samples", "teacher_templates")
+           "teacher_samples", "teacher_templates", "seed", "grpo_kl_coef", "grpo_entropy_coef", "select_every", "select_eval_n",
+           "select_samples")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--harness", default="react", help="react | mini-swe-agent | pi (comma-separated with --transfer)")
+    parser.add_argument("--harness", default=None, help="react | mini-swe-agent | pi (comma-separated with --transfer; default: the "
+                        "recipe's, else react)")
+    parser.add_argument("--recipe", type=Path, default=None, help="a learning recipe (examples/learn/<harness>.toml): its schedule, "
+                        "which the flags below override field by field")
     parser.add_argument("--split", default="both", choices=["eval-phrasing", "eval", "both"], help="held-out split(s) to evaluate on")
     parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m; `tiny` to try the pipeline)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
@@ -55,7 +59,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
     for name in TUNABLE:
-        kind = float if name.endswith(("_lr", "_temperature")) else int
+        kind = float if name.endswith(("_lr", "_temperature", "_coef")) else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
     return parser.parse_args()
 
@@ -66,12 +70,40 @@ def make_plan(args: argparse.Namespace, harness: str):
     if args.demo:
         return dataclasses.replace(DEMO, harness=harness, timings={})
     plan = Plan(harness=harness, eval_splits=EVAL_SPLITS if args.split == "both" else (args.split,))
+    if getattr(args, "recipe", None) is not None:
+        apply_recipe(plan, args.recipe)
     if args.model:
         plan.model = args.model
     for name in TUNABLE:
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     return plan
+
+
+def apply_recipe(plan, path: Path) -> None:
+    """The recipe's fields onto `plan` (a field the plan does not have is refused unless the recipe leaves it at its default)."""
+    from forgetui.learning_recipe import Recipe, load_recipe
+
+    recipe = load_recipe(path)
+    if recipe.harness != plan.harness:
+        raise SystemExit(f"recipe {path} is for {recipe.harness}, not {plan.harness}: drop --harness or pick examples/learn/{plan.harness}.toml")
+    defaults = Recipe(harness=recipe.harness).plan_fields()
+    for name, value in recipe.plan_fields().items():
+        if hasattr(plan, name):
+            setattr(plan, name, value)
+        elif value != defaults[name]:
+            raise SystemExit(f"recipe {path}: {name} = {value!r} needs a learning plan that has {name} (this checkout's does not)")
+
+
+def resolve_harness(args: argparse.Namespace) -> str:
+    """--harness, else the recipe's harness, else react."""
+    if args.harness:
+        return args.harness
+    if getattr(args, "recipe", None) is not None:
+        from forgetui.learning_recipe import load_recipe
+
+        return load_recipe(args.recipe).harness
+    return "react"
 
 
 def print_table(results: dict, splits: list[str]) -> None:
@@ -121,14 +153,27 @@ def main() -> int:
     from core.models.quiet import silence_third_party
 
     silence_third_party()
+    args.harness = resolve_harness(args)
     if args.transfer:
         return run_transfer(args)
     from forgetui.learning import FLOOR_SPLIT, GRPO_FLOOR, SFT_FLOOR, floors, learning_curve
 
     plan = make_plan(args, args.harness)
-    print(f"learning curve: {plan.model} in {plan.harness}, held out: {', '.join(plan.eval_splits)}; plan {plan.describe()}", flush=True)
+    from forgetui.learning_events import EventLog, new_log_path
+
+    events = EventLog(new_log_path(plan.harness))
+    print(f"learning curve: {plan.model} in {plan.harness}, held out: {', '.join(plan.eval_splits)}; seed {plan.seed}; "
+          f"recipe {args.recipe or 'none'}; plan {plan.describe()}", flush=True)
+    print(f"stages as they arrive: {events.path} (the TUI's Learning screen shows them)", flush=True)
     reuse = json.loads(args.reuse.read_text()) if args.reuse else None
-    result = learning_curve(plan, args.out / plan.harness, lambda line: print(line, flush=True), reuse)
+    try:
+        result = learning_curve(plan, args.out / plan.harness, lambda line: print(line, flush=True), reuse, events)
+    except BaseException as exc:  # KeyboardInterrupt too: the screen says the run stopped, then the exit code does
+        events({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    result["recipe"] = str(args.recipe) if args.recipe else None
+    result["events"] = str(events.path)
+    (args.out / plan.harness / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))
     print_table({plan.harness: result}, list(plan.eval_splits))
     split = FLOOR_SPLIT if FLOOR_SPLIT in plan.eval_splits else plan.eval_splits[0]
     sft_gain, grpo_gain, ok = floors(result, split)

@@ -28,6 +28,8 @@ from core.run.signals import cancel_on_signals
 from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
+from core.train.checkpoints import checkpoint_dir
+from core.train.selection import BestCheckpoint
 from envs.toy import solution_script
 from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning_report import paired_gain, pass_interval, plot, split_line
@@ -36,6 +38,8 @@ SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
 HARNESSES = ("react", "mini-swe-agent", "pi")
 EVAL_SPLITS = ("eval-phrasing", "eval")
 FLOOR_SPLIT = "eval-phrasing"
+SELECT_SPLIT = "eval"  # the split that chooses among GRPO checkpoints (never FLOOR_SPLIT: that one only measures)
+STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family")  # a split result's fields an event carries
 MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # Each harness's options for these runs: a cap on model calls where the harness has one (the teacher needs two:
 # the command, then the final answer or submit; a model that flails costs no more than that), and a completion
@@ -48,6 +52,11 @@ HARNESS_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 Report = Callable[[str], None]
+Emit = Callable[[dict[str, Any]], None]  # a structured event (forgetui.learning_events): what the TUI's Learning screen shows
+
+
+def _quiet(event: dict[str, Any]) -> None:
+    """No event log."""
 
 
 @dataclass
@@ -85,6 +94,14 @@ class Plan:
     # The teacher (so SFT) sees only the train tasks worded with the first k of each family's seen templates (None: all);
     # GRPO still trains on every train task, so it meets wordings its SFT never saw, the skill eval-phrasing tests.
     teacher_templates: int | None = None
+    seed: int = 0  # run.seed and train.seed of every stage: GRPO's task order and refills, SFT's example order, the trainer's init
+    grpo_kl_coef: float = 0.0  # train.kl_coef: KL to the SFT weights
+    grpo_entropy_coef: float = 0.0  # train.entropy_coef: an entropy bonus
+    # keep the GRPO checkpoint with the best pass rate on the `eval` split (select_eval_n tasks a family, select_samples
+    # rollouts each), scored every select_every steps and at the last (0: keep the last); eval-phrasing never chooses
+    select_every: int = 0
+    select_eval_n: int = 5
+    select_samples: int = 2
     timings: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
@@ -115,7 +132,8 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
         "harness": {"name": plan.harness, "options": dict(HARNESS_OPTIONS.get(plan.harness, {}))},
         "policy": {"backend": backend, "max_tokens": plan.max_tokens},
         "runtime": {"kind": plan.runtime},
-        "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s, "max_calls": plan.max_calls},
+        "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s, "max_calls": plan.max_calls,
+                "seed": plan.seed},
     })
 
 
@@ -171,10 +189,11 @@ def gains(result: dict[str, Any], split: str = FLOOR_SPLIT) -> dict[str, dict[st
     return {f"{b} - {a}": paired_gain(by_stage[a], by_stage[b]) for a, b in (("base", "sft"), ("sft", "grpo")) if a in by_stage and b in by_stage}
 
 
-def evaluate(plan: Plan, backend: str, label: str, report: Report = print) -> dict[str, Any]:
+def evaluate(plan: Plan, backend: str, label: str, report: Report = print, events: Emit = _quiet) -> dict[str, Any]:
     """`backend` in the plan's harness on every eval split of the plan (`plan.eval_samples` rollouts per task)."""
     splits: dict[str, Any] = {}
     for split in plan.eval_splits:
+        events({"event": "phase", "phase": f"{label} eval · {split}", "state": "running"})
         config = base_config(plan, backend, split, plan.eval_n, plan.eval_tasks)
         config.run.n_samples = plan.eval_samples
         started = time.monotonic()
@@ -182,6 +201,8 @@ def evaluate(plan: Plan, backend: str, label: str, report: Report = print) -> di
         splits[split] = split_result(task_results(summary.store), summary.run_id)
         splits[split]["seconds"] = time.monotonic() - started
         report(split_line(label, split, splits[split]) + f"  ({splits[split]['seconds']:.0f} s)")
+        events({"event": "phase", "phase": f"{label} eval · {split}", "state": "done", "seconds": splits[split]["seconds"]})
+        events({"event": "stage", "stage": label, "split": split, **{k: splits[split][k] for k in STAGE_KEYS}})
     return {"stage": label, "backend": backend, "harness": plan.harness, "splits": splits}
 
 
@@ -268,6 +289,7 @@ def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
     config.train.epochs = plan.sft_epochs
     config.train.lr = plan.sft_lr
     config.train.min_reward = 0.0 if plan.teacher_mistakes else 1.0
+    config.train.seed = plan.seed
     summary = run(config, "sft-train", plan)
     x = summary.extra
     report(f"  SFT: {x.get('examples', '?')} examples × {plan.sft_epochs} epochs, loss {x.get('first_loss', 0):.3f} → "
@@ -284,16 +306,21 @@ def grpo_config(plan: Plan, start: str) -> Any:
     config.train.lr = plan.grpo_lr
     config.train.max_extra_batches = plan.grpo_extra_batches
     config.train.temperature = plan.grpo_temperature
+    config.train.seed = plan.seed
+    config.train.kl_coef = plan.grpo_kl_coef
+    config.train.entropy_coef = plan.grpo_entropy_coef
+    config.train.save_every = plan.select_every  # the checkpoints the eval-split selection scores
     return config
 
 
-def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict[str, Any]]]:
+def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) -> tuple[str, list[dict[str, Any]]]:
     """GRPO from `start` on the train split; returns the final checkpoint and each step's metrics."""
     config = grpo_config(plan, start)
     steps: list[dict[str, Any]] = []
 
     def on_step(m: dict[str, Any]) -> None:
         steps.append(m)
+        events({"event": "grpo_step", **{k: m.get(k) for k in STEP_KEYS}})
         report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f} over {m['samples']} samples, trained on "
                f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}; "
                f"rollouts {m.get('rollout_s', 0):.0f} s (prefill {m.get('prefill_s', 0):.0f} s, decode {m.get('decode_s', 0):.0f} s, "
@@ -304,35 +331,74 @@ def grpo(plan: Plan, start: str, report: Report = print) -> tuple[str, list[dict
     return summary.extra["checkpoint"], steps
 
 
+STEP_KEYS = ("step", "reward_mean", "pass_rate", "samples", "samples_trained", "groups", "zero_variance_groups", "informative_groups",
+             "extra_batches", "rollouts", "rollout_s", "update_s", "entropy", "kl", "logprob_diff_max")
+
+
+def select_steps(plan: Plan) -> list[int]:
+    """The GRPO steps whose checkpoints the eval-split selection scores: every `select_every`-th and the last."""
+    if plan.select_every <= 0:
+        return []
+    return sorted({*range(plan.select_every - 1, plan.grpo_steps, plan.select_every), plan.grpo_steps - 1})
+
+
+def select_checkpoint(plan: Plan, final: str, report: Report = print, events: Emit = _quiet) -> tuple[str, dict[str, Any]]:
+    """The GRPO checkpoint (of `select_steps`, beside `final`, the last) with the best pass rate on the `eval` split."""
+    run_dir = Path(final).parents[1]  # runs/<id>/checkpoints/step-NNNNN
+    best = BestCheckpoint()
+    one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=plan.select_eval_n, eval_samples=plan.select_samples,
+                  eval_tasks=None, timings=plan.timings)
+    for step in select_steps(plan):
+        path = final if step == plan.grpo_steps - 1 else str(checkpoint_dir(run_dir, step))
+        r = evaluate(one, policy(plan, path), f"select step {step}", report, events)["splits"][SELECT_SPLIT]
+        better = best.offer(step, path, r["pass_rate"])
+        events({"event": "select", "step": step, "pass_rate": r["pass_rate"], "ci": r["ci"], "best": better})
+    assert best.best is not None
+    report(f"  selection on {SELECT_SPLIT}: " + ", ".join(f"step {c.step} {c.score:.3f}" for c in best.seen) + f"; kept step {best.best.step}")
+    return best.best.path, best.as_dict()
+
+
 # The plan fields the base, teacher and SFT stages depend on: a result whose plan agrees on them can lend those stages.
 BEFORE_GRPO = ("harness", "model", "eval_splits", "eval_n", "train_n", "eval_samples", "families", "sft_epochs", "sft_lr",
-               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes", "teacher_templates")
+               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes", "teacher_templates", "seed")
 
 
 def reusable(plan: Plan, earlier: dict[str, Any]) -> None:
     """Raise ValueError unless `earlier` (a learning_curve.json) ran this plan's stages before GRPO and its SFT checkpoint is still there."""
-    mine = plan.describe()
-    differs = [k for k in BEFORE_GRPO if earlier["plan"].get(k) != mine[k]]
+    mine, default = plan.describe(), Plan().describe()  # a field the earlier plan predates ran as its default then
+    theirs = {k: earlier["plan"].get(k, default[k]) for k in BEFORE_GRPO}
+    differs = [k for k in BEFORE_GRPO if theirs[k] != mine[k]]
     if differs:
-        raise ValueError("the earlier run's plan differs before GRPO in " + ", ".join(f"{k} ({earlier['plan'].get(k)!r} ≠ {mine[k]!r})" for k in differs))
+        raise ValueError("the earlier run's plan differs before GRPO in " + ", ".join(f"{k} ({theirs[k]!r} ≠ {mine[k]!r})" for k in differs))
     if not Path(earlier["checkpoints"]["sft"]).is_dir():
         raise ValueError(f"the earlier run's SFT checkpoint {earlier['checkpoints']['sft']} is gone")
 
 
-def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[str, Any] | None = None,
+                   events: Emit = _quiet) -> dict[str, Any]:
     """Every stage in order; writes learning_curve.json and learning_curve-<harness>.png into `out` and returns the result.
 
     `reuse`: an earlier result of the same plan up to SFT (see `reusable`) whose base and SFT stages and
     SFT checkpoint stand in for running them again (GRPO variants from one SFT checkpoint); their
-    wall times count in `total_s` and the result names where they came from.
+    wall times count in `total_s` and the result names where they came from. `events` gets each stage's
+    start, end and pass rates as they happen (`forgetui.learning_events`).
     """
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    events({"event": "start", "harness": plan.harness, "model": plan.model, "seed": plan.seed, "splits": list(plan.eval_splits),
+            "plan": plan.describe(), "out": str(out)})
+
+    def phase(name: str, label: str, work: Callable[[], Any]) -> Any:
+        events({"event": "phase", "phase": name, "state": "running"})
+        value = work()
+        events({"event": "phase", "phase": name, "state": "done", "seconds": plan.timings.get(label, 0.0)})
+        return value
+
     if reuse is None:
-        stages = [evaluate(plan, policy(plan, plan.model), "base", report)]
-        teacher_runs = teach(plan, out, report)
-        sft_ckpt = sft(plan, teacher_runs, report)
-        stages.append(evaluate(plan, policy(plan, sft_ckpt), "sft", report))
+        stages = [evaluate(plan, policy(plan, plan.model), "base", report, events)]
+        teacher_runs = phase("teacher", "teacher", lambda: teach(plan, out, report))
+        sft_ckpt = phase("SFT", "sft-train", lambda: sft(plan, teacher_runs, report))
+        stages.append(evaluate(plan, policy(plan, sft_ckpt), "sft", report, events))
         lent = 0.0
     else:
         reusable(plan, reuse)
@@ -342,11 +408,19 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
         for stage in stages:
             for split, r in stage["splits"].items():
                 report(split_line(stage["stage"], split, r) + "  (from the earlier run)")
-    grpo_ckpt, steps = grpo(plan, sft_ckpt, report)
-    stages.append(evaluate(plan, policy(plan, grpo_ckpt), "grpo", report))
-    result = {"plan": plan.describe(), "stages": stages, "grpo_steps": steps, "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt},
-              "timings_s": plan.timings, "total_s": lent + time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
+                events({"event": "stage", "stage": stage["stage"], "split": split, "reused": True, **{k: r.get(k) for k in STAGE_KEYS}})
+    grpo_ckpt, steps = phase("GRPO", "grpo-train", lambda: grpo(plan, sft_ckpt, report, events))
+    selection = None
+    if plan.select_every > 0:
+        grpo_ckpt, selection = select_checkpoint(plan, grpo_ckpt, report, events)
+    stages.append(evaluate(plan, policy(plan, grpo_ckpt), "grpo", report, events))
+    result = {"plan": plan.describe(), "seed": plan.seed, "stages": stages, "grpo_steps": steps,
+              "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt}, "timings_s": plan.timings,
+              "total_s": lent + time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
+    if selection is not None:
+        result["selection"] = {"split": SELECT_SPLIT, **selection}
     result["gains"] = {split: gains(result, split) for split in plan.eval_splits}
+    events({"event": "done", "gains": result["gains"], "total_s": result["total_s"], "checkpoint": grpo_ckpt})
     if reuse is not None:
         result["reused"] = {"stages": ["base", "teacher", "sft"], "run_ids": [s["splits"][k]["run_id"] for s in stages[:2] for k in s["splits"]]}
     (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))

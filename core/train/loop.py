@@ -32,6 +32,7 @@ from core.session import RunSession, store_rows
 from core.train.advantages import compute_advantages, discount_calls
 from core.train.batches import TaskSchedule
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
+from core.train.dynamic_sampling import informative_groups, plan_refill
 from core.train.local import LocalTrainer, trainer_settings
 from core.train.lora_push import push_weights
 from core.train.preflight import preflight_session
@@ -60,11 +61,6 @@ def check_train_tasks(tasks: list[Task]) -> None:
         splits = " and ".join(sorted({str(t.meta["split"]) for t in held_out}))
         raise ConfigError(f"{len(held_out)} of the selected tasks are in the {splits} split ({', '.join(t.id for t in held_out[:3])}…): "
                           "train on env.options.split = \"train\"")
-
-
-def _informative(stats: Any) -> int:
-    """Groups whose rewards differ: the only ones that carry a gradient."""
-    return stats.groups - stats.zero_variance_groups - stats.singleton_groups
 
 
 SAMPLER_COUNTERS = ("prefill_s", "decode_s", "prefill_tokens", "reused_tokens", "decode_tokens", "drafted_tokens", "accepted_tokens")
@@ -99,6 +95,7 @@ class LocalTraining:
         session, train = self.session, self.config.train
         batch: list[Task] = []
         more, extra = schedule.batch(step), -1  # the first batch, then dynamic sampling's refills
+        target = len(more)  # DAPO: as many groups with signal as the batch has tasks
         sampler = backend_stats(self.backend)
         started = time.perf_counter()
         while more:
@@ -108,9 +105,9 @@ class LocalTraining:
             samples = samples_for_run(self.store, session.run_id, step=step)
             stats = compute_advantages(samples, train.estimator, norm_by_std=train.norm_adv_by_std)
             discount_calls(samples, train.call_discount)
-            missing = len(batch) - _informative(stats)  # one informative group wanted per task run so far
-            refill = self.config.run.n_samples > 1 and extra < train.max_extra_batches and missing > 0
-            more = schedule.refill(step, batch, missing) if refill else []
+            wanted = plan_refill(stats, target, cap=2 * target).tasks  # sized by the share of groups with signal so far
+            refill = self.config.run.n_samples > 1 and extra < train.max_extra_batches and wanted > 0
+            more = schedule.refill(step, batch, wanted) if refill else []
         rollout_s = time.perf_counter() - started
         sampler = {k: v - sampler.get(k, 0.0) for k, v in backend_stats(self.backend).items() if k in SAMPLER_COUNTERS}
         started = time.perf_counter()
@@ -121,6 +118,7 @@ class LocalTraining:
         await asyncio.to_thread(push_weights, self.trainer, self.backend, self.session.run_dir, step)
         metrics = self._step_metrics(step, samples, stats.as_dict(), metrics, rollout_s, update_s)
         metrics["extra_batches"] = extra
+        metrics["informative_groups"] = informative_groups(stats)  # groups with signal (DAPO's target: the batch's tasks)
         metrics.update(sampler)  # the rollouts' generation split into prefill and decode (built-in backend)
         self._record(step, samples, metrics)
         return metrics

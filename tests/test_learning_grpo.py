@@ -1,0 +1,173 @@
+"""GRPO made steadier: dynamic sampling's refill size, eval-split checkpoint selection, seeds, KL/entropy terms, stage events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.train.advantages import compute_advantages
+from core.train.dynamic_sampling import plan_refill
+from core.train.selection import BestCheckpoint
+from core.train.types import Sample
+from forgetui.learning import (
+    Plan,
+    base_config,
+    grpo_config,
+    reusable,
+    select_checkpoint,
+    select_steps,
+    split_result,
+)
+from forgetui.learning_events import EventLog, LearningState, load_state, read_new
+
+
+def rollouts(rewards_by_task: dict[str, list[float]], step: int = 0) -> list[Sample]:
+    """One sample per rollout, as `samples_for_run` gives them: a group per task, its rollouts' rewards."""
+    return [Sample(sample_id=f"{task}/{i}", run_id="run", rollout_id=f"run/{task}/{i}/s{step}", task_id=task, branch=0, step=step,
+                   token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0, -1.0, -2.0], prompt_tokens=1, reward=r)
+            for task, rewards in rewards_by_task.items() for i, r in enumerate(rewards)]
+
+
+MIXED, FLAT_PASS, FLAT_FAIL = [1.0, 0.0, 1.0, 0.0], [1.0] * 4, [0.0] * 4
+
+
+def groups(mixed: int, flat: int) -> dict[str, list[float]]:
+    return {**{f"m{i}": MIXED for i in range(mixed)}, **{f"f{i}": FLAT_PASS if i % 2 else FLAT_FAIL for i in range(flat)}}
+
+
+def test_a_refill_is_sized_by_the_share_of_groups_with_signal() -> None:
+    samples = rollouts(groups(2, 4))
+    stats = compute_advantages(samples)
+    assert sum(1 for s in samples if s.advantage != 0.0) == 8  # the two mixed groups train, the four flat ones do not
+    refill = plan_refill(stats, target=6, cap=12)
+    assert (refill.informative, refill.scored, refill.tasks) == (2, 6, 11)  # ⌈4 / (3/8)⌉
+    assert plan_refill(compute_advantages(rollouts(groups(5, 1))), 6, 12).tasks == 2  # ⌈1 / (6/8)⌉
+    assert plan_refill(compute_advantages(rollouts(groups(0, 6))), 6, 12).tasks == 12  # none yet: the cap
+    assert plan_refill(compute_advantages(rollouts(groups(6, 0))), 6, 12).tasks == 0  # reached
+    assert plan_refill(compute_advantages(rollouts(groups(2, 4))), 6, 0).tasks == 0
+
+
+def test_a_step_that_already_has_its_groups_with_signal_stops_refilling() -> None:
+    """After one refill, 6 of 10 groups have signal: DAPO's target (the batch's 6 tasks) is met; the old rule asked for 4 more."""
+    stats = compute_advantages(rollouts(groups(6, 4)))
+    assert plan_refill(stats, target=6, cap=12).tasks == 0
+
+
+def test_singleton_groups_are_not_counted_as_scored() -> None:
+    stats = compute_advantages(rollouts({"a": [1.0], "b": MIXED, "c": FLAT_FAIL}))
+    refill = plan_refill(stats, target=2, cap=8)
+    assert (refill.informative, refill.scored, refill.tasks) == (1, 2, 2)  # ⌈1 / (2/4)⌉
+    with pytest.raises(ValueError, match="target"):
+        plan_refill(stats, target=0, cap=8)
+
+
+def test_the_best_checkpoint_is_kept_ties_keep_the_earlier_and_patience_stops() -> None:
+    best = BestCheckpoint(patience=2)
+    assert best.offer(3, "/ck/3", 0.60) and not best.offer(7, "/ck/7", 0.60)  # a tie: the earlier stays
+    assert best.offer(11, "/ck/11", 0.72) and best.best.step == 11 and not best.stop
+    assert not best.offer(15, "/ck/15", 0.70) and not best.offer(19, "/ck/19", 0.71) and best.stop
+    assert best.as_dict()["best_step"] == 11 and [c["step"] for c in best.as_dict()["scores"]] == [3, 7, 11, 15, 19]
+    with pytest.raises(ValueError, match="pass rate"):
+        best.offer(1, "/ck/1", 1.5)
+
+
+def test_selection_scores_every_kth_and_the_last_checkpoint_on_the_eval_split_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import forgetui.learning as learning
+
+    assert select_steps(Plan(grpo_steps=12, select_every=4)) == [3, 7, 11]
+    assert select_steps(Plan(grpo_steps=4, select_every=3)) == [2, 3] and select_steps(Plan(select_every=0)) == []
+    rates = {"step-00003": 0.4, "step-00007": 0.7, "step-00011": 0.6}
+    seen: list[tuple[tuple[str, ...], int, int, str]] = []
+
+    def fake_evaluate(plan: Plan, backend: str, label: str, report=print, events=None) -> dict:
+        seen.append((plan.eval_splits, plan.eval_n, plan.eval_samples, backend))
+        passed = round(rates[Path(backend.split(":", 1)[1].split("?")[0]).name] * 20)
+        per_task = {f"t{i}": {"family": "write-file", "passed": 2 if i < passed // 2 else 0, "scored": 2, "reward": 0.0} for i in range(10)}
+        return {"splits": {"eval": split_result(per_task, "r")}}
+
+    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    events: list[dict] = []
+    plan = Plan(grpo_steps=12, select_every=4, select_eval_n=2, select_samples=2, eval_splits=("eval-phrasing",))
+    path, selection = select_checkpoint(plan, "/runs/r1/checkpoints/step-00011", lambda _: None, events.append)
+    assert path == "/runs/r1/checkpoints/step-00007" and selection["best_step"] == 7
+    assert {s[:3] for s in seen} == {(("eval",), 2, 2)}  # the eval split, never eval-phrasing
+    assert [s[3] for s in seen] == [f"builtin:/runs/r1/checkpoints/step-{n:05d}" for n in (3, 7, 11)]
+    assert [(e["step"], e["best"]) for e in events] == [(3, True), (7, True), (11, False)]
+    assert plan.eval_splits == ("eval-phrasing",)  # the plan itself is left as it was
+
+
+def test_the_seed_drives_every_stage_and_an_old_result_without_one_is_seed_0(tmp_path: Path) -> None:
+    plan = Plan(seed=7, grpo_kl_coef=0.02, grpo_entropy_coef=0.001, select_every=4, grpo_steps=12)
+    assert base_config(plan, "builtin:tiny", "eval", 5).run.seed == 7
+    config = grpo_config(plan, "/ck/sft")
+    assert (config.run.seed, config.train.seed, config.train.kl_coef, config.train.entropy_coef, config.train.save_every) == (7, 7, 0.02, 0.001, 4)
+    ckpt = tmp_path / "sft"
+    ckpt.mkdir()
+    old = {k: v for k, v in Plan().describe().items() if k != "seed"}  # a learning_curve.json from before seeds were recorded
+    reusable(Plan(), {"plan": old, "checkpoints": {"sft": str(ckpt)}})
+    with pytest.raises(ValueError, match=r"seed \(0 ≠ 7\)"):
+        reusable(Plan(seed=7), {"plan": old, "checkpoints": {"sft": str(ckpt)}})
+
+
+def test_a_learning_run_writes_its_stages_as_they_happen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The stages in order, with pass rates and intervals, GRPO's steps and the selection: what the TUI folds."""
+    import forgetui.learning as learning
+
+    def result(rate: float) -> dict:
+        per_task = {f"t{i}": {"family": "rename", "passed": 4 if i < rate * 10 else 0, "scored": 4, "reward": 0.0} for i in range(10)}
+        return split_result(per_task, "r")
+
+    rates = {"builtin:smollm2-135m": 0.0, "builtin:/runs/s/sft": 0.5, "builtin:/runs/g/checkpoints/step-00001": 0.7,
+             "builtin:/runs/g/checkpoints/step-00003": 0.6}
+
+    def fake_evaluate(plan, backend, label, report=print, events=learning._quiet):
+        splits = {}
+        for split in plan.eval_splits:
+            splits[split] = {**result(rates[backend]), "seconds": 1.0}
+            events({"event": "stage", "stage": label, "split": split, **{k: splits[split][k] for k in learning.STAGE_KEYS}})
+        return {"stage": label, "backend": backend, "harness": plan.harness, "splits": splits}
+
+    def fake_grpo(plan, start, report=print, events=learning._quiet):
+        steps = [{"step": s, "reward_mean": 0.5, "samples": 24, "samples_trained": 16, "informative_groups": 4} for s in range(plan.grpo_steps)]
+        for m in steps:
+            events({"event": "grpo_step", **m})
+        return "/runs/g/checkpoints/step-00003", steps
+
+    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    monkeypatch.setattr(learning, "teach", lambda plan, out, report=print: ["teacher-run"])
+    monkeypatch.setattr(learning, "sft", lambda plan, runs, report=print: "/runs/s/sft")
+    monkeypatch.setattr(learning, "grpo", fake_grpo)
+    monkeypatch.setattr(learning, "plot", lambda result, path: None)
+    log = EventLog(tmp_path / "learning" / "run.jsonl")
+    plan = Plan(eval_splits=("eval-phrasing",), grpo_steps=4, select_every=2, seed=5)
+    out = learning.learning_curve(plan, tmp_path / "out", lambda _: None, None, log)
+    assert out["seed"] == 5 and out["checkpoints"]["grpo"].endswith("step-00001") and out["selection"]["best_step"] == 1
+    state, offset = load_state(log.path)
+    assert offset == log.path.stat().st_size and state.status == "done" and state.start["seed"] == 5
+    assert [(s["stage"], s["split"], s["pass_rate"]) for s in state.stages] == [
+        ("base", "eval-phrasing", 0.0), ("sft", "eval-phrasing", 0.5), ("select step 1", "eval", 0.7), ("select step 3", "eval", 0.6),
+        ("grpo", "eval-phrasing", 0.7)]
+    assert all(len(s["ci"]) == 2 for s in state.stages) and [m["step"] for m in state.steps] == [0, 1, 2, 3]
+    assert [(e["step"], e["best"]) for e in state.selection] == [(1, True), (3, False)]
+    assert {"teacher", "SFT", "GRPO"} <= set(state.phases) and all(p["state"] == "done" for p in state.phases.values())
+    assert state.done["gains"]["eval-phrasing"]["grpo - sft"]["gain"] == pytest.approx(0.2)
+    assert json.loads((tmp_path / "out" / "learning_curve.json").read_text())["seed"] == 5
+
+
+def test_a_reader_takes_whole_lines_only_and_skips_torn_ones(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text('{"event": "start", "harness": "react"}\nnot json\n{"event": "phase", "phase": "SFT", "sta')
+    events, offset = read_new(path, 0)
+    assert [e["event"] for e in events] == ["start"] and offset == len(b'{"event": "start", "harness": "react"}\nnot json\n')
+    with path.open("a") as f:
+        f.write('te": "running"}\n')
+    more, offset2 = read_new(path, offset)
+    state = LearningState()
+    for e in events + more:
+        state.add(e)
+    assert state.status == "running SFT" and offset2 == path.stat().st_size
+    state.add({"event": "failed", "error": "KeyboardInterrupt: stopped"})
+    assert state.status == "failed: KeyboardInterrupt: stopped"
+    assert read_new(tmp_path / "missing.jsonl", 0) == ([], 0)

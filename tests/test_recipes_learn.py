@@ -1,0 +1,100 @@
+"""Learning recipes: every shipped file loads, names a real harness and valid values; flags override single fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from core.registry import HARNESS_GROUP, available
+from forgetui.learning import HARNESSES, Plan, grpo_config, teacher_tasks
+from forgetui.learning_recipe import Recipe, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "examples" / "learn").glob("*.toml"))
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("learning_curve_script", ROOT / "benchmarks" / "learning_curve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_recipe_ships_per_learning_harness() -> None:
+    assert sorted(p.stem for p in RECIPES) == sorted(HARNESSES)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_every_shipped_recipe_names_a_real_harness_and_valid_values(path: Path) -> None:
+    recipe = load_recipe(path)
+    assert recipe.harness == path.stem and recipe.harness in available(HARNESS_GROUP)
+    plan = Plan(harness=recipe.harness)
+    script().apply_recipe(plan, path)
+    fields = recipe.plan_fields()
+    assert {k: getattr(plan, k) for k in fields if hasattr(plan, k)} == {k: v for k, v in fields.items() if hasattr(plan, k)}
+    assert teacher_tasks(plan)  # the teacher has tasks to record
+    config = grpo_config(plan, "/ck/sft")  # the GRPO run's config validates with the recipe's values
+    assert config.train.seed == recipe.seed and config.run.seed == recipe.seed
+    assert config.run.n_samples == recipe.grpo.group_size >= 2 and config.train.temperature == recipe.grpo.temperature
+    assert config.train.save_every == recipe.select.every and config.env.options["split"] == "train"
+    assert recipe.sampler == "builtin"  # what the measured runs used
+
+
+def test_the_shipped_recipes_encode_the_readmes_best_runs() -> None:
+    react, mini, pi = (load_recipe(ROOT / "examples" / "learn" / f"{h}.toml") for h in ("react", "mini-swe-agent", "pi"))
+    assert (react.sft.epochs, react.sft.lr, react.grpo.temperature, react.grpo.lr, react.grpo.steps, react.concurrency) == (1, 5e-5, 1.5, 1e-5, 12, 32)
+    assert (mini.teacher.templates, mini.sft.epochs, mini.grpo.lr, mini.concurrency) == (6, 2, 2e-5, 16)
+    assert (pi.sft.epochs, pi.grpo.steps, pi.grpo.lr) == (1, 4, 5e-6)
+
+
+def test_a_recipes_unset_fields_are_the_plans_defaults() -> None:
+    plan = dataclasses.asdict(Plan())
+    for name, value in Recipe(harness="react").plan_fields().items():
+        if name in plan:
+            assert plan[name] == value, name
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('harness = "codex"\n', "harness"),
+        ('harness = "react"\n[grpo]\nsteps = 4\ngroup_size = 1\n', "grpo.group_size"),
+        ('harness = "react"\n[grpo]\ntemprature = 1.5\n', "grpo.temprature"),
+        ('harness = "react"\n[sft]\nlr = -1\n', "sft.lr"),
+        ('harness = "react"\n[teacher]\ntemplates = 9\n', "teacher.templates"),
+        ('harness = "react"\n[grpo]\nsteps = 4\n[select]\nevery = 5\n', "select.every"),
+        ('harness = "react"\nsampler = "sglang"\n', "sampler"),
+        ('harness = "react"\n[sft\n', "not valid TOML"),
+    ],
+)
+def test_a_wrong_recipe_is_refused_naming_the_file_and_the_field(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load_recipe(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_missing_recipe_says_where_the_shipped_ones_are(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="examples/learn"):
+        load_recipe(tmp_path / "nope.toml")
+
+
+def test_flags_override_single_fields_of_the_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    lc = script()
+    monkeypatch.setattr("sys.argv", ["learning_curve.py", "--recipe", str(ROOT / "examples/learn/react.toml"), "--split", "eval-phrasing",
+                                     "--grpo-steps", "8", "--seed", "3", "--grpo-kl-coef", "0.01"])
+    args = lc.parse_args()
+    args.harness = lc.resolve_harness(args)
+    plan = lc.make_plan(args, args.harness)
+    assert (plan.harness, plan.grpo_steps, plan.seed, plan.grpo_kl_coef) == ("react", 8, 3, 0.01)  # the flags
+    assert (plan.sft_lr, plan.grpo_temperature, plan.concurrency, plan.select_every) == (5e-5, 1.5, 32, 4)  # the recipe
+    assert plan.eval_splits == ("eval-phrasing",)
+    monkeypatch.setattr("sys.argv", ["learning_curve.py", "--recipe", str(ROOT / "examples/learn/react.toml"), "--harness", "pi"])
+    args = lc.parse_args()
+    with pytest.raises(SystemExit, match="is for react, not pi"):
+        lc.make_plan(args, lc.resolve_harness(args))
