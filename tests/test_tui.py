@@ -400,7 +400,7 @@ async def test_at_80x24_the_newest_runs_pass_rate_is_on_screen(home: Path) -> No
         wide = runs.natural[env]
         await pilot.press("D")  # the long-named run goes
         await settle(app, pilot, lambda: app.screen is not app.home_screen)
-        await pilot.press("enter")
+        await pilot.press("left", "enter")  # Delete (Keep has the focus)
         await settle(app, pilot, lambda: runs.row_count == 2)
         assert runs.natural[env] < wide  # the column shrank back once the long name was gone
 

@@ -170,7 +170,15 @@ async def test_every_footer_key_on_every_screen_changes_something(home: Path, li
         select("live-run")
         await pilot.pause()
         assert shown_keys(app) == {"q", "n", "slash", "c", "x", "g", "left", "question_mark"}
+        await pilot.press("x")  # asks first, Cancel focused: x Enter stops nothing
+        await on(Confirm)()
+        assert app.focused.id == "no"
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert live_writer.poll() is None
         await pilot.press("x")
+        await on(Confirm)()
+        await pilot.press("left", "enter")  # Stop it
         await until(pilot, lambda: live_writer.poll() is not None, "the live run's process stopped", tries=1500)
 
         # ---- a done run: compare opens with c, c on another

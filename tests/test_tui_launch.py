@@ -195,21 +195,26 @@ async def test_typed_fast_and_pasted_every_field_holds_its_own_text(home: Path) 
 async def test_a_failed_launch_says_why(home: Path) -> None:
     """Launched from the form, a run that fails once it started (no task matches) says why: on its Run screen,
     under the Runs list while it is selected, and in its row's why column."""
+    build_run(home, "older-run", tasks=1, samples=1)  # the run under the cursor before the launch
     app = ForgetuiApp(refresh_s=0.5, stores_refresh_s=0.5)
     async with app.run_test(size=(80, 24)) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.selected is not None and runs.selected.run_id == "older-run", "the older run")
         await pilot.press("n")
         await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form")
         await fill(pilot, app.screen, {"env.name": "toy", "env.tasks": '["no-such-task"]', "harness.name": "oracle",
                                        "runtime.kind": "local"})
         await pilot.press("ctrl+s")
         await until(pilot, lambda: len(app.launched) == 1, "the run launched")
-        runs = app.query_one(RunsTable)
         await until(pilot, lambda: any(r.status == "failed" and r.reason for r in runs.rows), "the run failed", tries=900)
         (failed,) = [r for r in runs.rows if r.status == "failed"]
         assert "no task of env 'toy' matches ['no-such-task']" in failed.reason
         assert failed.cells()["why"].startswith("no task of env 'toy'")
-        runs.cursor = runs.shown.index(failed)
-        await pilot.pause()
+        # the cursor went to the new run by itself, and the Calls, Rollouts and SQL tabs follow it
+        await until(pilot, lambda: runs.selected is not None and runs.selected.run_id == failed.run_id, "the new run selected")
+        await until(pilot, lambda: app.home_screen.in_focus is not None and app.home_screen.in_focus[1] == failed.run_id,
+                    "the new run in focus")
+        assert app.home_screen.sub_title == f"run {failed.run_id}"
         assert runs.border_subtitle.startswith("why: no task of env 'toy' matches")  # at 80 columns too
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), "its Run screen")
@@ -242,7 +247,7 @@ async def test_a_launch_refused_before_it_made_a_run_is_listed_with_why(home: Pa
 async def test_delete_asks_and_removes_the_folder(home: Path) -> None:
     build_run(home, "old-run", tasks=1, samples=1)
     app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         runs = app.query_one(RunsTable)
         await until(pilot, lambda: runs.row_count == 1, "the run listed")
         assert runs.has_focus
@@ -253,7 +258,14 @@ async def test_delete_asks_and_removes_the_folder(home: Path) -> None:
         assert (home / "runs" / "old-run").is_dir()
         await pilot.press("D")
         await until(pilot, lambda: isinstance(app.screen, Confirm), "the question again")
-        await pilot.press("enter")  # the first button: Delete
+        assert app.focused.id == "no"  # the safe answer has the focus: D Enter deletes nothing
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, Confirm), "the question answered")
+        await pilot.pause(0.3)
+        assert (home / "runs" / "old-run").is_dir()
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, Confirm), "the question a third time")
+        await pilot.press("left", "enter")  # Delete
         await until(pilot, lambda: not (home / "runs" / "old-run").exists(), "the folder removed")
         await until(pilot, lambda: runs.row_count == 0, "the run gone from the list")
 
@@ -309,6 +321,8 @@ async def test_launch_watch_quit_reattach_and_stop(home: Path, base_image: str, 
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, RunScreen), "home")
         assert runs.has_focus and app.home_screen.check_action("stop", ()) is True
-        await pilot.press("x")
+        await pilot.press("x")  # asks first; Cancel has the focus
+        await until(pilot, lambda: isinstance(app.screen, Confirm), "asked before stopping")
+        await pilot.press("left", "enter")  # Stop it
         await until(pilot, lambda: not second.alive(), "the run process ended", tries=1200)
         await until(pilot, lambda: "interrupted" in run_rows(app).values(), "the run marked interrupted")

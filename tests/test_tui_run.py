@@ -19,12 +19,16 @@ from core.models.tiny import ensure_tiny_model
 from core.status import Tally
 from core.store.query import run_query
 from core.store.writer import Store
-from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.app import ForgetuiApp, ended_line
 from forgetui.tui.progress import LiveState, RunProgress
 from forgetui.tui.rows import RolloutRow, rollout_from_event
+from forgetui.tui.screens.confirm import Confirm
+from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.widgets.live_run import LiveRun
 from forgetui.tui.widgets.reward_chart import RewardChart, block_chart
 from forgetui.tui.widgets.rollout_lines import RolloutLines
+from forgetui.tui.widgets.runs_table import RunsTable
+from tests.tui_stores import build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])  # conftest's shared home, where the tiny model is built once
 
@@ -164,22 +168,53 @@ async def test_live_run_to_the_summary(run_home: Path) -> None:
     assert run_query(store, "SELECT status FROM runs").rows == [["done"]]
 
 
-async def test_q_stops_the_run_and_removes_sandboxes(run_home: Path) -> None:
-    app = ForgetuiApp(run_config=make_config("sleep 30"), refresh_s=1.0, stores_refresh_s=2.0, run_refresh_s=0.5,
+async def test_q_asks_then_stops_the_run_and_removes_sandboxes(run_home: Path) -> None:
+    build_run(run_home, "older-run", tasks=2, samples=1)  # an earlier run: neither `3` nor the title may show it
+    app = ForgetuiApp(run_config=make_config("sleep 30"), refresh_s=1.0, stores_refresh_s=0.3, run_refresh_s=0.5,
                       exit_delay_s=0.2)
-    async with app.run_test(size=(180, 50)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         live = app.query_one(LiveRun)
         await wait_for(pilot, lambda: live.progress.run_id is not None and len(sandbox_pids(live.progress.run_id)) >= 2,
                        "both sandboxes running `sleep 30`", tries=1200)
         run_id = live.progress.run_id
         await wait_for(pilot, lambda: "running" in {r[0] for r in lines(live.query_one(RolloutLines))},
                        "the dashboard shows running rollouts")
+        runs = app.query_one(RunsTable)
+        await wait_for(pilot, lambda: runs.row_count == 2 and runs.selected.run_id == run_id,
+                       "the Runs list lists the live run, its cursor on it")
+        await pilot.pause(0.7)  # a few more listings of the runs: the focus stays on this run
+        assert app.home_screen.in_focus[1] == run_id and app.home_screen.sub_title == f"run {run_id}"
+        await pilot.press("3")
+        browser = app.query_one("#rollouts-table", RolloutLines)
+        await wait_for(pilot, lambda: browser.row_count == 2, "the live run's rollouts on the Rollouts tab")
+        assert browser.border_title == f"Rollouts of {run_id}"
+        assert {r[1] for r in lines(browser)} == {"hello"}
+        await pilot.press("1", "enter")  # the run's own screen: x stops it (after asking)
+        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.live, "its Run screen, live")
+        assert app.screen.sub_title == f"run {run_id}" and app.screen.check_action("stop", ()) is True
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, Confirm), "asked before stopping")
+        assert app.focused.id == "no"
+        await pilot.press("enter", "escape")
+        await wait_for(pilot, lambda: app.screen is app.home_screen, "home")
+        assert live.state == LiveState.RUNNING
+        await pilot.press("0")
+        await pilot.press("q")  # asks first; Enter answers the safe choice
+        await wait_for(pilot, lambda: isinstance(app.screen, Confirm), "the question")
+        assert app.focused.id == "cancel" and run_id in str(app.screen.question)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert live.state == LiveState.RUNNING and app.is_running and len(sandbox_pids(run_id)) >= 2
         await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, Confirm), "the question again")
+        await pilot.press("left", "enter")  # "Stop the run and quit"
         await wait_for(pilot, lambda: live.state == LiveState.INTERRUPTED, "the run interrupted")
         header = text_of(live.query_one("#live-header", Static))
         assert "interrupted" in header and f"--resume {run_id}" in header
         await wait_for(pilot, lambda: app.return_code is not None, "the app exited")
     assert app.return_value == 130
+    assert ended_line(app.live_outcome) == (f"forgetui: run {run_id} stopped (exit 130): its sandboxes were removed; "
+                                            f"`forgetui run --resume {run_id}` finishes it")
     store = run_home / "runs" / run_id / "store.duckdb"
     assert run_query(store, "SELECT status FROM runs").rows == [["interrupted"]]
     assert sorted(r[0] for r in run_query(store, "SELECT status FROM rollouts").rows) == ["pending", "pending"]

@@ -177,7 +177,9 @@ def test_new_run_form(snap_compare, app: ForgetuiApp, size: str) -> None:
 def test_delete_dialog(snap_compare, app: ForgetuiApp, size: str) -> None:
     async def asked(pilot) -> None:
         await until(pilot, lambda: runs_listed(app))
-        app.push_screen(Confirm("Delete run eval-run and everything it recorded?"))
+        runs = app.query_one(RunsTable)
+        runs.cursor = next(i for i, r in enumerate(runs.shown) if r.run_id == "eval-run")
+        await pilot.press("D")  # the real question: Keep has the focus
         await until(pilot, lambda: isinstance(app.screen, Confirm))
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=asked)

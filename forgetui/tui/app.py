@@ -4,6 +4,7 @@ outlives a screen — the runs catalog, the processes launched from here, the th
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ class ForgetuiApp(App[int]):
         self.exit_delay_s = exit_delay_s
         self.launched: list[launcher.Launched] = []  # runs started here: they outlive the TUI unless stopped
         self._stop_requested = False
+        self.live_outcome: tuple[LiveState, str | None, int] | None = None  # how the live run ended, once it did
         self.settings = settings.Settings(self.catalog.home_path() / "tui" / "settings.json")
         if self.settings.theme in self.available_themes:
             self.theme = self.settings.theme
@@ -85,12 +87,23 @@ class ForgetuiApp(App[int]):
                 self._quit_answer)
             return
         if live is not None and live.state in ACTIVE:
-            self._stop_requested = True
-            live.stop()
+            run = live.progress.run_id
+            self.push_screen(Confirm(
+                f"The run {run or '(still planning)'} is going on in this window. Quitting stops it: its sandboxes "
+                "are removed and it is marked interrupted"
+                + (f" (`forgetui run --resume {run}` finishes it later)." if run else "."),
+                (("stop", "Stop the run and quit"), ("cancel", "Keep watching")), focus="cancel"),
+                self._stop_answer)
         elif live is not None and live.state == LiveState.STOPPING:
             self.notify("stopping the run: removing its sandboxes…", title="please wait")
         else:
             self.exit(live.exit_code if live is not None else None)
+
+    def _stop_answer(self, answer: str | None) -> None:
+        live = self.live
+        if answer == "stop" and live is not None and live.state in ACTIVE:
+            self._stop_requested = True
+            live.stop()
 
     def _quit_answer(self, answer: str | None) -> None:
         if answer == "stop":
@@ -115,6 +128,8 @@ class ForgetuiApp(App[int]):
     def _live_ended(self, message: LiveRun.Ended) -> None:
         """An interrupted run closes the app (q asked for it); a finished or failed one stays on screen until q,
         unless q was pressed while it ran."""
+        live = self.live
+        self.live_outcome = (message.state, live.progress.run_id if live is not None else None, message.code)
         if message.state == LiveState.INTERRUPTED or self._stop_requested:
             self.set_timer(self.exit_delay_s, lambda: self.exit(message.code))
 
@@ -185,4 +200,21 @@ def run_tui(
         result = app.run()
     finally:
         root.handlers = saved
+    said = ended_line(app.live_outcome)
+    if said:
+        print(said, file=sys.stderr)  # the screen is gone: the shell keeps one line of what became of the run
     return int(result or app.return_code or 0)
+
+
+def ended_line(outcome: tuple[LiveState, str | None, int] | None) -> str | None:
+    """What the shell shows once the TUI of `forgetui run` closed: how the run ended and how to go on."""
+    if outcome is None:
+        return None
+    state, run_id, code = outcome
+    run = run_id or "(no run created)"
+    if state == LiveState.INTERRUPTED:
+        resume = f"; `forgetui run --resume {run_id}` finishes it" if run_id else ""
+        return f"forgetui: run {run} stopped (exit {code}): its sandboxes were removed{resume}"
+    if state == LiveState.DONE:
+        return f"forgetui: run {run} done; `forgetui` lists it"
+    return f"forgetui: run {run} failed (exit {code}); `forgetui` shows why on its Run screen"

@@ -79,6 +79,13 @@ class HomeScreen(Screen):
             super().__init__()
             self.error = error
 
+    class Launched(Message):
+        """A run process started from here: its launch record (the Runs list follows it)."""
+
+        def __init__(self, record_path: Path) -> None:
+            super().__init__()
+            self.record_path = record_path
+
     class Done(Message):
         """A worker's action on a run finished (launched, stopped, deleted, gc): what to tell the user."""
 
@@ -187,7 +194,10 @@ class HomeScreen(Screen):
     @on(LineTable.Highlighted, "#runs")
     def _run_highlighted(self, event: LineTable.Highlighted) -> None:
         info: RunInfo | None = event.row
-        if info is not None and info.kind != "launch":
+        # under `forgetui run` the live run stays in focus until the user picks another on the Runs list
+        # (a refresh of the list, behind the live tab, moves its cursor without the user)
+        picked = self.run_config is None or self.active_tab == "tab-runs"
+        if info is not None and info.kind != "launch" and picked:
             self.set_in_focus(info.source, info.run_id)
         self.refresh_bindings()
 
@@ -243,6 +253,8 @@ class HomeScreen(Screen):
         live = self.live
         if live is not None and live.source is not None:
             self.set_in_focus(live.source, message.run_id)
+        run_id = message.run_id
+        self.runs.follow(lambda info: info.kind == "run" and info.run_id == run_id)  # the Runs list's cursor too
         self.list_runs()
 
     @on(LineTable.Selected, "#live-rollouts")
@@ -336,8 +348,17 @@ class HomeScreen(Screen):
             self.post_message(self.Done(str(exc), f"cannot start the {what}", error=True))
             return
         self.app.launched.append(started)  # type: ignore[attr-defined]
+        self.post_message(self.Launched(started.record_path))
         self.post_message(self.Done(f"pid {started.pid}; it keeps running if you quit. Output: {started.log_path}",
                                     f"started the {what}"))
+
+    @on(Launched)
+    def _launched(self, message: Launched) -> None:
+        """The Runs list's cursor goes to the launch (and stays on it when its run appears): Calls, Rollouts and
+        SQL follow it from then."""
+        record = message.record_path
+        self.runs.follow(lambda info: info.launch is not None and info.launch.path.name == record.name,
+                         until=lambda info: info.kind == "run")
 
     @on(Done)
     def _done(self, message: Done) -> None:
@@ -346,8 +367,16 @@ class HomeScreen(Screen):
 
     def action_stop(self) -> None:
         info = self._selected()
-        if info is not None:
-            self.stop(info)
+        if info is None:
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice == "yes":
+                self.stop(info)
+
+        self.app.push_screen(Confirm(
+            f"Stop run {info.run_id}? Its process gets SIGTERM: its sandboxes are removed and the run is marked "
+            f"interrupted (R resumes it later).", (("yes", "Stop it"), ("no", "Cancel")), focus="no"), answer)
 
     @work(thread=True, group="stop", exit_on_error=False)
     def stop(self, info: RunInfo) -> None:
@@ -373,7 +402,7 @@ class HomeScreen(Screen):
                 self.delete(info)
 
         self.app.push_screen(Confirm(f"Delete run {info.run_id}? Its folder goes: store, logs, checkpoints.\n"
-                                     f"{info.source.run_dir}", (("yes", "Delete"), ("no", "Keep"))), answer)
+                                     f"{info.source.run_dir}", (("yes", "Delete"), ("no", "Keep")), focus="no"), answer)
 
     @work(thread=True, group="delete", exit_on_error=False)
     def delete(self, info: RunInfo) -> None:
@@ -395,7 +424,7 @@ class HomeScreen(Screen):
         self.app.push_screen(Confirm(
             "Remove the sandboxes (Docker containers, local folders) of every run whose process is gone?\n"
             "Runs still going keep theirs; stopped runs of any run folder lose theirs.",
-            (("yes", "Remove them"), ("no", "Cancel"))), answer)
+            (("yes", "Remove them"), ("no", "Cancel")), focus="no"), answer)
 
     @work(thread=True, group="gc", exit_on_error=False)
     def gc(self) -> None:

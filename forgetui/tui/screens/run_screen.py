@@ -21,9 +21,11 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 from core.errors import ForgetuiError
 from core.registry import model_shown_for
 from core.status import Tally
-from forgetui.tui import heap
+from forgetui.tui import heap, launcher
 from forgetui.tui.closing import dropped_once_closed
+from forgetui.tui.progress import ACTIVE
 from forgetui.tui.rows import RunDetail, fmt
+from forgetui.tui.screens.confirm import Confirm
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.source import RunSource
 from forgetui.tui.widgets.behaviour_table import BehaviourTable
@@ -78,9 +80,10 @@ class RunScreen(Screen):
     """Loads the run on a worker (and again every REFRESH_S while it runs); Enter on a rollout opens it."""
 
     class Loaded(Message):
-        def __init__(self, detail: RunDetail) -> None:
+        def __init__(self, detail: RunDetail, live: bool = False) -> None:
             super().__init__()
             self.detail = detail
+            self.live = live  # a process writes it now (its store's live sidecar names one)
 
     class BehaviourLoaded(Message):
         """The run's behaviour table (header, rows) as `forgetui analyze` prints it."""
@@ -89,6 +92,14 @@ class RunScreen(Screen):
             super().__init__()
             self.header = header
             self.rows = rows
+
+    class Stopping(Message):
+        """What stopping the run did (or why it could not)."""
+
+        def __init__(self, note: str, error: bool = False) -> None:
+            super().__init__()
+            self.note = note
+            self.error = error
 
     class Failed(Message):
         def __init__(self, what: str, error: str) -> None:
@@ -102,7 +113,8 @@ class RunScreen(Screen):
                 Binding("slash", "filter", "Filter", key_display="/"),
                 Binding("left", "step_tab(-1)", "Tabs", key_display="←→"),
                 Binding("right", "step_tab(1)", "Next tab", show=False),
-                Binding("t", "step_tab(1)", "Next tab")]  # where ←/→ move inside a table (behaviour), t still does
+                Binding("t", "step_tab(1)", "Next tab"),
+                Binding("x", "stop", "Stop run")]  # where ←/→ move inside a table (behaviour), t still does
     TABS = ("tab-lines", "tab-curves", "tab-behaviour")
     # focus lands on the rollouts at once: each focus move restyles the widget, and Textual's default would
     # focus the first focusable widget before on_mount moved it here
@@ -116,6 +128,7 @@ class RunScreen(Screen):
         self.detail: RunDetail | None = None
         self._calls_seen: tuple[float, int] | None = None
         self._calls_per_s: float | None = None
+        self.live = False  # a process writes the run now: x stops it
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -151,7 +164,44 @@ class RunScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "filter":
             return self.query_one("#run-tabs", TabbedContent).active == "tab-lines"
+        if action == "stop":
+            return self.live
         return True
+
+    def action_stop(self) -> None:
+        """Stop the run (after asking): SIGTERM to its writer, or the TUI's own run when `forgetui run` runs it here."""
+        if not self.live:
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice != "yes":
+                return
+            inside = getattr(self.app, "live", None)
+            if inside is not None and inside.progress.run_id == self.run_id and inside.state in ACTIVE:
+                inside.stop()
+            else:
+                self.stop_writer()
+
+        self.app.push_screen(Confirm(
+            f"Stop run {self.run_id}? Its sandboxes are removed and it is marked interrupted "
+            f"(`forgetui run --resume {self.run_id}` finishes it).", (("yes", "Stop it"), ("no", "Cancel")), focus="no"),
+            answer)
+
+    @work(thread=True, group="stop", exit_on_error=False)
+    def stop_writer(self) -> None:
+        try:
+            pid = launcher.stop_run(self.source.run_dir)
+        except (ForgetuiError, OSError) as exc:
+            self.post_message(self.Stopping(str(exc), error=True))
+        else:
+            self.post_message(self.Stopping(f"sent SIGTERM to pid {pid}: its sandboxes are being removed"))
+
+    @on(Stopping)
+    @dropped_once_closed
+    def _stopping(self, message: Stopping) -> None:
+        self.notify(message.note, title=f"stopping {self.run_id}", severity="error" if message.error else "information",
+                    markup=False)
+        self.action_reload()
 
     def action_reload(self) -> None:
         self.load()
@@ -190,7 +240,7 @@ class RunScreen(Screen):
                     detail = self.source.run_detail(self.run_id)
             else:
                 detail = self.source.run_detail(self.run_id)
-            self.post_message(self.Loaded(detail))
+            self.post_message(self.Loaded(detail, live=detail.status in ("running", "starting") and self.source.live()))
         except ForgetuiError as exc:
             self.post_message(self.Failed("run", str(exc)))
 
@@ -199,6 +249,9 @@ class RunScreen(Screen):
     def _loaded(self, message: Loaded) -> None:
         d = message.detail
         first, self.detail = self.detail is None, d
+        if message.live != self.live:
+            self.live = message.live
+            self.refresh_bindings()
         now = time.monotonic()
         if self._calls_seen is not None and now > self._calls_seen[0]:
             self._calls_per_s = max(0, d.n_calls - self._calls_seen[1]) / (now - self._calls_seen[0])

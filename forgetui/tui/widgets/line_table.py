@@ -10,7 +10,7 @@ until the table fits the screen — the columns before them (scores, statuses) s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,6 +132,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         self.widths = list(self.natural)
         self._cells: dict[int, list[Cell]] = {}  # shown index → its cells, for the rows drawn so far
         self._search: list[str] | None = None  # each row's text the filter looks in, built on the first filter
+        self._follow: tuple[Callable[[Any], bool], Callable[[Any], bool]] | None = None  # see follow()
 
     # -- what subclasses give
     def row_key(self, row: Any) -> str:
@@ -168,11 +169,25 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         return [cell for cell, _ in self._row(index)]
 
     # -- data
+    def follow(self, wanted: Callable[[Any], bool], until: Callable[[Any], bool] = lambda row: True) -> None:
+        """Move the cursor to the first row `wanted` says yes to, now or in a later `set_rows` (a run that does not
+        exist yet); keep following it until `until(row)` holds on it or the user moves the cursor."""
+        self._follow = (wanted, until)
+        self.set_rows(self.rows)
+
     def set_rows(self, rows: Sequence[Any]) -> None:
-        """Show `rows` (filtered); the cursor stays on the row with the same key, or the same index."""
+        """Show `rows` (filtered); the cursor stays on the row with the same key, or the same index (or goes to
+        the row followed, once it is there)."""
         keep = self.selected
         self.rows = list(rows)
         self._search = None
+        if self._follow is not None:
+            wanted, until = self._follow
+            target = next((r for r in self.rows if wanted(r)), None)
+            if target is not None:
+                keep = target
+                if until(target):
+                    self._follow = None
         self._refilter(None if keep is None else self.row_key(keep))
 
     def set_filter(self, text: str) -> None:
@@ -273,6 +288,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
 
     # -- keys and mouse
     def action_cursor(self, delta: int) -> None:
+        self._follow = None  # the user chose a row
         if self.shown:
             self.cursor = max(0, min(self.cursor + delta, len(self.shown) - 1))
 
@@ -303,6 +319,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         index = self.row_at(event)
         if index is None:
             return
+        self._follow = None
         if index == self.cursor:  # a click on the highlighted row opens it, as in Textual's tables
             self.action_select()
         self.cursor = index
