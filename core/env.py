@@ -65,6 +65,8 @@ class Task:
 
 @dataclass
 class Score:
+    """A verifier's verdict: the score in [0, 1], whether it passes, why, and per-check scores."""
+
     score: float
     passed: bool
     detail: str = ""
@@ -78,7 +80,17 @@ def is_held_out(task: Task) -> bool:
 
 
 class Environment(DeclaresOptions, ABC):
-    """An environment adapter: a task source and its verifier."""
+    """An environment adapter: a task source and its verifier.
+
+    Class attributes: `name` (what `env.name` and the `forgetui.envs` entry point call it), `version`,
+    `threshold` (the score that passes a task; a task's own `threshold` wins), `Options` (an
+    `core.options.AdapterOptions` model of `[env.options]`, read as `self.opts`) and
+    `graders_read_trajectory` (True: the recorded conversation is written into the sandbox before `verify`).
+
+    Implement `tasks()` and `verify()`; `image_layer()` adds what the tasks need installed. A run calls
+    `tasks()` once, starts each task's rollouts in fresh sandboxes and, after the harness exits, `verify()` in
+    the same sandbox. Worked example: docs/plugins/add-environment.md.
+    """
 
     name: ClassVar[str]
     version: ClassVar[str] = "0"
@@ -103,7 +115,11 @@ class Environment(DeclaresOptions, ABC):
 
     @abstractmethod
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
-        """Score the workspace after the harness exited; runs in the sandbox."""
+        """Score the workspace after the harness exited; runs in the sandbox.
+
+        Read what the agent left with `sandbox.get_file(path)` or `sandbox.exec(cmd, timeout_s=...)`, and return
+        `self.score(value, detail, task)` so the value is clamped and passed against the right threshold.
+        """
 
     def score(self, value: float, detail: str = "", task: Task | None = None) -> Score:
         """A score clamped into [0, 1]; passed when it reaches the task's threshold (else the env's)."""

@@ -68,7 +68,18 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 
 class Harness(DeclaresOptions, ABC):
-    """A harness adapter. Subclasses set the class attributes, declare their `Options` and implement `launch`."""
+    """A harness adapter. Subclasses set the class attributes, declare their `Options` and implement `launch`.
+
+    Class attributes: `name` (what `harness.name` and the `forgetui.harnesses` entry point call it), `version`
+    (the pinned release, recorded in `rollouts.harness_version`), `installable` (True: `harness.version` may
+    install another published release), `protocols` (the wire protocols it speaks to the proxy: `chat`,
+    `responses`, `messages`, `gemini`; empty for one that calls no model) and `Options` (an
+    `core.options.AdapterOptions` model of `[harness.options]`, read as `self.opts`).
+
+    Per rollout, the run calls `install_layer()` once (the image layer that installs the program), then
+    `launch(task, endpoint, workdir)` (the command, environment and config files that start it against the
+    rollout's own proxy URL) and, when it exits, `outcome(result)`. Worked example: docs/plugins/add-harness.md.
+    """
 
     name: ClassVar[str]
     version: str = "0"  # what `rollouts.harness_version` records; the pinned one unless `harness.version` says another
@@ -125,7 +136,11 @@ class Harness(DeclaresOptions, ABC):
 
     @abstractmethod
     def launch(self, task: Task, endpoint: Endpoint, workdir: str) -> LaunchSpec:
-        """The command that runs `task` in `workdir` against `endpoint`, with telemetry and prompts off."""
+        """The command that runs `task` in `workdir` against `endpoint`, with telemetry and prompts off.
+
+        `endpoint.base_url` (or `openai_base`) carries the rollout's identity in its path and `endpoint.token`
+        is its key; `LaunchSpec.files` are written into the sandbox before the command starts.
+        """
 
     def outcome(self, result: ExecResult) -> HarnessOutcome:
         """Read the harness's exit (some exit 0 even when every model call failed)."""

@@ -19,7 +19,12 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class AdapterOptions(BaseModel):
-    """The options one adapter takes. Numbers given for text become text, as `str(value)` made them before."""
+    """The options one adapter takes. Numbers given for text become text, as `str(value)` made them before.
+
+    Subclass it inside the adapter as `class Options(AdapterOptions)`, one pydantic field per option with its
+    default and a `Field(description=...)`: unknown keys are refused, values are checked when the config is
+    loaded, and the descriptions are what the config reference (docs/reference/config.md) shows.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 

@@ -34,7 +34,12 @@ def import_target(target: str) -> Any:
 
 
 class Registry:
-    """Names → objects for one extension point (`group` is its entry-point group, e.g. ``forgetui.backends``)."""
+    """Names → objects for one extension point (`group` is its entry-point group, e.g. ``forgetui.backends``).
+
+    The project's registries: harnesses (`forgetui.harnesses`) and environments (`forgetui.envs`) in
+    `core.registry`, policy backend kinds (`forgetui.backends`, `core.backends.kinds.BACKENDS`), sandbox
+    runtimes (`forgetui.runtimes`, `core.runtime.RUNTIMES`) and trainers (`forgetui.trainers`, `core.train.trainers.TRAINERS`).
+    """
 
     def __init__(self, group: str, what: str, builtins: Mapping[str, Any] | None = None) -> None:
         self.group = group

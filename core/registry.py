@@ -1,4 +1,8 @@
-"""Find harnesses and environments by name through entry points, so core never imports them."""
+"""Find harnesses and environments by name through entry points, so core never imports them.
+
+A package adds one by declaring an entry point in the group `forgetui.harnesses` or `forgetui.envs`
+(name = "package.module:Class"); a config may also name a class directly as `module:Class`.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ ENVS = Registry(ENV_GROUP, "env")
 
 
 def available(group: str) -> list[str]:
+    """Every registered name in `group` (`HARNESS_GROUP` or `ENV_GROUP`), built in or installed."""
     return {HARNESS_GROUP: HARNESSES, ENV_GROUP: ENVS}[group].names()
 
 
