@@ -67,9 +67,10 @@ def parse_args() -> argparse.Namespace:
 def make_plan(args: argparse.Namespace, harness: str):
     from forgetui.learning import DEMO, EVAL_SPLITS, Plan
 
-    if args.demo:
-        return dataclasses.replace(DEMO, harness=harness, timings={})
-    plan = Plan(harness=harness, eval_splits=EVAL_SPLITS if args.split == "both" else (args.split,))
+    if args.demo:  # the demo's schedule; flags still override single fields
+        plan = dataclasses.replace(DEMO, harness=harness, timings={})
+    else:
+        plan = Plan(harness=harness, eval_splits=EVAL_SPLITS if args.split == "both" else (args.split,))
     if getattr(args, "recipe", None) is not None:
         apply_recipe(plan, args.recipe)
     if args.model:
