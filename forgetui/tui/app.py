@@ -16,6 +16,7 @@ from forgetui.tui import heap, launcher, settings
 from forgetui.tui.progress import ACTIVE, LiveState
 from forgetui.tui.screens.confirm import Confirm
 from forgetui.tui.screens.home import HomeScreen
+from forgetui.tui.screens.learning import LearningScreen
 from forgetui.tui.screens.prompt import Prompt
 from forgetui.tui.source import RunCatalog
 from forgetui.tui.widgets.live_run import LiveRun
@@ -161,6 +162,7 @@ class ForgetuiApp(App[int]):
         yield SystemCommand("gc", "remove sandboxes left behind by runs that died (asks first)", home.action_gc)
         yield SystemCommand("Open a store by path…", "any DuckDB store file", self.action_open_store)
         yield SystemCommand("SQL console", "read-only SQL on the run in focus", lambda: self._home("tab-sql"))
+        yield SystemCommand("Learning runs", "a learning run's stages as they arrive", lambda: self.push_screen(LearningScreen(self.catalog.home_path())))
 
     def _home(self, tab: str) -> None:
         while self.screen is not self.home_screen and len(self.screen_stack) > 1:
