@@ -73,9 +73,9 @@ def _anchors(page: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("page", [README, *doc_pages()], ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", [README, REPO / "benchmarks" / "README.md", *doc_pages()], ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_name_files_and_anchors_that_exist(page: Path) -> None:
-    """mkdocs --strict checks the site's own links; this checks the README's too (GitHub renders it)."""
+    """mkdocs --strict checks the site's own links; this checks the READMEs' too (GitHub renders them)."""
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
         if re.match(r"[a-z]+:", target):
             continue
