@@ -17,6 +17,7 @@ from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.source import RunSource
+from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import MIN_PLOT_ROWS, TrainCurves
 from tests.tui_stores import build_run
@@ -103,3 +104,36 @@ async def test_training_curves_read_honestly_at_any_size(home: Path, size: tuple
         else:  # room enough: every plot has rows for its data, its ticks and its title
             assert not lines.display
             assert all(p.size.height >= MIN_PLOT_ROWS for p in plots)
+
+
+# ---------------------------------------------------------------- 5. why a run failed, whichever entry point ran it
+async def test_a_headless_run_that_failed_before_any_rollout_says_why(home: Path) -> None:
+    """`forgetui run --no-ui` (no TUI, no launch record) that fails as it plans its rollouts: the store keeps
+    why, and the Runs list and the Run screen say it at 80×24."""
+    import subprocess
+    import sys
+
+    config = home / "bad.toml"
+    config.write_text('[env]\nname = "toy"\ntasks = ["no-such-task"]\n[harness]\nname = "oracle"\n'
+                      '[runtime]\nkind = "local"\n')
+    done = subprocess.run([sys.executable, "-m", "forgetui.cli", "run", str(config), "--no-ui"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "FORGETUI_HOME": str(home)})
+    assert done.returncode != 0, done.stderr
+    (store,) = home.glob("runs/*/store.duckdb")
+    run_id = store.parent.name
+    from core.store.query import run_query
+    rows = run_query(store, f"SELECT value FROM meta WHERE key = 'failure:{run_id}'").rows
+    assert rows and "no task of env 'toy' matches ['no-such-task']" in rows[0][0]
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.row_count == 1, "the run listed")
+        (info,) = runs.rows
+        assert info.status == "failed" and "no task of env 'toy' matches" in (info.reason or "")
+        assert runs.border_subtitle.startswith("why: no task of env 'toy' matches")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), "its Run screen")
+        summary = app.screen.query_one("#run-summary-text", Static)
+        await until(pilot, lambda: "why: no task of env 'toy' matches ['no-such-task']" in summary.content.plain,
+                    "the reason on the Run screen")
+        assert "recorded no reason" not in summary.content.plain

@@ -32,6 +32,7 @@ from core.rollout.orphans import reap_dead_runs, remove_pid_file, write_pid_file
 from core.rollout.status import TERMINAL_VALUES, Status
 from core.rollout.trajectory import recorded_trajectory
 from core.runtime.base import Runtime
+from core.session.failure import failure_text, record_failure
 from core.session.setup import (
     RunImages,
     env_kwargs,
@@ -89,19 +90,30 @@ class RunSession:
         self.ctx: RunContext | None = None
         self.max_concurrent_sandboxes = 0
         self.status = "failed"  # what the run row says if the session ends before `finish`
+        self.failure: str | None = None  # why it failed, recorded in the store on close
 
     async def __aenter__(self) -> RunSession:
         try:
             await self.open()
-        except BaseException:
+        except BaseException as exc:
+            self._failed(exc)
             await self.close()
             raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc_type is not None:
+        if exc is not None:
+            self._failed(exc)
+        elif exc_type is not None:
             self.status = "interrupted" if issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt) else "failed"
         await self.close()
+
+    def _failed(self, exc: BaseException) -> None:
+        """The session ends on `exc`: interrupted (cancelled, Ctrl-C) or failed, and then why."""
+        if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+            self.status = "interrupted"
+        else:
+            self.status, self.failure = "failed", failure_text(exc)
 
     async def open(self) -> None:
         config = self.config
@@ -259,6 +271,8 @@ class RunSession:
             except Exception:  # noqa: BLE001
                 log.warning("could not reap the sandboxes of %s; `forgetui gc` will", self.sandbox_scope, exc_info=True)
         if store is not None:
+            if self.status == "failed" and self.failure or self.resuming:  # a resumed run: an earlier reason goes
+                record_failure(store, self.run_id, self.failure if self.status == "failed" else None)
             store.update_run_status(self.run_id, self.status)
             store.close()
             self.store = None

@@ -21,6 +21,7 @@ from core.errors import ForgetuiError, StoreBusyError, StoreError
 from core.eval.passk import pass_at_k
 from core.eval.report import build_report
 from core.registry import model_shown_for
+from core.session.failure import KEY_PREFIX as FAILURE_PREFIX
 from core.status import IN_SANDBOX, PASSED_SQL, SCORED_SQL, TERMINAL_SQL
 from core.store.bodies import REQUEST_COLUMNS_SQL, fill_requests
 from core.store.query import SHARDS_DIR, last_written, run_query
@@ -189,6 +190,14 @@ class RunSource:
             return run_query(self.store, sql, max_rows=max_rows, cancel=cancel)
         return run_query_shards(self.files(), sql, max_rows=max_rows, cancel=cancel)
 
+    def failures(self) -> dict[str, str]:
+        """run id → why it failed, as the run recorded it in its store's meta table (core.session.failure)."""
+        try:
+            rows = self.query(f"SELECT key, value FROM meta WHERE key LIKE {sql_str(FAILURE_PREFIX + '%')}").rows
+        except StoreError:  # a store of an older forgetui, a shard view without meta: no recorded reasons
+            return {}
+        return {str(key)[len(FAILURE_PREFIX):]: str(value) for key, value in rows if value}
+
     # -- the Runs list
     def run_infos(self, launches: dict[str, LaunchRecord] | None = None) -> list[RunInfo]:
         """The runs this source holds (a run folder holds its own; a proxy store one per session), one line each."""
@@ -200,6 +209,7 @@ class RunSource:
         try:
             rows = rows_of(self.query(RUNS_SQL))
             per_task = rows_of(self.query(PER_TASK_SQL))
+            failures = self.failures()
         except StoreBusyError:  # its writer is opening (or closing) it: a moment later it answers
             return [replace(blank, status="starting" if launch is None or not launch.ended else "ending")]
         except StoreError as exc:
@@ -210,7 +220,11 @@ class RunSource:
         infos: dict[str, RunInfo] = {}
         for row in rows:  # a store holds its own run; shards each repeat it: one line per run id
             info = self._info(row, kind, live, shards, largest_pass_k(tasks.get(str(row["run_id"]), [])))
+            if info.status != "done" and failures.get(info.run_id):  # the run's own word on why comes first
+                info = replace(info, reason=one_line(failures[info.run_id], 300))
             infos.setdefault(info.run_id, info)
+        if not infos and failures.get(self.run_id):  # it failed before it wrote its row
+            return [replace(blank, status="failed", reason=one_line(failures[self.run_id], 300))]
         if not infos:
             return [replace(blank, status="starting")]
         return [with_launch(i, launch) for i in infos.values()]
@@ -262,12 +276,13 @@ class RunSource:
         model = str((config.get("policy") or {}).get("backend") or "")
         rollouts = [rollout_row(r) for r in lines]
         status = text(runs[0]["status"])
+        recorded = self.failures().get(run_id) if status != "done" else None
         return RunDetail(
             run_id=run_id, status=status, config=config, report=build_report(lines, list(ks), model),
             train_steps=steps, rollouts=rollouts,
             errors=[f"{r.task_id}/{r.sample_index}: {r.error}" for r in rollouts if r.error][-5:],
             n_calls=int(n_calls.rows[0][0] or 0), busy=sum(1 for r in rollouts if r.status in IN_SANDBOX),
-            reason=(launch.reason() if launch is not None and status != "done" else None)
+            reason=(launch.reason() if launch is not None and status != "done" else None) or recorded
             or (last_error(rollouts) if status not in ("done", "running", "starting")
                 or stopped_short(status, self.live(), self.store_file is None, len(self.shards())) else None))
 
