@@ -44,6 +44,7 @@ class BackendKind:
     url_target: bool = False  # the target is a URL whose query string holds the options
     path_target: bool = False  # the target is a local path (shown by its file name only)
     config_relative: bool = False  # a relative target is a file beside the config that names it
+    managed_target: bool = False  # a target that is not an http(s) URL names a model the project serves itself (vllm:MODEL)
     default_max_tokens: int = 2048  # the completion cap when neither the harness nor policy.max_tokens sets one
     why_not_trainable: str = ""  # the refusal a trainer gives for this kind
 
@@ -62,7 +63,8 @@ BUILTIN_KINDS = {
         why_not_trainable="scripted:… replays fixed turns: it has no weights to train; use builtin:MODEL (a scripted policy is a teacher for SFT)",
     ),
     "vllm": BackendKind(
-        "vllm", "core.backends.vllm:from_spec", "vllm:URL", "token", "adapters", "option", remote=True, url_target=True,
+        "vllm", "core.backends.vllm:from_spec", "vllm:URL|MODEL", "token", "adapters", "option", remote=True, url_target=True,
+        managed_target=True,
     ),
     "litellm": BackendKind(
         "litellm", "core.backends.litellm_backend:from_spec", "litellm:MODEL", "passthrough", "no", "option",

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from core.backends.kinds import BACKENDS, BackendKind, backend_kind
+from core.backends.vllm_server import ServerSettings, is_url
 from core.errors import ConfigError
 from core.models.precision import DTYPES
 from core.secrets import REDACTED, key_from_env, redact_text
@@ -85,6 +86,13 @@ class PolicySpec:
             raise ConfigError(f"unknown dtype {self.options['dtype']!r} in the backend spec; use one of {', '.join(DTYPES)}")
         if "max_tokens" in self.options and not self.options["max_tokens"].isdigit():
             raise ConfigError(f"max_tokens={self.options['max_tokens']!r} in the backend spec must be a whole number")
+        if self.managed:
+            ServerSettings.from_options(self.target, self.options)  # a managed server's options parse now, not at its start
+
+    @property
+    def managed(self) -> bool:
+        """A spec such as `vllm:MODEL` (not an http(s) URL): the project starts the server for MODEL itself."""
+        return self.declared.managed_target and not is_url(self.target)
 
     def flag(self, key: str) -> bool | None:
         """A yes/no option (``1``/``true``/``yes`` or ``0``/``false``/``no``); None when it is not given."""
@@ -126,6 +134,8 @@ class PolicySpec:
         """The model whose tokenizer makes this policy's token ids: the kind says where it is named
         (the target, the `tokenizer` option, or `policy.tokenizer` = `named`); None when unknown."""
         source = self.declared.tokenizer_from
+        if self.managed:  # the served model's own tokenizer, unless the spec names another
+            return self.options.get("tokenizer") or self.target
         if source == "target":
             return self.target
         if source == "option-or-tiny":
@@ -134,11 +144,13 @@ class PolicySpec:
 
     def weights_source(self, named: str | None = None) -> str | None:
         """Where a trainer loads the policy's starting weights: the model folder, or the served model's local copy."""
-        return self.target if self.declared.tokenizer_from == "target" else self.tokenizer_model(named)
+        return self.target if self.declared.tokenizer_from == "target" or self.managed else self.tokenizer_model(named)
 
     @property
     def public_name(self) -> str:
         """The model name `/v1/models` shows: no options (keys), no host paths."""
+        if self.managed:
+            return self.options.get("model") or Path(self.target).name or self.kind
         if self.declared.url_target:
             return self.options.get("model") or self.kind
         if self.declared.path_target:

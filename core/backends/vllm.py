@@ -12,6 +12,7 @@ picks a LoRA for a request) and the proxy records `weights_version` on every cal
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.kinds import Capabilities
 from core.backends.openai_compat import HttpSession, error_message
 from core.backends.spec import PolicySpec
+from core.backends.vllm_server import ServerSettings, VllmServer, VllmServerError
 from core.errors import BackendError, ConfigError, ContextLengthError, ModelError, RateLimitedError
 from core.models.resolve import load_tokenizer, resolve_model
 from core.secrets import redact_text
@@ -59,6 +61,7 @@ class VllmBackend:
         self.model_name = model_name
         self.name = model_name or tokenizer_model
         self.adapter: str | None = None  # a LoRA adapter loaded into the server, named as the model
+        self.server: VllmServer | None = None  # the server this backend started (`vllm:MODEL`); stopped when it closes
         self.weights_version = 0  # 0 = the server's base weights; the adapter's version after set_adapter
         source = resolve_model(tokenizer_model)
         try:
@@ -143,12 +146,15 @@ class VllmBackend:
                         finished = True
             ended = True
         except aiohttp.ClientConnectorError as exc:
+            self._check_server(exc)
             raise BackendError(
                 f"cannot reach vLLM at {redact_text(self.base_url)}: {exc}; is the server running?"
             ) from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            self._check_server(exc)
             raise BackendError(f"vLLM at {redact_text(self.base_url)} timed out: {exc!r}") from exc
         except aiohttp.ClientError as exc:
+            self._check_server(exc)
             raise BackendError(
                 f"the connection to vLLM at {redact_text(self.base_url)} broke mid-answer: {exc!r}"
             ) from exc
@@ -159,6 +165,7 @@ class VllmBackend:
                 else:
                     response.close()  # cancelled or failed: dropping the connection makes vLLM abort
         if not finished:
+            self._check_server(None)
             raise BackendError(f"vLLM at {redact_text(self.base_url)} ended the stream without a finish reason")
 
     def _parse_event(self, data: bytes) -> TokenChunk | None:
@@ -204,12 +211,46 @@ class VllmBackend:
             raise ContextLengthError(prompt_tokens, limit)
         raise BackendError(f"vLLM at {redact_text(self.base_url)} answered HTTP {status}: {message}")
 
+    def _check_server(self, cause: BaseException | None) -> None:
+        """A failed call to a server this backend started: when that server has exited, say so with its log's end."""
+        if self.server is None:
+            return
+        try:
+            self.server.check()
+        except VllmServerError as exc:
+            raise exc from cause
+
     async def aclose(self) -> None:
         await self._http.aclose()
+        server, self.server = self.server, None
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+def managed(spec: PolicySpec) -> VllmBackend:
+    """`vllm:MODEL`: start a vLLM server for MODEL on loopback and sample on it; the backend stops it when it closes."""
+    settings = ServerSettings.from_options(spec.target, spec.options)
+    server = VllmServer(settings).start()
+    try:
+        backend = VllmBackend(
+            server.base_url,
+            tokenizer_model=spec.options.get("tokenizer") or server.model_dir,
+            model_name=server.served_name,
+            timeout=spec.timeout_s,
+            context_length=settings.max_model_len,
+        )
+    except BaseException:
+        server.stop()
+        raise
+    backend.server = server
+    return backend
 
 
 def from_spec(spec: PolicySpec, *, tokenizer: str | None = None) -> VllmBackend:
-    """`vllm:URL` (options tokenizer=MODEL or policy.tokenizer, model=NAME, timeout=S, api_key_env=NAME)."""
+    """`vllm:URL` (options tokenizer=MODEL or policy.tokenizer, model=NAME, timeout=S, api_key_env=NAME),
+    or `vllm:MODEL` (a server the project starts: `core.backends.vllm_server` lists its options)."""
+    if spec.managed:
+        return managed(spec)
     tokenizer_model = spec.tokenizer_model(tokenizer)
     if not tokenizer_model:
         raise ConfigError("vllm:URL needs the policy's tokenizer: pass --tokenizer MODEL (a local folder, 'tiny', or a hub id)")
