@@ -412,7 +412,11 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
     grpo_ckpt, steps = phase("GRPO", "grpo-train", lambda: grpo(plan, sft_ckpt, report, events))
     selection = None
     if plan.select_every > 0:
-        grpo_ckpt, selection = select_checkpoint(plan, grpo_ckpt, report, events)
+        try:
+            grpo_ckpt, selection = select_checkpoint(plan, grpo_ckpt, report, events)
+        except Exception as exc:  # noqa: BLE001 - an optional choice must not cost the run's GRPO stage: the last step stands, said
+            selection = {"error": f"{type(exc).__name__}: {exc}", "best_path": grpo_ckpt}
+            report(f"  selection failed ({selection['error']}): keeping the last GRPO checkpoint")
     stages.append(evaluate(plan, policy(plan, grpo_ckpt), "grpo", report, events))
     result = {"plan": plan.describe(), "seed": plan.seed, "stages": stages, "grpo_steps": steps,
               "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt}, "timings_s": plan.timings,

@@ -171,3 +171,34 @@ def test_a_reader_takes_whole_lines_only_and_skips_torn_ones(tmp_path: Path) -> 
     state.add({"event": "failed", "error": "KeyboardInterrupt: stopped"})
     assert state.status == "failed: KeyboardInterrupt: stopped"
     assert read_new(tmp_path / "missing.jsonl", 0) == ([], 0)
+
+
+@pytest.fixture(scope="module")
+def tiny_group() -> list[Sample]:
+    """Two completions of one prompt sampled by the tiny model, one rewarded: a GRPO group with advantages set."""
+    import asyncio
+
+    from core.backends.builtin import BuiltinBackend
+    from tests.test_local_trainer import _prompt, generate, pair
+
+    backend = BuiltinBackend("tiny", device="cpu")
+    try:
+        prompt = _prompt(backend)
+        return pair(prompt, [generate(backend, prompt, seed) for seed in (1, 2)])
+    finally:
+        asyncio.run(backend.aclose())
+
+
+def test_an_entropy_bonus_keeps_the_policy_broader_and_a_kl_term_holds_it_near_its_start(tiny_group: list[Sample]) -> None:
+    """The recipe's grpo.entropy_coef and grpo.kl_coef reach the trainer as terms that move its update (the tiny model)."""
+    from tests.test_local_trainer import trainer
+
+    samples = tiny_group
+    plain, bonus, held = trainer(lr=1e-3), trainer(lr=1e-3, entropy_coef=0.5), trainer(lr=1e-3, kl_coef=1.0)
+    for t in (plain, bonus, held):
+        t.step(samples)
+    second = {name: t.step(samples) for name, t in (("plain", plain), ("bonus", bonus), ("held", held))}
+    assert second["bonus"]["entropy"] > second["plain"]["entropy"]
+    assert 0 < second["held"]["kl"]
+    config = grpo_config(Plan(grpo_entropy_coef=0.5, grpo_kl_coef=1.0), "/ck/sft")
+    assert (config.train.entropy_coef, config.train.kl_coef) == (0.5, 1.0)
