@@ -18,6 +18,14 @@ BUILTIN_MODELS = {
     "tiny-vl": ensure_tiny_vl_model,
     SMOLLM2_NAME: ensure_smollm2,
 }
+# what a built-in model declares about itself: the random test models answer noise, so a short default
+# completion cap keeps their runs fast (a harness's own max_tokens and the spec's still win)
+BUILTIN_DEFAULT_MAX_TOKENS = {"tiny": 64, "tiny-think": 64, "tiny-vl": 64}
+
+
+def declared_max_tokens(name: str) -> int | None:
+    """The default completion cap built-in model `name` declares, or None (a folder, a hub id, SmolLM2)."""
+    return BUILTIN_DEFAULT_MAX_TOKENS.get(name)
 
 
 def _offline() -> bool:
@@ -52,4 +60,4 @@ def resolve_model(name: str) -> Path | str:
     return name
 
 
-__all__ = ["BUILTIN_MODELS", "load_tokenizer", "model_class", "resolve_model"]
+__all__ = ["BUILTIN_DEFAULT_MAX_TOKENS", "BUILTIN_MODELS", "declared_max_tokens", "load_tokenizer", "model_class", "resolve_model"]

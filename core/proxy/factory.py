@@ -7,12 +7,10 @@ import logging
 from core.backends.base import TokenBackend
 from core.backends.kinds import build_backend
 from core.backends.spec import PolicySpec
+from core.models.resolve import declared_max_tokens
 from core.proxy.policy import PassthroughPolicy, Policy, TokenPolicy
 
 log = logging.getLogger(__name__)
-
-TINY_MODELS = ("tiny", "tiny-think", "tiny-vl")  # random test models: a short default answer keeps tests fast
-TINY_MAX_TOKENS = 64
 
 
 def make_policy(spec: PolicySpec, *, parser: str = "hermes", tokenizer: str | None = None, default_max_tokens: int | None = None) -> Policy:
@@ -24,18 +22,20 @@ def make_policy(spec: PolicySpec, *, parser: str = "hermes", tokenizer: str | No
 
 
 def default_max_tokens_for(spec: PolicySpec, configured: int | None = None) -> int:
-    """The completion cap when the harness asks for none: the spec's `max_tokens`, `policy.max_tokens`, or the kind's default."""
+    """The completion cap when the harness asks for none — the one rule, for every proxy, replay and veRL worker:
+    the spec's `max_tokens`, else `policy.max_tokens`, else what a built-in model declares, else the kind's default."""
     if "max_tokens" in spec.options:
         return int(spec.options["max_tokens"])
     if configured:
         return configured
-    if spec.kind == "builtin" and spec.target in TINY_MODELS:
-        return TINY_MAX_TOKENS
-    return spec.declared.default_max_tokens
+    declared = declared_max_tokens(spec.target) if spec.kind == "builtin" else None
+    return declared or spec.declared.default_max_tokens
 
 
 def token_policy(backend: TokenBackend, spec: PolicySpec, *, parser: str = "hermes", default_max_tokens: int | None = None, temperature: float | None = None) -> TokenPolicy:
-    """The token policy over a backend built from `spec` (its options pick the tool-call and reasoning parsers and the default cap)."""
+    """The token policy over a backend built from `spec` (its options pick the tool-call and reasoning parsers and the default cap).
+
+    The only place a `TokenPolicy` is made: the proxy, replay and the veRL worker all come here with the run's spec."""
     return TokenPolicy(
         backend,
         parser=spec.options.get("parser", parser),

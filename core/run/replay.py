@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from core.backends.replay import Recording, ReplayBackend, ServedCall, load_recording, replay_backend
 from core.config import RunConfig
 from core.errors import ConfigError, SandboxError
-from core.proxy.policy import TokenPolicy
+from core.proxy.factory import token_policy
 from core.registry import load_harness
 from core.session import RunSession
 
@@ -152,7 +152,7 @@ async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: s
     if harness_version is not None:  # install it first: a version refused or missing from the registry fails before a replay run is made
         load_harness(config.harness.name, **config.harness.adapter_options()).install_layer()
     backend = replay_backend(recording)
-    policy = TokenPolicy(backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens or 4096)
+    policy = token_policy(backend, config.policy.spec, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens)
     async with RunSession(config, policy=policy) as session:
         task = next((t for t in session.tasks() if t.id == row["task_id"]), None)
         if task is None:

@@ -24,7 +24,7 @@ from typing import Any
 from core.config import RunConfig, load_config
 from core.env import Task
 from core.errors import ConfigError
-from core.proxy.policy import TokenPolicy
+from core.proxy.factory import token_policy
 from core.registry import load_env
 from core.rollout.attempt import RolloutItem, RolloutResult
 from core.session import RunSession
@@ -152,7 +152,7 @@ async def open_worker_run(
         client, tokenizer, context_length=context_length, loop=asyncio.get_running_loop(),
         sampling_for=lambda token: holder["w"].sampling_for(token) if "w" in holder else None,
     )
-    policy = TokenPolicy(backend, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens or 2048)
+    policy = token_policy(backend, config.policy.spec, parser=config.policy.parser, default_max_tokens=config.policy.max_tokens)
     shard = shard_name()
     session = RunSession(config, run_id=run_id or os.environ.get(RUN_ID_ENV) or new_run_id(), policy=policy, worker=shard)
     session.store_path = shard_store_path(session.run_dir, shard)
