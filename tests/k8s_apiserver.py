@@ -42,8 +42,17 @@ HTTP on loopback (aiohttp), speaking what the runtime and the official client us
   the garbage collector does.
 * emptyDir volumes hide what the image has at their mount path (Docker would copy it in).
 
-Not emulated: scheduling (a scripted status stands in for Unschedulable), DNS, ephemeral-storage
-limits, auth. Faults: ``fail`` answers the next matching requests with a status (and
+* ``hostAliases`` as the container's /etc/hosts entries; ``spec.nodeName`` from ``nodes`` in turn.
+* RBAC as far as forgetui meets it: ``denied`` (verb, resource) pairs are refused with 403 in the API
+  server's words, and SelfSubjectAccessReviews answer for them; ``quota_pods`` refuses creates past a pod
+  count with 403 ``exceeded quota``; ``default/endpoints/kubernetes`` names this server (or
+  ``apiserver_endpoints``); ``policy_delay_s`` leaves the API server reachable from an isolated pod that long
+  (a network plugin applying a new policy late).
+* discovery (``tests/k8s_discovery.py``) and ``GET /api/v1/namespaces/{ns}``, and 404/405 as ``Status``
+  objects: what ``kubectl`` reads around a get or exec.
+
+Not emulated: scheduling (a scripted status stands in for Unschedulable), DNS resolvers (``dnsPolicy``),
+ephemeral-storage limits, authentication. Faults: ``fail`` answers the next matching requests with a status (and
 ``Retry-After``), ``stall`` holds them before answering, ``drop_exec`` cuts the next exec websocket
 (no close frame, no status) after some seconds, as a load balancer or API server restart does.
 """
@@ -70,6 +79,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests import k8s_discovery as discovery
 from tests.k8s_pod_security import violations
 
 V5 = "v5.channel.k8s.io"
@@ -117,6 +127,18 @@ def _image_files(archive: bytes) -> bytes:
     return out.getvalue()
 
 
+def _rbac_need(method: str, path: str) -> tuple[str, str, str] | None:
+    """(verb, resource[/subresource], namespace) a namespaced request needs from RBAC (None: not namespaced)."""
+    if "/namespaces/" not in path:
+        return None
+    parts = path.split("/namespaces/", 1)[1].split("/")  # ns, resource, [name, [subresource]]
+    if len(parts) < 2:
+        return None
+    resource = parts[1] + (f"/{parts[3]}" if len(parts) > 3 else "")
+    verbs = {"POST": "create", "DELETE": "delete", "PUT": "update", "GET": "get" if len(parts) > 2 else "list"}
+    return verbs.get(method, "get"), resource, parts[0]
+
+
 @dataclass
 class Fault:
     method: str
@@ -157,12 +179,24 @@ class ApiServerStandIn:
         network_mode: str = "host",
         namespace_security: dict[str, str] | None = None,
         enforce_network_policy: bool = False,
+        nodes: tuple[str, ...] = ("standin-node",),
+        policy_delay_s: float = 0.0,
+        quota_pods: int | None = None,
+        denied: set[tuple[str, str]] | None = None,
+        apiserver_endpoints: list[tuple[str, int]] | None = None,
     ) -> None:
         self.docker = docker_client
         self.protocols = protocols
         self.network_mode = network_mode
         self.namespace_security = dict(namespace_security or {})
         self.enforce_network_policy = enforce_network_policy
+        self.nodes = nodes  # pods are assigned to these in turn (spec.nodeName; every one is this host)
+        self._next_node = 0
+        self.policy_delay_s = policy_delay_s  # an enforced policy leaves the API server reachable this long (a late plugin)
+        self.quota_pods = quota_pods  # a ResourceQuota on pods: creates past it are refused with 403 "exceeded quota"
+        self.denied = set(denied or ())  # (verb, resource or resource/subresource) this identity may not do: 403, and SSAR says so
+        self.apiserver_endpoints = apiserver_endpoints  # default/endpoints/kubernetes (None: this server's own address)
+        self.reviews: list[dict[str, Any]] = []  # the SelfSubjectAccessReviews asked
         self.pods: dict[tuple[str, str], Pod] = {}
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
@@ -290,6 +324,10 @@ class ApiServerStandIn:
         app.router.add_put(pols + "/{name}", self._policy_replace)
         app.router.add_delete(pols + "/{name}", self._policy_delete)
         app.router.add_get("/api/v1/namespaces/{ns}/events", self._events)
+        app.router.add_get("/api/v1/namespaces/{ns}/endpoints/{name}", self._endpoints)
+        app.router.add_get("/api/v1/namespaces/{ns}", self._namespace)
+        app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", self._access_review)
+        discovery.add_routes(app, self)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -300,6 +338,16 @@ class ApiServerStandIn:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.seen.append(Seen(request.method, request.path, list(request.query.items()), request.headers.get("Authorization")))
+        need = _rbac_need(request.method, request.path)
+        if need is not None and need[0] in self.denied_for(need[1], need[2]):
+            verb, resource, ns = need[0], need[1], need[2]
+            group = "networking.k8s.io" if "networkpolicies" in resource else ""
+            sub = resource.split("/")
+            what = f'{sub[0]}.{group}' if group else sub[0]
+            return _status(
+                403, "Forbidden",
+                f'{what} is forbidden: User "standin-user" cannot {verb} resource "{resource}" in API group "{group}" in the namespace "{ns}"',
+            )
         for fault in self._faults:
             if fault.times > 0 and fault.method == request.method and fault.path.search(request.path):
                 fault.times -= 1
@@ -310,7 +358,43 @@ class ApiServerStandIn:
                 if fault.retry_after is not None:
                     resp.headers["Retry-After"] = str(fault.retry_after)
                 return resp
-        return await handler(request)
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:  # an unknown path: a Status, as the API server answers (clients decode it)
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        except web.HTTPMethodNotAllowed:
+            return _status(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource ({request.method})")
+
+    def denied_for(self, resource: str, namespace: str) -> set[str]:
+        """The verbs denied on ``resource`` (exec: denying either of get/create denies the websocket, as RBAC does)."""
+        del namespace
+        verbs = {v for v, r in self.denied if r == resource}
+        return verbs | ({"get", "create"} if resource == "pods/exec" and verbs else set())
+
+    async def _access_review(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        attrs = body["spec"]["resourceAttributes"]
+        self.reviews.append(attrs)
+        resource = attrs["resource"] + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+        allowed = (attrs["verb"], resource) not in self.denied
+        body["status"] = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC rule allows it"})}
+        return self._json(body, 201)
+
+    async def _namespace(self, request: web.Request) -> web.Response:
+        """Every namespace exists (kubectl reads one after a 404 to say which is missing); its Pod Security label as set."""
+        ns = request.match_info["ns"]
+        labels = {"kubernetes.io/metadata.name": ns}
+        if ns in self.namespace_security:
+            labels["pod-security.kubernetes.io/enforce"] = self.namespace_security[ns]
+        return self._json({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}, "status": {"phase": "Active"}})
+
+    async def _endpoints(self, request: web.Request) -> web.Response:
+        if (request.match_info["ns"], request.match_info["name"]) != ("default", "kubernetes"):
+            return _status(404, "NotFound", f'endpoints "{request.match_info["name"]}" not found')
+        port = int(self.url.rsplit(":", 1)[1])
+        pairs = self.apiserver_endpoints or [("127.0.0.1", port)]
+        subsets = [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": p, "protocol": "TCP"}]} for ip, p in pairs]
+        return self._json({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"}, "subsets": subsets})
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -326,6 +410,12 @@ class ApiServerStandIn:
         refusal = violations(body, self.namespace_security.get(ns, "privileged"))
         if refusal:
             return _status(403, "Forbidden", refusal)
+        used = sum(1 for (pns, _), p in list(self.pods.items()) if pns == ns and not p.obj["metadata"].get("deletionTimestamp"))
+        if self.quota_pods is not None and used >= self.quota_pods:
+            return _status(
+                403, "Forbidden",
+                f'pods "{name}" is forbidden: exceeded quota: pod-count, requested: pods=1, used: pods={used}, limited: pods={self.quota_pods}',
+            )
         meta = body["metadata"]
         meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "resourceVersion": "1"})
         body["status"] = {"phase": "Pending", "conditions": [], "qosClass": "Guaranteed"}
@@ -365,8 +455,12 @@ class ApiServerStandIn:
             self._set_status(pod, **status)
             time.sleep(seconds)
         scheduled = [{"type": "PodScheduled", "status": "True"}]
+        with self._lock:
+            node = self.nodes[self._next_node % len(self.nodes)]
+            self._next_node += 1
+            pod.obj["spec"]["nodeName"] = node
         self._set_status(pod, conditions=scheduled, hostIP="127.0.0.1")
-        self.add_event(pod, "Scheduled", f"Successfully assigned {pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']} to standin-node")
+        self.add_event(pod, "Scheduled", f"Successfully assigned {pod.obj['metadata']['namespace']}/{pod.obj['metadata']['name']} to {node}")
         spec = pod.obj["spec"]
         c = spec["containers"][0]
         user = self._security(spec, c).get("runAsUser")
@@ -457,6 +551,8 @@ class ApiServerStandIn:
             nano_cpus=_nano_cpus(limits["cpu"]) if "cpu" in limits else None,
             network_mode="none" if self._policy_ports(pod) is not None else self.network_mode,
             mounts=mounts or None,
+            # hostAliases: the kubelet writes them into the pod's /etc/hosts
+            extra_hosts={n: a["ip"] for a in pod.obj["spec"].get("hostAliases", []) for n in a["hostnames"]} or None,
         )
 
     def _policy_ports(self, pod: Pod) -> list[int] | None:
@@ -492,11 +588,16 @@ class ApiServerStandIn:
         from core.runtime.docker_network import NetnsListener, relay_handler
 
         ports = self._policy_ports(pod)
-        if not ports:
+        if ports is None:
             return
         pod.container.reload()
         pid = pod.container.attrs["State"]["Pid"]
         pod.relays = [NetnsListener(pid, port, relay_handler(("127.0.0.1", port))) for port in ports]
+        if self.policy_delay_s > 0:  # the plugin has not applied the policy yet: the API server still answers, for a while
+            api = int(self.url.rsplit(":", 1)[1])
+            late = NetnsListener(pid, api, relay_handler(("127.0.0.1", api)))
+            pod.relays.append(late)
+            threading.Timer(self.policy_delay_s, late.close).start()
 
     def _make_volumes(self, pod: Pod) -> str | None:
         """Docker volumes for the pod's ``emptyDir`` (world-writable, as the kubelet makes them) and ``image`` volumes.

@@ -140,7 +140,7 @@ async def test_an_unenforced_policy_refuses_the_run_unless_told_otherwise(standi
     rt = _runtime(server, proxy_public_url=proxy, require_network_policy=True)
     first = rt.create(_live(base_image))
     api_port = server.url.rsplit(":", 1)[1]
-    with pytest.raises(IsolationRefused, match=rf"NetworkPolicy {NS}/forgetui-run-k8s is not enforced: pod \S+ reached 127.0.0.1:{api_port}.*require_network_policy = false"):
+    with pytest.raises(IsolationRefused, match=rf"NetworkPolicy {NS}/forgetui-run-k8s is not enforced on node standin-node: pod \S+ reached 127.0.0.1:{api_port}.*require_network_policy = false"):
         await first.start()
     assert health == ["/health"]  # the proxy answered first: this is about isolation, not reachability
     created = len(server.created)
@@ -174,7 +174,7 @@ async def test_an_enforced_policy_passes_the_check_and_keeps_pods_in(base_image,
         sb = rt.create(_live(base_image))
         await sb.start()
         api_port = server.url.rsplit(":", 1)[1]
-        assert f"is enforced: pod {sb.name} could not reach 127.0.0.1:{api_port}" in caplog.text
+        assert f"is enforced on node standin-node: pod {sb.name} could not reach 127.0.0.1:{api_port}" in caplog.text
         reach = "import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3).close(); print('open')\nexcept OSError:\n    print('closed')"
         results = {}
         for name, port in (("proxy", proxy_port), ("forbidden", forbidden_port), ("api", int(api_port))):

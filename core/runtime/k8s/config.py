@@ -13,6 +13,8 @@ from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+# link-local: never reachable from a pod, whatever egress_allow says (as the Docker runtime's egress proxy refuses it)
+LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
 # runtime.<key> (the old top-level spelling) -> runtime.kubernetes.<key>
 LEGACY_KEYS = ("namespace", "kubeconfig", "image_pull_policy")
 
@@ -89,11 +91,21 @@ class KubernetesConfig(BaseModel):
     )
     network_policy_probe: list[str] = Field(
         default_factory=list,
-        description="host:port destinations the policy forbids, tried from the first pod (default: the API server's "
-        "in-cluster address, $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)",
+        description="host:port destinations the policy forbids, tried from the first pod on each node (default: the API "
+        "server's in-cluster address, $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, and the node's kubelet, "
+        "@node:10250); pick ones outside egress_allow that answer when nothing is enforced",
     )
-    dns: Literal["auto", "always", "never"] = Field(
-        "auto", description="let pods resolve names (auto: when the proxy is named by host name or egress_allow is set)"
+    policy_settle_s: float = Field(
+        10.0, ge=0, description="a probe that gets through is tried again this long (a network plugin applies a new policy a moment late)"
+    )
+    dns: Literal["never", "always", "auto"] = Field(
+        "never",
+        description="never (default): no resolver; the names a run needs (the proxy's host name, `hosts`) go in each "
+        "pod's /etc/hosts. always: the cluster DNS, which resolves any name (Service names too) and carries data out "
+        "in queries. auto: always when the proxy is named by host name or egress_allow is set (the old default)",
+    )
+    hosts: dict[str, str] = Field(
+        default_factory=dict, description="more names for the pods' /etc/hosts, name = address (a mirror in egress_allow)"
     )
     dns_cidrs: list[str] = Field(default_factory=list, description="resolvers besides the cluster DNS pods and NodeLocal DNSCache (CIDRs)")
     proxy_cidr: str | None = Field(None, description="the proxy's address block for the policy (default: proxy.public_url's host if an IP)")
@@ -103,6 +115,15 @@ class KubernetesConfig(BaseModel):
         default_factory=list, description="more CIDRs pods may reach (a package mirror); cloud metadata addresses stay closed"
     )
     check_proxy: bool = Field(True, description="check from the first pod that proxy.public_url answers")
+    check_permissions: bool = Field(
+        True, description="before the first pod: ask the API server (SelfSubjectAccessReview) whether this identity may do what a run needs"
+    )
+    quota_wait_s: float = Field(
+        300.0, ge=0, description="a pod refused for an exceeded ResourceQuota waits this long for quota (another pod's end) before the rollout fails"
+    )
+    unschedulable_s: float = Field(
+        60.0, gt=0, description="once the scheduler says why a pod fits no node, wait this long (schedule_timeout_s when a cluster autoscaler is adding one)"
+    )
     harness_mount: Literal["init", "image"] = Field(
         "init",
         description="how the shared harness reaches a pod: init (an init container copies it into an emptyDir; any "
@@ -121,6 +142,28 @@ class KubernetesConfig(BaseModel):
     def _cidrs(cls, value: list[str], info: Any) -> list[str]:
         for cidr in value:
             _check_cidr(cidr, f"runtime.kubernetes.{info.field_name}")
+        return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _not_link_local(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            net = ipaddress.ip_network(cidr.strip(), strict=False)
+            if any(net.subnet_of(ll) for ll in LINK_LOCAL if ll.version == net.version):  # type: ignore[arg-type]
+                raise ValueError(
+                    f"runtime.kubernetes.egress_allow: {cidr} is link-local, which no sandbox may reach (cloud metadata and "
+                    "credential endpoints live there; the Docker runtime refuses it too)"
+                )
+        return value
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, address in value.items():
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                raise ValueError(f"runtime.kubernetes.hosts: {name} = {address!r} is not an IP address") from None
         return value
 
     @field_validator("proxy_cidr")
@@ -219,4 +262,4 @@ def migrate_legacy(values: Any) -> Any:
     return values
 
 
-__all__ = ["KubernetesConfig", "Toleration", "host_port", "migrate_legacy", "quantity_bytes"]
+__all__ = ["LINK_LOCAL", "KubernetesConfig", "Toleration", "host_port", "migrate_legacy", "quantity_bytes"]

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from core.errors import SandboxError
+from core.runtime.k8s.api import describe, status_of
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,11 @@ def events_text(api: Any, namespace: str, name: str) -> str:
             f"reading the events of pod {name}", api.core.list_namespaced_event, namespace,
             field_selector=f"involvedObject.name={name},involvedObject.kind=Pod",
         )
-    except SandboxError as exc:  # RBAC without events: the error still says what else it knows
+    except SandboxError as exc:  # RBAC without events: said, and the error still says what else it knows
         log.info("%s", exc)
-        return ""
+        if status_of(exc.__cause__ or exc) in (401, 403):
+            return f"[the pod's Events are unreadable: {describe(exc.__cause__ or exc)}; grant list on events (examples/kubernetes-rbac.yaml)]"
+        return f"[the pod's Events are unreadable: {exc}]"
     items = sorted(listing.items if listing else [], key=_when)
     lines = [f"{e.type or 'Normal'} {e.reason or '?'}: {(e.message or '').strip()}" for e in items[-EVENTS_SHOWN:]]
     return "; ".join(lines)

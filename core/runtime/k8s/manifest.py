@@ -16,7 +16,7 @@ from core.runtime.base import SandboxSpec, k8s_memory
 from core.runtime.cloud_metadata import metadata_blocks
 from core.runtime.docker_sandbox import KEEP_CAPS  # the same set on both runtimes: a task scores the same
 from core.runtime.k8s import harness
-from core.runtime.k8s.config import KubernetesConfig, quantity_bytes
+from core.runtime.k8s.config import LINK_LOCAL, KubernetesConfig, quantity_bytes
 
 CONTAINER = "sandbox"
 LIFETIME_GRACE_S = 600  # activeDeadlineSeconds = the rollout's timeout + this
@@ -151,6 +151,22 @@ def _workdir_parts(
     return init, {"name": WORKDIR_VOLUME, "emptyDir": {}}, {"name": WORKDIR_VOLUME, "mountPath": workdir}
 
 
+NO_RESOLVER = "127.0.0.1"  # dns = "never": the pod's only nameserver, where nothing answers (a lookup fails at once)
+
+
+def dns_parts(cfg: KubernetesConfig, proxy_public_url: str | None, aliases: dict[str, str]) -> dict[str, Any]:
+    """The pod's ``dnsPolicy``/``dnsConfig``/``hostAliases``: the cluster DNS, or (dns off) /etc/hosts entries only."""
+    parts: dict[str, Any] = {}
+    if cfg.network_policy and not needs_dns(cfg, proxy_public_url):
+        parts = {"dnsPolicy": "None", "dnsConfig": {"nameservers": [NO_RESOLVER]}}
+    by_ip: dict[str, list[str]] = {}
+    for name, ip in aliases.items():
+        by_ip.setdefault(ip, []).append(name)
+    if by_ip:
+        parts["hostAliases"] = [{"ip": ip, "hostnames": sorted(names)} for ip, names in sorted(by_ip.items())]
+    return parts
+
+
 def pod_manifest(
     spec: SandboxSpec,
     name: str,
@@ -158,11 +174,13 @@ def pod_manifest(
     proxy_public_url: str | None = None,
     registry: str | None = None,
     owner: dict[str, str] | None = None,
+    aliases: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Pod for ``spec`` (a plain dict, valid against the Kubernetes schema).
 
     ``owner``: the run's NetworkPolicy (``name``, ``uid``), made the pod's owner: deleting it (a namespace-level
-    cleanup) lets the garbage collector remove the run's pods too.
+    cleanup) lets the garbage collector remove the run's pods too. ``aliases``: name → address lines of the
+    pod's /etc/hosts (``runtime.kubernetes.hosts``; the proxy's host name, resolved by forgetui, when DNS is off).
     """
     raw_labels = spec.all_labels()
     env = dict(spec.env)
@@ -228,6 +246,7 @@ def pod_manifest(
         "affinity": dict(cfg.affinity) or None,
     }
     pod_spec.update({k: v for k, v in optional.items() if v is not None})
+    pod_spec.update(dns_parts(cfg, proxy_public_url, {**cfg.hosts, **(aliases or {})}))
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": cfg.namespace,
@@ -296,13 +315,16 @@ def dns_rules(cfg: KubernetesConfig) -> list[dict[str, Any]]:
 
 
 def allowed_block(cidr: str) -> dict[str, Any]:
-    """An ``ipBlock`` for an ``egress_allow`` CIDR, every cloud metadata address it contains carved out.
+    """An ``ipBlock`` for an ``egress_allow`` CIDR, link-local (whole) and every cloud metadata address it contains carved out.
 
-    The addresses are ``core.runtime.cloud_metadata``'s, the list the Docker egress proxy refuses too.
+    The addresses are ``core.runtime.cloud_metadata``'s, the list the Docker egress proxy refuses too; link-local
+    goes whole, as Docker's egress proxy refuses it (169.254.169.252/.253 and the like are not in the list).
     """
     net = ipaddress.ip_network(cidr, strict=False)
-    carve = []
+    carve = [str(ll) for ll in LINK_LOCAL if ll.version == net.version and ll.subnet_of(net) and ll != net]  # type: ignore[arg-type]
     for block in metadata_blocks():
+        if any(block.version == ll.version and block.subnet_of(ll) for ll in LINK_LOCAL if str(ll) in carve):  # type: ignore[arg-type]
+            continue  # inside the link-local block already carved out
         # a CIDR that is the metadata address itself was asked for by name: the API server also refuses an equal `except`
         if block.version == net.version and block.subnet_of(net) and block != net:  # type: ignore[arg-type]
             carve.append(str(block))
@@ -310,7 +332,7 @@ def allowed_block(cidr: str) -> dict[str, Any]:
 
 
 def needs_dns(cfg: KubernetesConfig, proxy_public_url: str | None) -> bool:
-    """``dns``: always, never, or (auto) when the proxy is named by host name or pods reach ``egress_allow`` (by name, often)."""
+    """``dns``: always, never (the default), or (auto) when the proxy is named by host name or pods reach ``egress_allow``."""
     if cfg.dns != "auto":
         return cfg.dns == "always"
     host = urlsplit(proxy_public_url).hostname if proxy_public_url else None
@@ -343,6 +365,6 @@ def network_policy_manifest(
 
 
 __all__ = [
-    "CONTAINER", "INSTALLATION", "MANAGED_BY", "allowed_block", "dns_rules", "installation_id", "in_registry", "network_policy_manifest",
+    "CONTAINER", "INSTALLATION", "MANAGED_BY", "NO_RESOLVER", "allowed_block", "dns_parts", "dns_rules", "installation_id", "in_registry", "network_policy_manifest",
     "object_labels", "pod_manifest", "policy_name", "runs_as_non_root", "workdir_volume",
 ]

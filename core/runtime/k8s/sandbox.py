@@ -31,6 +31,7 @@ T = TypeVar("T")
 DEADLINE_GRACE_S = 10.0  # client-side deadline = the command's timeout + this
 COPY_BASE_S = 60.0  # a copy's deadline: this + COPY_S_PER_MIB per MiB
 COPY_S_PER_MIB = 2.0
+EVENTS_EVERY_S = 5.0  # while a pod fits no node: how often its Events are read (the scheduler's reason, an autoscaler's answer)
 GONE_EXIT = 137  # what a command killed with its pod reports
 # Unpack N bytes of tar from stdin into a folder: `head -c` ends the input, so nothing waits for a stdin
 # EOF (only the v5 protocol can send one, and GNU tar reads its input to the end). A command's own script
@@ -84,6 +85,8 @@ class KubernetesSandbox:
         self._transcript: list[str] = []
         self._entry = EntryByExec()
         self._finished_dirs: list[str] = []  # detached commands' folders, removed by the next launch
+        self.node: str | None = None  # the node it runs on, and that node's address (once Running)
+        self.host_ip: str | None = None
 
     @property
     def id(self) -> str:
@@ -108,36 +111,74 @@ class KubernetesSandbox:
         if self._started:
             return
         await self.runtime.prepare_run(self.spec)
-        manifest = self.runtime.build_pod_manifest(self.spec, self.name)
-        api = self.runtime.api
+        first = await self.runtime.admit(self.spec)  # the run's first pod has its verdict before any other is created
         try:
-            await asyncio.to_thread(
-                api.call, f"creating pod {self.namespace}/{self.name}", api.core.create_namespaced_pod, self.namespace, manifest, ok=(409,)
-            )  # 409: an earlier try that timed out did create it (the name is ours alone)
-        except SandboxError as exc:
-            raise _admission_hint(exc, self.runtime.cfg.pod_security) from exc
-        self._started = True
-        try:
-            await self._wait_running()
-            await self.runtime.check_pod(self)
+            await self._create()
+            self._started = True
+            try:
+                await self._wait_running()
+                await self.runtime.check_pod(self)
+            except BaseException:
+                await self.stop()
+                raise
         except BaseException:
-            await self.stop()
+            if first:
+                self.runtime.admitted(self.spec, ok=False)
             raise
+        if first:
+            self.runtime.admitted(self.spec, ok=True)
         if files:  # one upload for all of them: each exec is a round trip through the API server
             archive = C.tar_files([(C.absolute(f.path, self.spec.workdir), f.data, f.mode) for f in files])
             await self._untar(archive, "/")
         await self._entry.begin(self, (), entry)
 
+    async def _create(self) -> None:
+        """Create the pod; a refusal for an exceeded ResourceQuota waits for quota (another pod's end), up to ``quota_wait_s``."""
+        manifest = self.runtime.build_pod_manifest(self.spec, self.name)
+        api, cfg = self.runtime.api, self.runtime.cfg
+        give_up = time.monotonic() + cfg.quota_wait_s
+        attempt = 0
+        while True:
+            try:
+                await asyncio.to_thread(
+                    api.call, f"creating pod {self.namespace}/{self.name}", api.core.create_namespaced_pod, self.namespace, manifest, ok=(409,)
+                )  # 409: an earlier try that timed out did create it (the name is ours alone)
+                self.runtime.count_pod(self.spec.run_id, 1)
+                return
+            except SandboxError as exc:
+                if not _over_quota(exc):
+                    raise _admission_hint(exc, cfg.pod_security) from exc
+                live = self.runtime.live_pods(self.spec.run_id)
+                advice = (
+                    f"{live} pod(s) of this run are live: lower run.concurrency to {max(1, live)} (or raise the quota) to "
+                    "stop waiting" if live else "no pod of this run is live: other workloads hold the quota; raise it or free some"
+                )
+                if time.monotonic() >= give_up:
+                    raise SandboxError(f"{exc}: still over the namespace's ResourceQuota after {cfg.quota_wait_s:g}s; {advice}") from exc
+                self.runtime.warn_quota(self.spec.run_id, f"{exc}: waiting up to {cfg.quota_wait_s:g}s for quota; {advice}")
+                await asyncio.sleep(min(backoff_s(attempt) * 2, 15.0, max(0.1, give_up - time.monotonic())))
+                attempt += 1
+
     async def _wait_running(self) -> None:
         watch = StartWatch(self.name, in_registry(self.spec.image, self.runtime.registry), self.runtime.cfg)
         api = self.runtime.api
+        events_read = 0.0
         while True:
             pod = await asyncio.to_thread(api.call, f"reading pod {self.name}", api.core.read_namespaced_pod, self.name, self.namespace, ok=(404,))
             if pod is None:
                 raise self._gone("deleted while starting")
             state = read_state(pod)
+            if not state.scheduled and state.message and time.monotonic() - events_read >= EVENTS_EVERY_S:
+                # the scheduler's reason at once, and whether a cluster autoscaler is adding a node for it
+                events = await asyncio.to_thread(diagnose.events_text, api, self.namespace, self.name)
+                watch.autoscaling = "TriggeredScaleUp" in events and "NotTriggerScaleUp" not in events
+                if not events_read:
+                    log.warning("pod %s fits no node yet: %s%s", self.name, state.message, f" (events: {events})" if events else "")
+                events_read = time.monotonic()
             try:
                 if watch.check(state):
+                    self.node = pod.spec.node_name if pod.spec else None
+                    self.host_ip = pod.status.host_ip if pod.status else None
                     return
             except SandboxError as exc:
                 raise SandboxError(await self._diagnosis(str(exc), state)) from exc
@@ -175,6 +216,7 @@ class KubernetesSandbox:
             return
         self._stopped = True
         self._entry.cancel()
+        self.runtime.count_pod(self.spec.run_id, -1)
         api = self.runtime.api
         await asyncio.to_thread(
             api.call,
@@ -227,6 +269,11 @@ class KubernetesSandbox:
             alive, pod = self._pod_blocking()
             if not alive:
                 raise self._gone(str(exc), pod) from exc
+            if isinstance(exc, exec_ws.ExecStreamError) and exc.status in (401, 403):  # a refusal is final: nothing to reattach
+                raise SandboxError(
+                    f"exec in pod {self.name} was refused ({exc}): this identity may not create/get pods/exec in "
+                    f"{self.namespace}: grant it (examples/kubernetes-rbac.yaml)"
+                ) from exc
             lost = StreamLost if isinstance(exc, exec_ws.ExecStreamError) else SandboxError
             raise lost(f"exec in pod {self.name} failed: {exc}") from exc
         if code == GONE_EXIT:
@@ -430,6 +477,11 @@ class KubernetesSandbox:
             except SandboxError:
                 engine = "[pod logs unavailable]\n"
         return engine + "\n\n".join(self._transcript)
+
+
+def _over_quota(exc: SandboxError) -> bool:
+    """A pod creation refused by a ResourceQuota (403 ``exceeded quota``): it may fit once another pod ends."""
+    return status_of(exc.__cause__ or exc) == 403 and "exceeded quota" in str(exc)
 
 
 def _admission_hint(exc: SandboxError, pod_security: str) -> SandboxError:

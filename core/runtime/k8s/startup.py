@@ -92,6 +92,8 @@ class StartWatch:
         self.created = time.monotonic()
         self.scheduled_at: float | None = None
         self.pull_failing_since: float | None = None
+        self.unschedulable_since: float | None = None  # when the scheduler first said why the pod fits no node
+        self.autoscaling = False  # a cluster autoscaler is adding a node for it (TriggeredScaleUp): schedule_timeout_s applies
 
     def check(self, state: PodState, now: float | None = None) -> bool:
         """True once Running; False to keep waiting."""
@@ -105,9 +107,14 @@ class StartWatch:
         if state.running:
             return True
         if not state.scheduled:
-            if now - self.created > self.cfg.schedule_timeout_s:
+            if state.message:  # the scheduler said why (Unschedulable: 0/3 nodes are available: 3 Insufficient cpu)
+                self.unschedulable_since = self.unschedulable_since or now
+            waited = now - self.created
+            said = now - self.unschedulable_since if self.unschedulable_since is not None else 0.0
+            if waited > self.cfg.schedule_timeout_s or (not self.autoscaling and said > self.cfg.unschedulable_s):
+                limit = self.cfg.schedule_timeout_s if waited > self.cfg.schedule_timeout_s else self.cfg.unschedulable_s
                 raise SandboxError(
-                    f"pod {self.name} was not scheduled within {self.cfg.schedule_timeout_s:g}s "
+                    f"pod {self.name} was not scheduled within {limit:g}s "
                     f"({state.message or 'no node took it'}): free or add nodes, lower runtime.cpus/memory, or "
                     "check runtime.kubernetes.node_selector/tolerations"
                 )
