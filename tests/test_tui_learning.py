@@ -64,15 +64,18 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
             log({"event": "grpo_step", "step": n, "reward_mean": reward, "samples": 32, "samples_trained": 24, "groups": 8,
                  "informative_groups": 6, "extra_batches": 1, "rollout_s": 56.0, "update_s": 28.0})
         await screen.run_action("reload")  # polled every second anyway; reload reads the log from its start
-        await until(pilot, lambda: steps.row_count == 2 and stages.row_count == 2, "SFT and two GRPO steps")
+        await until(pilot, lambda: steps.row_count == 2 and stages.row_count == 3, "the teacher, SFT's eval and two GRPO steps")
+        assert stages.get_row_at(1) == ["teacher", "train", "", "", "", "30"] and stages.get_row_at(2)[:3] == ["sft", "eval-phrasing", "0.460"]
         assert steps.get_row_at(1) == ["1", "0.550", "24/32", "6/8", "1", "84"]
+        log({"event": "phase", "phase": "GRPO", "state": "done", "seconds": 1024.0})
         log(stage("grpo", 0.62, 62, 0.47, 0.76))
         log({"event": "done", "total_s": 1578.0, "gains": {"eval-phrasing": {
             "sft - base": {"gain": 0.46, "ci": [0.31, 0.61], "tasks": 25, "up": 16, "down": 0},
             "grpo - sft": {"gain": 0.16, "ci": [0.04, 0.29], "tasks": 25, "up": 11, "down": 4}}}})
         screen.poll()
         await pilot.pause()
-        assert stages.row_count == 3 and stages.get_row_at(2)[:4] == ["grpo", "eval-phrasing", "0.620", "[0.47, 0.76]"]
+        assert stages.row_count == 5 and stages.get_row_at(4)[:4] == ["grpo", "eval-phrasing", "0.620", "[0.47, 0.76]"]
+        assert stages.get_row_at(3) == ["GRPO", "train", "", "", "", "1024"]
         line = text_of(status)
         assert line.startswith("done in 26.3 min") and "grpo − sft +0.16 [+0.04, +0.29]" in line
         for widget in (title, stages, steps, status):  # everything on an 80×24 terminal
@@ -83,7 +86,7 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
         assert stages.row_count == 1 and steps.row_count == 0 and "seed 1" in text_of(title)
         await pilot.press("right_square_bracket")
         await until(pilot, lambda: "react" in text_of(title), "back to the newest")
-        assert stages.row_count == 3
+        assert stages.row_count == 5
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, LearningScreen), "back home")
 

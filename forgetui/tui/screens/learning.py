@@ -34,6 +34,17 @@ def stage_row(event: dict[str, Any]) -> tuple[str, ...]:
             "" if seconds is None else f"{float(seconds):.0f}")
 
 
+def is_training_phase_done(event: dict[str, Any]) -> bool:
+    """A teacher, SFT or GRPO stage that finished (evals have their own rows: their pass rates)."""
+    return event.get("event") == "phase" and event.get("state") == "done" and " eval · " not in str(event.get("phase", ""))
+
+
+def phase_row(event: dict[str, Any]) -> tuple[str, ...]:
+    """A finished training stage as a row: its name and seconds, on the train split, no pass rate of its own."""
+    seconds = event.get("seconds")
+    return (str(event.get("phase", "?")), "train", "", "", "", "" if seconds is None else f"{float(seconds):.0f}")
+
+
 def step_row(event: dict[str, Any]) -> tuple[str, ...]:
     """One GRPO step as a table row: train reward, samples trained of all, groups with signal, refill batches, seconds."""
     def num(key: str, fmt: str = "{:.0f}") -> str:
@@ -129,6 +140,8 @@ class LearningScreen(Screen[None]):
                 self.state.add(event)
                 if event.get("event") == "stage":
                     stages.add_row(*stage_row(event))
+                elif is_training_phase_done(event):
+                    stages.add_row(*phase_row(event))
                 elif event.get("event") == "grpo_step":
                     steps.add_row(*step_row(event))
         self._show()
@@ -141,7 +154,9 @@ class LearningScreen(Screen[None]):
             status.update("benchmarks/learning_curve.py --recipe examples/learn/react.toml writes one here as it runs")
             return
         start = self.state.start
-        age = time.time() - float(start.get("t", time.time()))
+        began = float(start.get("t", time.time()))
+        when = (time.strftime("started %H:%M", time.localtime(began)) if self.state.done or self.state.failed
+                else f"{(time.time() - began) / 60:.0f} min so far")
         title.update(f"Learning · {start.get('harness', '?')} · {start.get('model', '?')} · seed {start.get('seed', '?')} · "
-                     f"{age / 60:.0f} min · {self.path.name}")
+                     f"{when} · {self.path.name}")
         status.update(gains_line(self.state))
