@@ -78,7 +78,37 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(url, flush=True)
 
+    if args.engine == "vllm":
+        return _serve_vllm(args, ready)
     asyncio.run(serve_model(args.model, args.host, args.port, dtype=args.dtype, on_ready=ready))
+    return 0
+
+
+def _serve_vllm(args: argparse.Namespace, ready: Callable[[str], None]) -> int:
+    """`serve-model --engine vllm`: vLLM's OpenAI server for MODEL until Ctrl-C/SIGTERM (or until it exits)."""
+    import signal
+    import time
+    from dataclasses import replace
+
+    from core.backends.vllm_server import ServerSettings, VllmServer
+
+    options = dict(opt.split("=", 1) for opt in args.vllm_option)
+    if args.dtype != "auto":
+        options["dtype"] = args.dtype
+    settings = replace(ServerSettings.from_options(args.model, options), host=args.host, port=args.port)
+    server = VllmServer(settings)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the server as Ctrl-C does
+    try:
+        server.start()
+        print(f"vLLM log: {server.log_path}", file=sys.stderr, flush=True)
+        ready(server.base_url)
+        while server.alive:
+            time.sleep(1.0)
+        server.check()  # it exited on its own: say why
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
     return 0
 
 
@@ -108,6 +138,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
     text = format_result(result, args.format)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     _warn_store_problems(store, run_query)
+    from core.store.query import newer_schema
+
+    if (warning := newer_schema(store)) is not None:
+        log.warning("%s", warning)
     return 0
 
 
@@ -274,7 +308,15 @@ def _add_serve_model(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=PORT, default=8500)
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="what the model computes in (auto: bfloat16 on a CUDA GPU, float32 on a CPU)")
+    p.add_argument("--engine", default="builtin", choices=("builtin", "vllm"), help="builtin: forgetui's own vLLM-shaped server; vllm: the real vLLM (`make vllm` installs it)")
+    p.add_argument("--vllm-option", action="append", default=[], metavar="KEY=VALUE", type=_key_value, help="--engine vllm: a server option as a vllm:MODEL spec takes it (max_model_len, lora, max_lora_rank, kv_cache, args, log, ready_timeout, model)")
     p.set_defaults(func=cmd_serve_model)
+
+
+def _key_value(text: str) -> str:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return text
 
 
 def _add_sql(sub: Any) -> None:

@@ -104,6 +104,30 @@ def _check_turns(path: Path, turns: list[Any], where: str = "") -> None:
             raise ConfigError(
                 f"script {path}{where}, turn {i}: expected an object with text, think, tool or tool_call, got {turn!r}"
             )
+        bad = _lone_surrogate(turn)
+        if bad is not None:
+            raise ConfigError(
+                f"script {path}{where}, turn {i}: {bad!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), "
+                "which no tokenizer or client can take; write the character itself or a valid surrogate pair"
+            )
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first string (key or value) in `value` that is not encodable as UTF-8 (a lone surrogate), or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return item
+    return None
 
 
 def load_task_scripts(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:

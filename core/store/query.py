@@ -62,6 +62,27 @@ def run_query(
         con.close()
 
 
+def newer_schema(store_path: str | Path) -> str | None:
+    """A warning when the store was written by a newer forgetui (its schema version is past this one's), else None:
+    the proxy refuses to write such a store; a reader may read it, but columns and views may mean something else."""
+    from core.store.schema import SCHEMA_VERSION
+
+    try:
+        rows = run_query(store_path, "SELECT value FROM meta WHERE key = 'schema_version'").rows
+    except StoreError:  # no meta table: not a store this check can say anything about
+        return None
+    try:
+        found = int(rows[0][0]) if rows else None
+    except (TypeError, ValueError):
+        return f"store {store_path} has an unreadable schema version {rows[0][0]!r}; its rows may not mean what this forgetui expects"
+    if found is None or found <= SCHEMA_VERSION:
+        return None
+    return (
+        f"store {store_path} has schema version {found}, newer than this forgetui ({SCHEMA_VERSION}): the rows were read, but "
+        "columns and views may have changed meaning; upgrade forgetui to read it as written (the proxy refuses to write it)"
+    )
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""

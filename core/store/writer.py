@@ -25,6 +25,7 @@ from core.secrets import redact
 from core.store.behaviour import VIEW_NAMES
 from core.store.bodies import BodyDeltas
 from core.store.deadletter import dead_letter_bytes
+from core.store.filecheck import check_ours, existing_store
 from core.store.live import LiveServer, handle_query
 from core.store.schema import (
     COLUMNS,
@@ -192,6 +193,7 @@ class Store:
     def open(cls, path: str | Path, *, lock_wait_s: float = 10.0, **kwargs: Any) -> Store:
         """Open (or create) a store read-write; waits up to `lock_wait_s` for short-lived readers to let go."""
         path = Path(path).expanduser().resolve()
+        existed = existing_store(path)  # before anything touches it: a file that is not a DuckDB database is refused as it is
         path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + lock_wait_s
         while True:
@@ -210,7 +212,8 @@ class Store:
             except duckdb.Error as exc:
                 raise StoreError(f"cannot open store {path}: {exc}") from exc
         try:
-            owner_only(path)
+            if not existed or check_ours(con, path):  # never chmod a file the project did not create
+                owner_only(path)
             arm_wal(path)
             create_schema(con)
         except BaseException:

@@ -1,0 +1,144 @@
+"""Issue 44 items 2, 6, 7: a wrong store path is refused untouched, a scripted lone surrogate is refused at load,
+`forgetui sql` warns on a store from a newer forgetui."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from core.backends.scripted import ScriptedBackend, load_script
+from core.errors import ConfigError, StoreError
+from core.store.schema import SCHEMA_VERSION
+from core.store.writer import Store
+from forgetui.cli import main
+
+
+def _snapshot(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("content", [b'{"notes": [1, 2, 3]}\n', b"", b"x" * 5000], ids=["json", "empty", "text"])
+def test_an_existing_file_that_is_not_duckdb_is_refused_untouched(tmp_path, content):
+    notes = tmp_path / "notes.json"
+    notes.write_bytes(content)
+    os.chmod(notes, 0o644)
+    before = _snapshot(notes)
+    with pytest.raises(StoreError, match="refusing to use it as a store"):
+        Store.open(notes)
+    assert _snapshot(notes) == before  # same bytes, same mode (was chmod-ed to 0600)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json"]  # no stray .wal
+
+
+def test_a_folder_is_refused(tmp_path):
+    with pytest.raises(StoreError, match="not a file"):
+        Store.open(tmp_path)
+
+
+def test_a_duckdb_file_of_something_else_is_refused_and_keeps_its_mode(tmp_path):
+    other = tmp_path / "analytics.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE sales (id INTEGER)")
+    con.close()
+    os.chmod(other, 0o644)
+    with pytest.raises(StoreError, match="not a forgetui store"):
+        Store.open(other)
+    assert stat.S_IMODE(other.stat().st_mode) == 0o644
+    con = duckdb.connect(str(other), read_only=True)
+    assert {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()} == {"sales"}
+    con.close()
+
+
+def test_a_store_of_ours_still_opens_and_a_new_one_is_owner_only(tmp_path):
+    path = tmp_path / "s.duckdb"
+    with Store.open(path) as store:
+        store.insert_run("r1", {"a": 1})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with Store.open(path) as store:
+        assert store.cursor().execute("SELECT count(*) FROM runs").fetchone() == (1,)
+
+
+def test_proxy_cli_on_a_json_store_is_a_message(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"text": "hi"}]}))
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"keep": "me"}')
+    before = _snapshot(notes)
+    caplog.set_level(logging.ERROR)
+    assert main(["proxy", "--backend", f"scripted:{script}", "--store", str(notes), "--port", "0"]) == 2
+    assert "not a DuckDB database" in caplog.text
+    assert _snapshot(notes) == before
+    assert not Path(f"{notes}.wal").exists()
+
+
+# -- item 6: a scripted turn with a lone surrogate ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [{"text": "bad \ud800 char"}],
+        [{"text": "ok"}, {"think": "\udfff"}],
+        [{"tool": "shell", "args": {"command": "echo \ud83d"}}],
+    ],
+)
+def test_a_script_with_a_lone_surrogate_is_refused_at_load(tmp_path, turns):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": turns}))  # json.dumps writes \ud800 as an escape: loads back as a lone surrogate
+    with pytest.raises(ConfigError, match="lone UTF-16 surrogate"):
+        load_script(script)
+    with pytest.raises(ConfigError, match="lone UTF-16 surrogate"):
+        ScriptedBackend(script)
+
+
+def test_a_script_with_a_lone_surrogate_in_a_task_entry_is_refused(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"text": "ok"}], "tasks": [{"match": "x", "turns": [{"text": "\ud800"}]}]}))
+    with pytest.raises(ConfigError, match="tasks\\[0\\], turn 0"):
+        ScriptedBackend(script)
+
+
+def test_a_valid_surrogate_pair_still_loads(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"turns": [{"text": "emoji \U0001f600"}]}))  # written as the pair \ud83d\ude00
+    turns, _ = load_script(script)
+    assert turns[0]["text"] == "emoji \U0001f600"
+
+
+# -- item 7: forgetui sql on a store from a newer schema -----------------------------------------------------
+
+
+def _future_store(path: Path) -> None:
+    with Store.open(path) as store:
+        store.insert_run("r1", {"a": 1})
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION + 1)])
+    con.close()
+
+
+def test_sql_on_a_future_store_warns(tmp_path, caplog, capsys, monkeypatch):
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    path = tmp_path / "future.duckdb"
+    _future_store(path)
+    with pytest.raises(StoreError, match="newer than this forgetui"):
+        Store.open(path)  # the writer refuses it
+    caplog.set_level(logging.WARNING)
+    assert main(["sql", "SELECT run_id FROM runs", "--store", str(path), "--format", "csv"]) == 0
+    assert "r1" in capsys.readouterr().out
+    assert f"schema version {SCHEMA_VERSION + 1}, newer than this forgetui ({SCHEMA_VERSION})" in caplog.text
+
+
+def test_sql_on_a_current_store_does_not_warn(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    path = tmp_path / "now.duckdb"
+    with Store.open(path) as store:
+        store.insert_run("r1", {"a": 1})
+    caplog.set_level(logging.WARNING)
+    assert main(["sql", "SELECT run_id FROM runs", "--store", str(path)]) == 0
+    assert "newer than this forgetui" not in caplog.text
