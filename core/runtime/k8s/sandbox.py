@@ -38,6 +38,7 @@ GONE_EXIT = 137  # what a command killed with its pod reports
 # travels the same way (core.runtime.k8s.detached): its argv, env and stdin go in the stream, not in the
 # exec URL (API server audit logs record URLs).
 UNPACK = 'mkdir -p "$2" && head -c "$1" | tar xf - -C "$2"'
+FALLBACK_HOME = "/tmp/forgetui-home"  # $HOME for a uid whose own is missing or not writable
 
 
 class PodGone(SandboxError):
@@ -62,6 +63,9 @@ def command_script(
         lines.append(f"exec 0<{q(stdin_path)}; rm -f -- {q(stdin_path)}")
     if path_first:
         lines.append(f'PATH={q(path_first)}${{PATH:+:$PATH}}; export PATH')
+    # a uid without a passwd entry in the image (pod_security = "restricted" on an image without the sandbox user)
+    # has HOME=/, which it cannot write: harnesses keep state under $HOME, so it gets one of its own
+    lines.append(f'if [ -z "${{HOME:-}}" ] || [ ! -w "$HOME" ]; then HOME={FALLBACK_HOME}; export HOME; mkdir -p "$HOME"; fi')
     lines.append(f"cd -- {q(workdir)} || exit $?")
     env_part = " ".join(q(f"{k}={v}") for k, v in env.items())
     lines.append(f"exec {'env ' + env_part + ' ' if env_part else ''}{shlex.join(C.timeout_wrap(argv, timeout_s))}")
