@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
            "grpo_lr", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "max_batch", "timeout_s",
-           "teacher_samples", "teacher_templates", "seed", "grpo_kl_coef", "grpo_entropy_coef", "select_every", "select_eval_n",
-           "select_samples")
+           "teacher_samples", "teacher_templates", "seed", "grpo_kl_coef", "grpo_entropy_coef", "grpo_call_discount", "select_every",
+           "select_eval_n", "select_samples")
 
 
 def parse_args() -> argparse.Namespace:
@@ -59,7 +59,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
     for name in TUNABLE:
-        kind = float if name.endswith(("_lr", "_temperature", "_coef")) else int
+        kind = float if name.endswith(("_lr", "_temperature", "_coef", "_discount")) else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
     return parser.parse_args()
 
@@ -179,7 +179,7 @@ def main() -> int:
     split = FLOOR_SPLIT if FLOOR_SPLIT in plan.eval_splits else plan.eval_splits[0]
     sft_gain, grpo_gain, ok = floors(result, split)
     print(f"\non {split}: SFT − base = {sft_gain:+.3f} (floor +{SFT_FLOOR}); GRPO − SFT = {grpo_gain:+.3f} (floor +{GRPO_FLOOR}); "
-          f"{result['total_s'] / 60:.1f} min in all; plot: {result['plot']}")
+          f"{result['total_s'] / 60:.1f} min in all; seed {plan.seed}; plot: {result['plot']}")
     from forgetui.learning_report import paired_line
 
     for label, p in result["gains"].get(split, {}).items():

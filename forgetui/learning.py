@@ -97,6 +97,7 @@ class Plan:
     seed: int = 0  # run.seed and train.seed of every stage: GRPO's task order and refills, SFT's example order, the trainer's init
     grpo_kl_coef: float = 0.0  # train.kl_coef: KL to the SFT weights
     grpo_entropy_coef: float = 0.0  # train.entropy_coef: an entropy bonus
+    grpo_call_discount: float = 1.0  # train.call_discount: per-call credit, call t of T gets the advantage × γ^(T−1−t)
     # keep the GRPO checkpoint with the best pass rate on the `eval` split (select_eval_n tasks a family, select_samples
     # rollouts each), scored every select_every steps and at the last (0: keep the last); eval-phrasing never chooses
     select_every: int = 0
@@ -309,6 +310,7 @@ def grpo_config(plan: Plan, start: str) -> Any:
     config.train.seed = plan.seed
     config.train.kl_coef = plan.grpo_kl_coef
     config.train.entropy_coef = plan.grpo_entropy_coef
+    config.train.call_discount = plan.grpo_call_discount
     config.train.save_every = plan.select_every  # the checkpoints the eval-split selection scores
     return config
 

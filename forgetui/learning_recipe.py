@@ -59,6 +59,7 @@ class GrpoPart(_Part):
     extra_batches: int = Field(2, ge=0, description="dynamic sampling: refill batches a step may add while too few groups have signal")
     kl_coef: float = Field(0.0, ge=0, description="KL to the SFT weights (veRL's low_var_kl); 0: none")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus; 0: none")
+    call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets the advantage × γ^(T−1−t); 1: every call alike")
 
 
 class SelectPart(_Part):
@@ -99,7 +100,7 @@ class Recipe(_Part):
             "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_temperature": self.grpo.temperature,
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
-            "grpo_entropy_coef": self.grpo.entropy_coef, "select_every": self.select.every,
+            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "select_every": self.select.every,
             "select_eval_n": self.select.eval_n, "select_samples": self.select.samples,
         }
 

@@ -41,6 +41,8 @@ def test_every_shipped_recipe_names_a_real_harness_and_valid_values(path: Path) 
     assert config.train.seed == recipe.seed and config.run.seed == recipe.seed
     assert config.run.n_samples == recipe.grpo.group_size >= 2 and config.train.temperature == recipe.grpo.temperature
     assert config.train.save_every == recipe.select.every and config.env.options["split"] == "train"
+    assert (config.train.kl_coef, config.train.entropy_coef, config.train.call_discount) == (
+        recipe.grpo.kl_coef, recipe.grpo.entropy_coef, recipe.grpo.call_discount)
     assert recipe.sampler == "builtin"  # what the measured runs used
 
 
@@ -68,6 +70,7 @@ def test_a_recipes_unset_fields_are_the_plans_defaults() -> None:
         ('harness = "react"\n[teacher]\ntemplates = 9\n', "teacher.templates"),
         ('harness = "react"\n[grpo]\nsteps = 4\n[select]\nevery = 5\n', "select.every"),
         ('harness = "react"\nsampler = "sglang"\n', "sampler"),
+        ('harness = "react"\n[grpo]\ncall_discount = 1.5\n', "grpo.call_discount"),
         ('harness = "react"\n[sft\n', "not valid TOML"),
     ],
 )
