@@ -19,6 +19,7 @@ KIND_STATUS: dict[str, int] = {
     "backend": 502,
     "overloaded": 503,
     "timeout": 504,
+    "insufficient_storage": 507,  # the store cannot record a call (a full disk): the proxy refuses it before running it
 }
 
 

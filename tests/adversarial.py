@@ -7,6 +7,7 @@ regression fails the test instead of the machine (which other sessions share).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,14 +39,16 @@ def rss_mb(pid: int) -> int:
 class CappedProxy:
     """`forgetui proxy --backend SPEC` on a free port, in a child process capped in memory; its live endpoint too."""
 
-    def __init__(self, spec: str, home: Path, *, extra: tuple[str, ...] = (), address_space_gb: int = 8, watch_mb: int = 2500) -> None:
+    def __init__(
+        self, spec: str, home: Path, *, extra: tuple[str, ...] = (), address_space_gb: int = 8, watch_mb: int = 2500, store: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
         home.mkdir(parents=True, exist_ok=True)
-        self.store = home / "adversarial.duckdb"
+        self.store = store or home / "adversarial.duckdb"
         self.stderr_path = home / "proxy.stderr"
         self.watch_mb = watch_mb
         self.peak_mb = 0
         self.killed_for_memory = False
-        env = {**os.environ, "FORGETUI_HOME": str(home)}
+        env = {**os.environ, "FORGETUI_HOME": str(home), **(env or {})}
         limit = address_space_gb << 30
 
         def cap() -> None:
@@ -144,3 +148,25 @@ def parse_answer(data: bytes) -> RawAnswer:
         name, _, value = line.partition(b":")
         headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
     return RawAnswer(int(lines[0].split()[1]), headers, body)
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str = "3m") -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` (a full disk on demand); pytest.skip where mounting is not allowed (not root)."""
+    import pytest
+
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("a full-disk test mounts a small tmpfs, which needs root (mount -t tmpfs)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needed for a full disk): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def resize_tmpfs(where: Path, size: str) -> None:
+    """Give a mounted tmpfs more (or less) room: the disk has space again."""
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(where)], check=True, capture_output=True)

@@ -558,3 +558,67 @@ def test_the_proxies_stayed_within_their_memory_and_kept_every_row(targets: Targ
         assert proxy.alive() and not proxy.killed_for_memory
         assert proxy.peak_mb < WATCH_MB
         assert proxy.query("SELECT sum(rows) FROM store_problems") == [[0]]
+
+
+# ----------------------------------------------------------------------------- a full disk (issue 44 item 1)
+FULL_DISK_ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages", "gemini": "/v1beta/models/m:generateContent"}
+
+
+def _store_state(proxy: CappedProxy) -> dict[str, Any]:
+    resp = CLIENT.get(proxy.url + "/health", timeout=30)
+    assert resp.status_code == 200
+    return resp.json()["store"]
+
+
+def test_a_full_disk_loses_no_answered_call(tmp_path):
+    """The issue's probe: a store on a 3 MB filesystem, 40 chat calls of ~120 KB. Rows a full disk refuses are held (here
+    up to 1 MB) and retried; past the bound new calls get 507 in their protocol's shape; /health says so; once the disk
+    has room again every answered call is in the store, and the refused ones are not."""
+    import random
+    import string
+
+    from tests.adversarial import resize_tmpfs, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "3m") as disk:
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps({"turns": [{"text": "ok"}], "loop": True}))
+        proxy = CappedProxy(f"scripted:{script}?context=200000", tmp_path / "home", store=disk / "full.duckdb", env={"FORGETUI_STORE_HOLD_BYTES": str(1 << 20)}, watch_mb=WATCH_MB)
+        try:
+            assert _store_state(proxy)["state"] == "ok"
+            rng = random.Random(44)
+            statuses: dict[str, int] = {}
+            for i in range(40):
+                text = "".join(rng.choices(string.ascii_letters, k=120_000))  # incompressible: each call costs the disk ~120 KB
+                resp = CLIENT.post(f"{proxy.url}/r/disk-{i}/v1/chat/completions", json=body_of("chat", text), timeout=60)
+                statuses[f"disk-{i}"] = resp.status_code
+                assert resp.status_code in (200, 507), resp.text[:300]
+                if resp.status_code == 507:
+                    assert "Free space there and retry" in error_text("chat", resp.json())
+            answered = {t for t, s in statuses.items() if s == 200}
+            assert 0 < len(answered) < 40, statuses  # some fit, then the bound was reached
+            state = _store_state(proxy)
+            assert state["state"] == "refusing" and state["held_rows"] > 0, state
+            for api, route in FULL_DISK_ROUTES.items():  # each protocol refuses in its own error shape
+                resp = CLIENT.post(f"{proxy.url}/r/disk-refused-{api}{route}", json=body_of(api), timeout=60)
+                assert resp.status_code == 507, (api, resp.text[:300])
+                assert "store cannot record it" in error_text(api, resp.json())
+            resize_tmpfs(disk, "64m")  # space returns
+            deadline = time.monotonic() + 30
+            while (state := _store_state(proxy))["state"] != "ok" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert state["state"] == "ok", state
+            resp = CLIENT.post(f"{proxy.url}/r/disk-after/v1/chat/completions", json=body_of("chat"), timeout=60)
+            assert resp.status_code == 200
+            answered.add("disk-after")
+            deadline = time.monotonic() + 10
+            while True:
+                stored = {rid.partition("-disk-")[2] and "disk-" + rid.partition("-disk-")[2] for (rid,) in proxy.query("SELECT rollout_id FROM calls WHERE status = 'ok'")}
+                if stored >= answered or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert stored == answered, f"missing {sorted(answered - stored)}, unexpected {sorted(stored - answered)}"
+            assert proxy.query("SELECT sum(rows) FROM store_problems") == [[0]]
+            assert proxy.alive(), proxy.stderr()
+        finally:
+            proxy.stop()
+        assert not proxy.killed_for_memory

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
 
 import duckdb
@@ -142,3 +143,50 @@ def test_sql_on_a_current_store_does_not_warn(tmp_path, caplog, monkeypatch):
     caplog.set_level(logging.WARNING)
     assert main(["sql", "SELECT run_id FROM runs", "--store", str(path)]) == 0
     assert "newer than this forgetui" not in caplog.text
+
+
+# -- item 1 at the store's level: held rows are retried, and spilled (not lost) if the disk never has room again --------
+
+
+def _fill(store: Store, n: int, size: int = 120_000) -> None:
+    for i in range(n):
+        store.record_call({"call_id": f"c{i}", "rollout_id": "r", "seq": i, "status": "ok", "request": json.dumps({"t": os.urandom(size // 2).hex()})})
+
+
+def test_held_rows_are_written_when_space_returns(tmp_path):
+    from tests.adversarial import resize_tmpfs, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "3m") as disk:
+        store = Store.open(disk / "s.duckdb", hold_bytes=1 << 30)
+        try:
+            _fill(store, 40)
+            store.flush()
+            health = store.health()
+            assert health["state"] == "degraded" and health["held_rows"] > 0, health
+            assert store.refusing() is None  # under the bound: calls still run
+            resize_tmpfs(disk, "64m")
+            for _ in range(100):
+                if store.health()["state"] == "ok":
+                    break
+                threading.Event().wait(0.1)
+            assert store.health() == {"state": "ok", "held_rows": 0, "held_bytes": 0}
+            assert store.cursor().execute("SELECT count(*) FROM calls").fetchone() == (40,)
+            assert store.cursor().execute("SELECT sum(rows) FROM store_problems").fetchone() == (0,)
+        finally:
+            store.close()
+
+
+def test_rows_still_held_at_close_are_spilled_under_forgetui_home(tmp_path, monkeypatch):
+    from tests.adversarial import small_tmpfs
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    with small_tmpfs(tmp_path / "disk", "3m") as disk:
+        store = Store.open(disk / "s.duckdb", hold_bytes=1 << 20)
+        _fill(store, 40)
+        store.flush()
+        held = store.health()["held_rows"]
+        assert held > 0 and store.refusing() is not None
+        store.close()
+        (spilled,) = (tmp_path / "home" / "held").iterdir()
+        rows = [json.loads(line) for line in spilled.read_bytes().splitlines()]
+        assert len(rows) == held and {r["row"]["call_id"] for r in rows} <= {f"c{i}" for i in range(40)}

@@ -161,7 +161,7 @@ class ProxyApp:
             if path in _MODEL_LISTS:
                 await send_json(send, 200, {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": 0, "owned_by": "forgetui"}]})
             else:
-                body = b"" if method == "HEAD" else orjson.dumps({"status": "ok", "service": "forgetui-proxy"})
+                body = b"" if method == "HEAD" else orjson.dumps({"status": "ok", "service": "forgetui-proxy", "store": self.store_health()})
                 await send_bytes(send, 200, body)
             return
         api = _ROUTES.get(path)
@@ -200,6 +200,10 @@ class ProxyApp:
                 "send the screen as text, or serve a vision-language model (a litellm: spec whose model LiteLLM does not list as taking images needs vision=1)"
             )
             await self._error(send, proto, "invalid_request", message)
+            return
+        refused = self.store_refusal()
+        if refused is not None:  # a call the store cannot record is not run: the caller knows, nothing is lost silently
+            await self._error(send, proto, "insufficient_storage", refused)
             return
         try:
             session.admit()  # here, with no await before next_seq: two calls at once cannot both take the last one
@@ -377,6 +381,18 @@ class ProxyApp:
                 continue
             self._blobs_seen.add(image.sha256)
             record({"sha256": image.sha256, "media_type": image.media_type, "bytes": len(image.data), "data": image.data, "first_call_id": call.call_id, "created_at": call.started_wall})
+
+    def store_health(self) -> dict[str, Any]:
+        """The store's state for /health: ok, degraded (rows held for a full disk) or refusing (new calls get 507)."""
+        health = getattr(self.store, "health", None)
+        if self.store is None:
+            return {"state": "none"}
+        return health() if callable(health) else {"state": "ok"}
+
+    def store_refusal(self) -> str | None:
+        """Why a new call must be refused (its store cannot record it), or None."""
+        refusing = getattr(self.store, "refusing", None)
+        return refusing() if callable(refusing) else None
 
     def _record(self, call: CallInFlight, status: str, completion: Completion | None, response: Any, error: str | None) -> None:
         if self.store is None:

@@ -44,6 +44,13 @@ from core.store.tokens import ids_text, token_text_sql
 log = logging.getLogger(__name__)
 
 BACKLOG_WARNING = 50_000
+# A full disk (issue 44 item 1): rows whose commit fails for lack of space are held in memory, in order, and retried
+# every HOLD_RETRY_S; once they pass `hold_bytes` the store says it is refusing (the proxy answers new calls 507).
+# Held rows are never dropped: the bound stops new calls, and rows of calls already answered are still held past it.
+HOLD_BYTES = 256 << 20
+HOLD_BYTES_ENV = "FORGETUI_STORE_HOLD_BYTES"
+HOLD_RETRY_S = 1.0
+_DISK_FULL = ("no space left on device", "disk full", "disk quota exceeded", "not enough space")
 # DuckDB's block size for new store files (an existing file keeps its own): its smallest, 16 KB, rather than the
 # default 256 KB. DuckDB 2.0 gives every table that holds rows, and every index, a block of its own, so the block size
 # is most of a short session's store otherwise (token ids are text since schema 6: the integer bit-packing that 16 KB
@@ -90,6 +97,38 @@ def to_timestamp(value: Any) -> Any:
         return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return dt.datetime.fromtimestamp(value, dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a failed write failed for lack of space (ENOSPC/EDQUOT, as DuckDB words them): the row is fine, the disk is not."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _DISK_FULL)
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """A cheap estimate of a held row's memory: its text and byte values (the bodies) dominate."""
+    total = 64 * len(row)
+    for value in row.values():
+        if isinstance(value, str | bytes | bytearray):
+            total += len(value)
+        elif isinstance(value, list | tuple):
+            total += 8 * len(value)
+        elif isinstance(value, dict):
+            total += len(orjson.dumps(value, default=str))
+    return total
+
+
+def _hold_bytes_default() -> int:
+    raw = os.environ.get(HOLD_BYTES_ENV)
+    if not raw:
+        return HOLD_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise StoreError(f"{HOLD_BYTES_ENV}={raw!r} is not a whole number of bytes") from None
+    if value < 0:
+        raise StoreError(f"{HOLD_BYTES_ENV}={raw!r} must be ≥ 0 bytes")
     return value
 
 
@@ -161,6 +200,7 @@ class Store:
         linger_s: float = 0.05,
         max_batch: int = 2000,
         body_deltas: bool = True,
+        hold_bytes: int | None = None,
     ) -> None:
         self.path = path
         self._con = con
@@ -169,6 +209,12 @@ class Store:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.dead_letter: list[dict[str, Any]] = []
         self.commits = 0
+        # rows a full disk refused, in order (the writer thread's; read by health())
+        self._held: list[_Op] = []
+        self._held_bytes = 0
+        self._hold_limit = _hold_bytes_default() if hold_bytes is None else hold_bytes
+        self._disk_error: str | None = None
+        self._held_since: float | None = None
         self._warned_at = 0.0
         self._closed = False
         self._close_lock = threading.Lock()
@@ -319,6 +365,8 @@ class Store:
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
+        if self._held:
+            self._spill_held()
         with self._con_lock:  # from here no cursor is handed out (cursor() sees _closed)
             for cur in list(self._cursors):  # a reader's open transaction would block the checkpoint
                 _close_when_idle(cur)
@@ -341,7 +389,11 @@ class Store:
             cur = self._con.cursor()
         try:
             while True:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(timeout=HOLD_RETRY_S) if self._held else self._queue.get()
+                except queue.Empty:  # rows held for a full disk: try them again
+                    self._write_batch(cur, [])
+                    continue
                 batch: list[_Op] = []
                 waiters: list[threading.Event] = []
                 stop = False
@@ -361,7 +413,7 @@ class Store:
                         item = self._queue.get(timeout=max(remaining, 0)) if remaining > 0 else self._queue.get_nowait()
                     except queue.Empty:
                         break
-                if batch:
+                if batch or self._held:
                     self._write_batch(cur, batch)
                     backlog = self._queue.qsize()
                     if backlog > BACKLOG_WARNING and time.monotonic() - self._warned_at > 10:
@@ -389,6 +441,8 @@ class Store:
             pass
 
     def _write_batch(self, cur: duckdb.DuckDBPyConnection, batch: list[_Op]) -> None:
+        if self._held:  # rows a full disk refused go first, so writes keep their order
+            batch = self._take_held() + batch
         arm_wal(self.path)  # a checkpoint removed it: the next commit would create it with the umask's mode
         try:
             cur.execute("BEGIN TRANSACTION")
@@ -396,6 +450,7 @@ class Store:
             cur.execute("COMMIT")
             self._deltas.commit()
             self.commits += 1
+            self._disk_ok()
             return
         except Exception as exc:
             self._deltas.discard()
@@ -403,8 +458,9 @@ class Store:
                 cur.execute("ROLLBACK")
             except duckdb.Error:
                 pass
-            log.warning("store batch of %d writes failed (%s); retrying row by row", len(batch), exc)
-        for op in batch:  # row by row, each its own transaction, so one bad row loses only itself
+            if not disk_full(exc):
+                log.warning("store batch of %d writes failed (%s); retrying row by row", len(batch), exc)
+        for i, op in enumerate(batch):  # row by row, each its own transaction, so one bad row loses only itself
             arm_wal(self.path)
             try:
                 cur.execute("BEGIN TRANSACTION")
@@ -412,16 +468,78 @@ class Store:
                 cur.execute("COMMIT")
                 self._deltas.commit()
                 self.commits += 1
+                self._disk_ok()
             except Exception as exc:
                 self._deltas.discard()
                 try:
                     cur.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
-                self._dead(cur, op, exc)
+                if disk_full(exc) or not self._dead(cur, op, exc):
+                    self._hold(batch[i:], exc)  # this row and every later one, in order: retried when space returns
+                    return
 
-    def _dead(self, cur: duckdb.DuckDBPyConnection, op: _Op, exc: Exception) -> None:
-        """Keep a row that failed: as JSON in `store_errors`, else as bytes in `dead_letters` (which cannot refuse them)."""
+    # ----------------------------------------------------------------- a full disk
+    def _hold(self, ops: list[_Op], exc: BaseException) -> None:
+        """Keep rows a full disk refused (never dropped; `health` reports them, the proxy refuses calls past the bound)."""
+        first = not self._held
+        for op in ops:
+            self._held.append(op)
+            self._held_bytes += _row_bytes(op.row)
+        self._disk_error = str(exc)
+        if first:
+            self._held_since = time.monotonic()
+            log.error("store %s: the disk is full (%s); holding %d row(s) in memory and retrying every %.0f s", self.path, exc, len(self._held), HOLD_RETRY_S)
+
+    def _spill_held(self) -> None:
+        """At close with rows still held (the disk never had space again): write them, one JSON object a line, under
+        FORGETUI_HOME/held/ (another volume, as a rule), so closing loses nothing silently."""
+        from core.paths import home
+
+        ops = self._take_held()
+        target = home() / "held" / f"{self.path.name}.{os.getpid()}.{int(time.time())}.jsonl"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                for op in ops:
+                    f.write(dead_letter_bytes({"store": str(self.path), "kind": op.kind, "table": op.table, "row": op.row}) + b"\n")
+            log.error("store %s closed with %d row(s) a full disk refused: they are in %s (one JSON object a line)", self.path, len(ops), target)
+        except OSError as exc:
+            log.error("store %s closed with %d row(s) a full disk refused, and they could not be written to %s either (%s): they are lost", self.path, len(ops), target, exc)
+
+    def _take_held(self) -> list[_Op]:
+        ops, self._held, self._held_bytes = self._held, [], 0
+        return ops
+
+    def _disk_ok(self) -> None:
+        if self._disk_error is not None and not self._held:
+            log.warning("store %s: writing again; every held row is stored", self.path)
+            self._disk_error, self._held_since = None, None
+
+    def health(self) -> dict[str, Any]:
+        """The store's state: ok; degraded (rows held for a full disk, retried); refusing (held rows past the bound)."""
+        held, held_bytes = len(self._held), self._held_bytes
+        if self._thread_error is not None:
+            return {"state": "refusing", "held_rows": held, "held_bytes": held_bytes, "error": f"store writer thread died: {self._thread_error!r}"}
+        if not held and self._disk_error is None:
+            return {"state": "ok", "held_rows": 0, "held_bytes": 0}
+        state = "refusing" if held_bytes >= self._hold_limit else "degraded"
+        return {"state": state, "held_rows": held, "held_bytes": held_bytes, "limit_bytes": self._hold_limit, "error": self._disk_error}
+
+    def refusing(self) -> str | None:
+        """Why new calls must be refused now (held rows past the bound, or a dead writer), or None while it can take them."""
+        health = self.health()
+        if health["state"] != "refusing":
+            return None
+        return (
+            f"the call was not run: the store cannot record it ({health.get('error')}); {health['held_rows']} recorded call(s) "
+            f"({health['held_bytes'] >> 20} MiB) are held in memory until the disk of {self.path} has space again. Free space there and retry"
+        )
+
+    def _dead(self, cur: duckdb.DuckDBPyConnection, op: _Op, exc: Exception) -> bool:
+        """Keep a row that failed: as JSON in `store_errors`, else as bytes in `dead_letters` (which cannot refuse them);
+        False when neither took it (a full disk): the caller holds it."""
         pk = PRIMARY_KEYS.get(op.table)
         key = op.row.get(pk) if pk else None
         entry = {"at": utcnow(), "table_name": op.table, "row": op.row, "error": str(exc)}
@@ -432,7 +550,7 @@ class Store:
                 [entry["at"], op.table, to_json_text(op.row), str(exc)],
             )
             log.error("store: a %s row (%s=%r) could not be stored as given; kept as JSON in store_errors: %s", op.table, pk, key, exc)
-            return
+            return True
         except Exception as exc2:  # noqa: BLE001 - the row itself cannot be JSON here: keep its bytes
             error = f"{exc}; and as JSON in store_errors: {exc2}"
         try:
@@ -441,8 +559,11 @@ class Store:
                 [entry["at"], op.table, None if key is None else str(key), dead_letter_bytes(op.row), error],
             )
             log.error("store: kept the %s row %r as raw bytes in dead_letters (%s)", op.table, key, error)
-        except Exception as exc3:  # noqa: BLE001 - only a broken database gets here; the row stays in memory
-            log.error("store: could not keep the failed %s row %r even as bytes: %s", op.table, key, exc3)
+            return True
+        except Exception as exc3:  # noqa: BLE001 - a full disk or a broken database: the caller holds the row
+            self.dead_letter.pop()
+            log.error("store: could not keep the failed %s row %r even as bytes (%s); holding it to retry", op.table, key, exc3)
+            return False
 
     def problem_counts(self) -> dict[str, int]:
         """Rows kept because they could not be stored as given: {'store_errors': n, 'dead_letters': m} (after a flush)."""
