@@ -157,6 +157,12 @@ class PolicySpec:
             return Path(self.target).name or self.kind
         return self.target
 
+    def with_server_log(self, run_dir: Path) -> PolicySpec:
+        """A managed server's spec with its log in the run's folder (`run_dir/vllm-server.log`) unless `log=` names one."""
+        if not self.managed or "log" in self.options:
+            return self
+        return self.with_option("log", str(run_dir / "vllm-server.log"))
+
     def with_target(self, target: str) -> PolicySpec:
         """The same spec with another target (a relative script path made absolute, say)."""
         query = "&".join(f"{k}={v}" for k, v in self.options.items())

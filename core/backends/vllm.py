@@ -26,7 +26,14 @@ from core.backends.kinds import Capabilities
 from core.backends.openai_compat import HttpSession, error_message
 from core.backends.spec import PolicySpec
 from core.backends.vllm_server import ServerSettings, VllmServer, VllmServerError
-from core.errors import BackendError, ConfigError, ContextLengthError, ModelError, RateLimitedError
+from core.errors import (
+    BackendError,
+    ConfigError,
+    ContextLengthError,
+    ModelError,
+    ProtocolError,
+    RateLimitedError,
+)
 from core.models.resolve import load_tokenizer, resolve_model
 from core.secrets import redact_text
 
@@ -209,6 +216,8 @@ class VllmBackend:
         if status == 400 and (match or "context length" in message or "too long" in message):
             limit = int(match.group(1)) if match else self.context_length
             raise ContextLengthError(prompt_tokens, limit)
+        if status == 400:  # vLLM's BadRequestError: a sampling parameter it refuses (top_p=0, a negative temperature): the client's to fix
+            raise ProtocolError(f"vLLM refused the request: {message}")
         raise BackendError(f"vLLM at {redact_text(self.base_url)} answered HTTP {status}: {message}")
 
     def _check_server(self, cause: BaseException | None) -> None:

@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import BackendError, ConfigError
@@ -61,6 +61,8 @@ class ServerSettings:
 
     model: str
     served_name: str | None = None
+    host: str = "127.0.0.1"  # loopback: a managed server is the run's own
+    port: int | None = None  # None: a free port
     dtype: str = "float32"
     max_model_len: int | None = None
     enable_lora: bool = False
@@ -92,7 +94,7 @@ class ServerSettings:
 
     def command(self, python: str, model_dir: str, port: int) -> list[str]:
         """The child's command line: the launcher (parent watchdog) running vLLM's OpenAI server."""
-        cmd = [python, str(LAUNCHER), "--model", model_dir, "--host", "127.0.0.1", "--port", str(port), "--dtype", self.dtype]
+        cmd = [python, str(LAUNCHER), "--model", model_dir, "--host", self.host, "--port", str(port), "--dtype", self.dtype]
         if self.served_name:
             cmd += ["--served-model-name", self.served_name]
         if self.max_model_len:
@@ -222,13 +224,13 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         began = time.monotonic()
         for attempt in range(3):  # another process may take the free port between our probe and vLLM's bind
-            self.port = free_port()
+            self.port = self.settings.port or free_port()
             self._spawn(local)
             try:
                 self._wait_ready()
                 break
             except VllmServerError:
-                if attempt < 2 and "address already in use" in log_tail(self.log_path, 60).lower():
+                if attempt < 2 and not self.settings.port and "address already in use" in log_tail(self.log_path, 60).lower():
                     log.info("port %d was taken before vLLM bound it; trying another", self.port)
                     continue
                 raise
@@ -295,9 +297,15 @@ class VllmServer:
             process.wait(5)
         _signal_group(process, signal.SIGKILL)  # engine processes left behind by the server's own exit
 
-    def with_settings(self, **changes: object) -> VllmServer:
-        """A server (not started) with some settings changed."""
-        return VllmServer(replace(self.settings, **changes), python=self.python)  # type: ignore[arg-type]
+    def move_log(self, path: Path) -> None:
+        """Move the log (into a run's folder, say) while the server writes it: a rename on the same disk keeps the open file."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.log_path.replace(path)
+        except OSError:
+            log.warning("could not move the vLLM log %s to %s; it stays where it is", self.log_path, path, exc_info=True)
+            return
+        self.log_path = path
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:

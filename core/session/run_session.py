@@ -138,7 +138,7 @@ class RunSession:
             self.policy = NoModelPolicy(self.harness.name)  # oracle/noop: no model is loaded, none is reported
         if self.policy is None:
             self.policy = DeferredPolicy(  # loads while the sandboxes start; the first model call waits for it
-                lambda: make_policy(config.policy.spec, parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
+                lambda: make_policy(config.policy.spec.with_server_log(self.run_dir), parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
             )
         sessions = SessionRegistry(run_id=self.run_id, adhoc=False, max_calls=config.run.max_calls)
         app = ProxyApp(self.policy, sessions, self.store, max_body_bytes=config.proxy.max_body_bytes, call_timeout_s=config.run.call_timeout_s, served_model=config.policy.model_name)
