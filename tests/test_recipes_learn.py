@@ -101,3 +101,19 @@ def test_flags_override_single_fields_of_the_recipe(monkeypatch: pytest.MonkeyPa
     args = lc.parse_args()
     with pytest.raises(SystemExit, match="is for react, not pi"):
         lc.make_plan(args, lc.resolve_harness(args))
+
+
+def test_the_sampler_passes_through_to_a_plan_that_has_one_and_is_refused_by_one_that_has_not(tmp_path: Path) -> None:
+    @dataclasses.dataclass
+    class SamplerPlan(Plan):
+        sampler: str = "builtin"
+
+    path = tmp_path / "vllm.toml"
+    path.write_text('harness = "react"\nsampler = "vllm"\n')
+    plan = SamplerPlan(harness="react")
+    script().apply_recipe(plan, path)
+    assert plan.sampler == "vllm"
+    bare = Plan(harness="react")
+    if not hasattr(bare, "sampler"):  # this checkout's plan has no sampler field yet: a recipe asking for vllm is refused
+        with pytest.raises(SystemExit, match="sampler = 'vllm' needs a learning plan that has sampler"):
+            script().apply_recipe(bare, path)
