@@ -70,7 +70,8 @@ class KubernetesRuntime:
         self._checked: dict[tuple[str, str], IsolationRefused | None] = {}  # (run id, node) -> what its first pod there found
         self._refused: dict[str, IsolationRefused] = {}  # run id -> why it may not run
         self._gates: dict[str, asyncio.Future[str]] = {}  # run id -> its first pod's verdict ("ok", or "retry": it failed)
-        self._permitted: asyncio.Future[None] | None = None  # the up-front permission check (once per runtime)
+        self._permitted: bool | SandboxError | None = None  # the up-front permission check's outcome (once per runtime)
+        self._permission_lock = asyncio.Lock()
         self._endpoints: list[tuple[str, int]] | None | bool = False  # the API server's endpoints (False: not read yet)
         self._aliases: dict[str, str] | None = None
         self._check_lock = asyncio.Lock()
@@ -153,9 +154,15 @@ class KubernetesRuntime:
         if refused is not None:
             raise refused
         if self.cfg.check_permissions:
-            if self._permitted is None or (self._permitted.done() and self._permitted.exception() is not None):
-                self._permitted = asyncio.ensure_future(asyncio.to_thread(permissions.check, self.api, self.cfg))
-            await asyncio.shield(self._permitted)
+            async with self._permission_lock:  # once: a missing permission stays missing for every rollout
+                if self._permitted is None:
+                    try:
+                        await asyncio.to_thread(permissions.check, self.api, self.cfg)
+                        self._permitted = True
+                    except SandboxError as exc:
+                        self._permitted = exc
+            if isinstance(self._permitted, SandboxError):
+                raise self._permitted
         await asyncio.to_thread(self._resolve_aliases)
         if not self.cfg.network_policy:
             return
