@@ -205,11 +205,13 @@ async def test_resume_loads_the_checkpoints_adapter_into_the_server(builtin: Bui
             await backend.aclose()
 
 
-def test_a_vllm_policy_needs_lora_rank() -> None:
-    config = coin_config(**{"policy.backend": "vllm:http://127.0.0.1:9", "policy.tokenizer": "tiny"})
-    with pytest.raises(ConfigError, match="trains LoRA adapters on its server: set train.lora_rank"):
-        check_trainable(config)
+def test_a_vllm_policy_trains_adapters_or_full_weights() -> None:
+    # full weights too (reloaded by the server: core.train.vllm_sync); a server without the reload routes is refused
+    # once built, before any rollout (tests/test_vllm_training.py)
+    check_trainable(coin_config(**{"policy.backend": "vllm:http://127.0.0.1:9", "policy.tokenizer": "tiny"}))
     check_trainable(coin_config(**{"policy.backend": "vllm:http://127.0.0.1:9", "policy.tokenizer": "tiny", "train.lora_rank": 8}))
+    with pytest.raises(ConfigError, match="has no weights to train|replays fixed turns"):
+        check_trainable(coin_config(**{"policy.backend": "scripted:x.json"}))
 
 
 @pytest.fixture

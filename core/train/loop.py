@@ -34,7 +34,7 @@ from core.train.batches import TaskSchedule
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
 from core.train.dynamic_sampling import informative_groups, plan_refill
 from core.train.local import LocalTrainer, trainer_settings
-from core.train.lora_push import push_weights
+from core.train.lora_push import check_push, push_weights
 from core.train.preflight import preflight_session
 from core.train.samples import diagnostics, samples_for_run, write_samples
 from core.train.tracking import MetricsMirror, train_step_rows
@@ -50,8 +50,7 @@ def check_trainable(config: RunConfig) -> None:
     kind = spec.declared
     if kind.trainable == "no":
         raise ConfigError(f"policy.backend {spec.shown!r}: {kind.why_not_trainable or 'this backend has no weights to train'}")
-    if kind.trainable == "adapters" and config.train.lora_rank <= 0:
-        raise ConfigError(f"a {kind.name} policy trains LoRA adapters on its server: set train.lora_rank (8 or 16, at most the server's --max-lora-rank)")
+    # an "adapters" kind (vLLM) also takes full weights, reloaded from a folder: whether its server can is asked once it is built (check_push)
 
 
 def check_train_tasks(tasks: list[Task]) -> None:
@@ -115,8 +114,11 @@ class LocalTraining:
             await asyncio.to_thread(self._load_images, samples)
         metrics = await asyncio.to_thread(self.trainer.step, samples) if samples else {}
         update_s = time.perf_counter() - started
+        started = time.perf_counter()
         await asyncio.to_thread(push_weights, self.trainer, self.backend, self.session.run_dir, step)
+        sync_s = time.perf_counter() - started  # the new weights into the sampler (a server's reload or adapter load included)
         metrics = self._step_metrics(step, samples, stats.as_dict(), metrics, rollout_s, update_s)
+        metrics["sync_s"] = sync_s
         metrics["extra_batches"] = extra
         metrics["informative_groups"] = informative_groups(stats)  # groups with signal (DAPO's target: the batch's tasks)
         metrics.update(sampler)  # the rollouts' generation split into prefill and decode (built-in backend)
@@ -181,6 +183,7 @@ async def load_for_training(config: RunConfig, run_dir: Path | None) -> tuple[To
     backend = await asyncio.to_thread(build_token_backend, spec, tokenizer=config.policy.tokenizer)
     source = spec.weights_source(config.policy.tokenizer)  # a served model (vllm): its local copy
     trainer = await asyncio.to_thread(lambda: LocalTrainer(source, tokenizer=backend.tokenizer, **trainer_settings(config.train)))
+    await asyncio.to_thread(check_push, trainer, backend)
     found = last_checkpoint(run_dir) if run_dir is not None else None
     if found is None:
         return backend, trainer, 0

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from core.errors import BackendError, ConfigError
+from core.train import vllm_sync
 from core.train import weights as W
 
 log = logging.getLogger(__name__)
@@ -113,11 +114,21 @@ def push_adapter(trainer: Any, backend: Any, run_dir: Path, step: int) -> str | 
     return name
 
 
+def check_push(trainer: Any, backend: Any) -> None:
+    """Refuse now, before any rollout, a server that could not take this trainer's weights after its first update."""
+    if backend.capabilities.adapters:
+        vllm_sync.check_server(trainer, backend)
+
+
 def push_weights(trainer: Any, backend: Any, run_dir: Path, step: int) -> None:
     """The trainer's weights into the sampling backend, the way the backend declares it takes them (between steps:
-    nothing is generating): a LoRA adapter loaded into its server, or the state dict reloaded in-process."""
+    nothing is generating): into its server (a LoRA adapter loaded, or the full weights reloaded from a folder:
+    `core.train.vllm_sync`), or the state dict reloaded in-process."""
     if backend.capabilities.adapters:
-        push_adapter(trainer, backend, run_dir, step)
+        if W.is_peft(trainer.model):
+            push_adapter(trainer, backend, run_dir, step)
+        else:
+            vllm_sync.push_full_weights(trainer, backend, run_dir, step)
         return
     if not backend.capabilities.weight_reload:
         raise ConfigError(f"backend {backend.name} cannot take new weights (it declares neither weight reload nor adapters)")
