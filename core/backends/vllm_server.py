@@ -113,6 +113,9 @@ class ServerSettings:
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
         if self.enable_lora:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        # vLLM's dev routes (/collective_rpc, /pause, /reset_prefix_cache, ...) on this loopback-only server: a
+        # full-parameter trainer reloads its weights through them (core/train/vllm_sync.py)
+        env.setdefault("VLLM_SERVER_DEV_MODE", "1")
         if local_model:  # a local folder: nothing to fetch, and a test must never reach a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
         return {**env, **self.env}
