@@ -231,10 +231,10 @@ async def test_the_policy_is_replaced_on_resume_outlives_the_pods_and_owns_them(
     assert (NS, again.name) not in server.pods and not server.requests("DELETE", f"/pods/{again.name}$")
 
 
-# --- item 8: gc --all is this host's ---------------------------------------------------------------
+# --- item 8: gc --all is this installation's (issue 48: not the host name) ----------------------------------
 
 
-def test_gc_all_removes_this_hosts_pods_not_another_hosts_under_the_same_login(standin_ignoring, base_image, tmp_path, monkeypatch, capsys):
+def test_gc_all_removes_this_installations_pods_not_another_installations_under_the_same_login(standin_ignoring, base_image, tmp_path, monkeypatch, capsys):
     from forgetui.cli import main
 
     server = standin_ignoring
