@@ -190,3 +190,51 @@ def test_rows_still_held_at_close_are_spilled_under_forgetui_home(tmp_path, monk
         (spilled,) = (tmp_path / "home" / "held").iterdir()
         rows = [json.loads(line) for line in spilled.read_bytes().splitlines()]
         assert len(rows) == held and {r["row"]["call_id"] for r in rows} <= {f"c{i}" for i in range(40)}
+
+
+# -- item 3: connections without the token never keep the token holder out ----------------------------------------
+
+
+def _slow_sockets(url: str, n: int) -> list:
+    import socket
+
+    host, port = url.removeprefix("http://").rstrip("/").split(":")
+    held = []
+    for _ in range(n):
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n")  # headers never finished, no token
+        held.append(sock)
+    return held
+
+
+def test_slow_header_clients_cannot_keep_the_token_holder_out(tmp_path):
+    import time
+
+    from core.store.live import HEADER_TIMEOUT_S, MAX_CONNECTIONS, MAX_PENDING
+    from core.store.query import run_query
+
+    path = tmp_path / "live.duckdb"
+    store = Store.open(path)
+    held: list = []
+    try:
+        store.insert_run("r1", {"a": 1})
+        store.flush()
+        url = store.serve_queries()
+        held = _slow_sockets(url, max(70, MAX_CONNECTIONS + MAX_PENDING + 6))
+        started = time.monotonic()
+        for _ in range(5):  # the token holder's reads, as `forgetui sql` sends them, while every slow socket is open
+            assert run_query(path, "SELECT run_id FROM runs").rows == [["r1"]]
+        assert time.monotonic() - started < HEADER_TIMEOUT_S  # answered at once, not after the slow ones were cut
+        # the slow ones are cut within the header deadline (the oldest even sooner, for the newer ones)
+        for sock in held:
+            sock.settimeout(HEADER_TIMEOUT_S + 3)
+            try:
+                data = sock.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            assert data.startswith((b"HTTP/1.1 408 ", b"HTTP/1.1 503 ")), data[:100]  # a JSON answer, then closed
+        assert time.monotonic() - started < HEADER_TIMEOUT_S + 3
+    finally:
+        for sock in held:
+            sock.close()
+        store.close()

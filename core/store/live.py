@@ -6,8 +6,11 @@ A reader shares the writer's process and DuckDB database, so everything a query 
 before it costs it (the writer, and the proxy feeding it, must outlive any query):
 
 - HTTP: uvicorn on its own thread and event loop (core.protocols.serving), not a thread per
-  connection; at most `MAX_CONNECTIONS` open; each request in whole within 10 s; wrong paths,
-  methods, framing and tokens answered in JSON.
+  connection; each request in whole within 10 s; wrong paths, methods, framing and tokens answered
+  in JSON. A connection counts against `MAX_CONNECTIONS` only once its headers carried the token
+  (`LiveProtocol`): until then it is one of at most `MAX_PENDING` (the oldest is cut for a new one)
+  and must finish its headers within `HEADER_TIMEOUT_S`, so clients without the token can never
+  keep the token holder out (issue 44 item 3).
 - size: a body of at most 128 KiB and SQL of at most 64 KiB; repeated JSON keys refused.
 - planning: first in a sacrificial child process on an empty copy of the schema, within 2 s and
   512 MiB (core.store.planner); DuckDB's own planner can be neither interrupted nor bounded.
@@ -37,6 +40,7 @@ from core.protocols.body import load_json
 from core.protocols.serving import (
     BackgroundServer,
     ClientGone,
+    HardenedProtocol,
     Hardening,
     Receive,
     Scope,
@@ -66,7 +70,9 @@ TOKEN_HEADER = "X-Forgetui-Token"
 MAX_BODY = 128 << 10  # a query is text; a bigger body is refused unread
 MAX_SQL_BYTES = 64 << 10
 MAX_ANSWER_BYTES = 64 << 20
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 64  # connections that sent the token
+MAX_PENDING = 32  # connections whose headers are still coming (no token seen yet)
+HEADER_TIMEOUT_S = 2.0  # a loopback client sends its headers in microseconds
 REQUEST_TIMEOUT_S = 10.0
 WORKERS = 2
 MAX_WAITING = 16
@@ -268,6 +274,97 @@ class LiveApp:
         return 200, await self.runner.run(sql, max_rows, receive), None
 
 
+class LiveProtocol(HardenedProtocol):
+    """The live endpoint's HTTP protocol: authenticated before it counts against the cap.
+
+    Hand-written on uvicorn's protocol because uvicorn caps connections before it has read a byte
+    (`limit_concurrency`), which lets clients without the token take every slot. Here a connection is
+    *pending* until its headers are complete: pending ones are at most `MAX_PENDING` (a new one cuts
+    the oldest) and each has `HEADER_TIMEOUT_S` for its headers; one whose headers carry the token
+    joins the authenticated ones (at most `MAX_CONNECTIONS`, which only token holders reach); one
+    without it gets its 401 from the app and is closed.
+    """
+
+    token: str = ""
+    pending: dict[LiveProtocol, None]  # insertion order: the oldest first (one dict per server, set by `live_protocol`)
+    authenticated: set[LiveProtocol]
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if transport.is_closing():
+            return
+        self._header_deadline: asyncio.TimerHandle | None = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_too_slow)
+        self.pending[self] = None
+        while len(self.pending) > MAX_PENDING:
+            oldest = next(iter(self.pending))
+            log.warning("live endpoint: %d connections without the token are sending headers; cutting the oldest", len(self.pending))
+            message = f"{len(self.pending)} connections are sending their headers, the most allowed; send the request in whole at once"
+            oldest._cut(b"503 Service Unavailable", message)
+
+    def on_headers_complete(self) -> None:
+        self._stop_header_deadline()
+        self.pending.pop(self, None)
+        if self not in self.authenticated and token_ok(_header_value(self.headers, TOKEN_HEADER.lower().encode()), self.token):
+            if len(self.authenticated) >= MAX_CONNECTIONS:
+                message = f"{len(self.authenticated)} live query connections are open, the most allowed; close some and retry"
+                self.transport.write(_http_response(b"503 Service Unavailable", orjson.dumps({"error": message})))
+                self.transport.close()
+                return
+            self.authenticated.add(self)
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_deadline()
+        self.pending.pop(self, None)
+        self.authenticated.discard(self)
+        super().connection_lost(exc)
+
+    def _stop_header_deadline(self) -> None:
+        deadline = getattr(self, "_header_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        if self in self.pending and not self.transport.is_closing():
+            self._cut(b"408 Request Timeout", f"the request headers were not sent within {HEADER_TIMEOUT_S:g} s")
+
+    def _cut(self, status: bytes, message: str) -> None:
+        """Answer `status` with `message` (JSON) and close: a connection that never sent its headers in whole."""
+        self.pending.pop(self, None)
+        self._stop_header_deadline()
+        if not self.transport.is_closing():
+            self.transport.write(_http_response(status, orjson.dumps({"error": message})))
+            self.transport.close()
+
+
+def _header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _http_response(status: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: " + str(len(body)).encode()
+    return head + b"\r\nconnection: close\r\n\r\n" + body
+
+
+def live_protocol(token: str) -> type[LiveProtocol]:
+    """A protocol class for one live server: its token, its own pending and authenticated connections."""
+    hardening = Hardening(request_timeout_s=REQUEST_TIMEOUT_S, max_connections=None, bad_request=lambda message: orjson.dumps({"error": message}))
+    return type("LiveProtocol", (LiveProtocol,), {"hardening": hardening, "token": token, "pending": {}, "authenticated": set()})
+
+
+class _LiveBackgroundServer(BackgroundServer):
+    """A BackgroundServer that speaks `LiveProtocol` (serving.py builds uvicorn's config with its own protocol class)."""
+
+    def __init__(self, app: Any, host: str, port: int, protocol: type[LiveProtocol], name: str) -> None:
+        super().__init__(app, host, port, protocol.hardening, name=name)
+        self._server.config.http = protocol  # read when uvicorn loads its config, at serve()
+
+
 class LiveServer:
     """The live endpoint on a free loopback port, advertised in the store's `.live.json` sidecar (its URL and token)."""
 
@@ -292,8 +389,7 @@ class LiveServer:
         rehearsal_ddl = "\n".join([SCHEMA_SQL, VIEWS_SQL, *(ddl for _, _, ddl in BEHAVIOUR_VIEWS)])
         self.planner = Planner(rehearsal_ddl, READER_SETTINGS, **({"deadline_s": plan_deadline_s} if plan_deadline_s else {}))
         self.runner = QueryRunner(store, self.planner, timeout_s, max_answer_bytes)
-        hardening = Hardening(request_timeout_s=REQUEST_TIMEOUT_S, max_connections=MAX_CONNECTIONS, bad_request=lambda message: orjson.dumps({"error": message}))
-        self._server = BackgroundServer(LiveApp(store, self.runner, max_rows), host, port, hardening, name="store-live")
+        self._server = _LiveBackgroundServer(LiveApp(store, self.runner, max_rows), host, port, live_protocol(self.token), name="store-live")
         self.url = ""
         self.sidecar: Path = sidecar_path(store.path)
 
