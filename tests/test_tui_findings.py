@@ -14,9 +14,13 @@ from textual_plotext import PlotextPlot
 from core.models.resolve import load_tokenizer, resolve_model
 from core.models.tiny import ensure_tiny_model
 from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.screens.compare_screen import CompareScreen
+from forgetui.tui.screens.new_run import NewRunScreen
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.source import RunSource
+from forgetui.tui.widgets.calls_table import CallsTable
+from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import MIN_PLOT_ROWS, TrainCurves
@@ -137,3 +141,104 @@ async def test_a_headless_run_that_failed_before_any_rollout_says_why(home: Path
         await until(pilot, lambda: "why: no task of env 'toy' matches ['no-such-task']" in summary.content.plain,
                     "the reason on the Run screen")
         assert "recorded no reason" not in summary.content.plain
+
+
+# ---------------------------------------------------------------- 6. 80 columns: names get the width; wide/narrow, sideways
+def drawn_rows(table) -> list[str]:
+    """The table's lines as drawn on screen now (header first)."""
+    return [table.render_line(y).text for y in range(table.scrollable_content_region.height)]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_task_names_keep_their_width_and_w_shows_every_column(home: Path, size: tuple[int, int]) -> None:
+    build_run(home, "named", tasks=2, samples=1, task_prefix="count-lines")
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(RunSource(home / "runs" / "named"), refresh_s=3600))
+        lines = app.screen.query_one(RolloutLines)
+        await until(pilot, lambda: lines.row_count == 2, "the rollouts")
+        await pilot.pause()
+        drawn = drawn_rows(lines)
+        assert "count-lines-0" in drawn[1] and "count-lines-1" in drawn[2]  # whole: they tell the rows apart
+        if size == (80, 24):
+            assert drawn[0].split()[:4] == ["outcome", "task", "#", "st"]  # the counts' short headers
+            assert "w: wide" in lines.border_subtitle
+        else:
+            assert drawn[0].split()[:4] == ["outcome", "task", "sample", "step"]
+        await pilot.press("w")  # wide: every column whole, scrolled sideways with shift+→
+        assert lines.wide and lines.widths == lines.natural and lines.headers[2] == "sample"
+        if lines.virtual_size.width > lines.scrollable_content_region.width:
+            await pilot.press("shift+right")
+            assert lines.scroll_offset.x > 0
+        await pilot.press("w")
+        assert not lines.wide and lines.scroll_offset.x == 0
+
+
+async def test_runs_list_scrolls_sideways_at_80_columns(home: Path) -> None:
+    for n in range(2):
+        build_run(home, f"run-{n}", tasks=1, samples=1)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.row_count == 2, "the runs")
+        await pilot.pause()
+        assert runs.virtual_size.width > runs.scrollable_content_region.width  # created/why are past the border
+        assert "created" not in drawn_rows(runs)[0]
+        for _ in range(6):
+            await pilot.press("greater_than_sign")
+        assert runs.scroll_offset.x > 0 and "created" in drawn_rows(runs)[0]
+        await pilot.press("less_than_sign", "less_than_sign", "less_than_sign", "less_than_sign", "less_than_sign",
+                          "less_than_sign")
+        assert runs.scroll_offset.x == 0
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_compare_shows_run_b_on_screen(home: Path, size: tuple[int, int]) -> None:
+    build_run(home, "run-a", tasks=2, samples=2, seed=1)
+    build_run(home, "run-b", tasks=2, samples=2, seed=2)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.row_count == 2, "the runs")
+        await pilot.press("c", "down", "c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.result is not None, "compared")
+        await pilot.pause()
+        body, pane = app.screen.query_one("#compare-body"), app.screen.query_one("#compare")
+        assert body.size.width <= pane.scrollable_content_region.width  # every column, B's included, on screen
+        if size == (80, 24):
+            await pilot.press("w")  # the full form (A's and B's intervals): wider than the screen, scrolls
+            await pilot.pause()
+            assert body.size.width > pane.scrollable_content_region.width
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_form_labels_end_before_their_values(home: Path, size: tuple[int, int]) -> None:
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen) and app.screen.query("#in-env-name"), "the form")
+        await pilot.pause()
+        for row in app.screen.query(".form-row"):
+            label, key = row.query_one(".form-label"), row.query_one(".form-key")
+            field = row.query_one("FormField")
+            shown = [w for w in (label, key) if w.display and w.size.width]
+            assert all(w.content_region.right < field.region.x for w in shown)  # a blank cell at least between them
+            assert field.tooltip
+        assert app.screen.query_one("#in-policy-backend").tooltip == "policy.backend"
+
+
+async def test_calls_table_headers_are_the_sql_columns(home: Path) -> None:
+    build_run(home, "calls-run", tasks=1, samples=1)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.home_screen.in_focus is not None, "a run in focus")
+        await pilot.press("2")
+        table = app.query_one(CallsTable)
+        await until(pilot, lambda: table.row_count == 3, "the calls")
+        from core.store.query import run_query
+        store = home / "runs" / "calls-run" / "store.duckdb"
+        sql_columns = {r[0] for r in run_query(store, "SELECT column_name FROM information_schema.columns "
+                                                      "WHERE table_name = 'calls'").rows}
+        headers = [h for h in table.headers if h != "rollout"]  # the rollout id, its run's prefix cut
+        assert set(headers) <= sql_columns, set(headers) - sql_columns

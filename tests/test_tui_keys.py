@@ -191,7 +191,7 @@ async def test_every_footer_key_on_every_screen_changes_something(home: Path, li
         await on(CompareScreen)()
         compare = app.screen
         await until(pilot, lambda: compare.result is not None, "the comparison")
-        assert shown_keys(app) == {"escape", "s", "question_mark"}
+        assert shown_keys(app) == {"escape", "s", "w", "question_mark"}
         await pilot.press("s")
         assert compare.sub_title == "compare eval-run → train-run"
         await until(pilot, lambda: compare.result is not None, "the swapped comparison")

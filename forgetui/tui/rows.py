@@ -221,13 +221,16 @@ class CallRow:
     def cells(self) -> dict[str, str]:
         return {
             "seq": text(self.seq), "rollout": rollout_label(self.rollout_id), "api": self.api, "model": self.model,
-            "status": self.status, "prompt tok": text(self.prompt_tokens), "compl tok": text(self.completion_tokens),
+            "status": self.status, "prompt_token_ids": text(self.prompt_tokens),
+            "completion_token_ids": text(self.completion_tokens),
             "latency_ms": "" if self.latency_ms is None else f"{self.latency_ms:.0f}", "branch": text(self.branch),
-            "extends": {True: "yes", False: "no"}.get(self.extends_parent, ""),  # type: ignore[arg-type]
+            "extends_parent": {True: "yes", False: "no"}.get(self.extends_parent, ""),  # type: ignore[arg-type]
         }
 
 
-CALL_COLUMNS = ("seq", "rollout", "api", "model", "status", "prompt tok", "compl tok", "latency_ms", "branch", "extends")
+# the SQL console's column names (the two token columns count the ids)
+CALL_COLUMNS = ("seq", "rollout", "api", "model", "status", "prompt_token_ids", "completion_token_ids", "latency_ms",
+                "branch", "extends_parent")
 
 
 @dataclass(frozen=True)

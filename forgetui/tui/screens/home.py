@@ -254,7 +254,7 @@ class HomeScreen(Screen):
         if live is not None and live.source is not None:
             self.set_in_focus(live.source, message.run_id)
         run_id = message.run_id
-        self.runs.follow(lambda info: info.kind == "run" and info.run_id == run_id)  # the Runs list's cursor too
+        self.runs.follow_row(lambda info: info.kind == "run" and info.run_id == run_id)  # the Runs list's cursor too
         self.list_runs()
 
     @on(LineTable.Selected, "#live-rollouts")
@@ -338,17 +338,19 @@ class HomeScreen(Screen):
     def action_resume(self) -> None:
         info = self._selected()
         if info is not None:
-            self.launch(["run", "--resume", info.run_id, "--no-ui"], f"resume of {info.run_id}")
+            self.launch(["run", "--resume", info.run_id, "--no-ui"], f"resume of {info.run_id}", new_run=False)
 
     @work(thread=True, group="launch", exit_on_error=False)
-    def launch(self, args: list[str], what: str) -> None:
+    def launch(self, args: list[str], what: str, new_run: bool = True) -> None:
+        """Start `forgetui ARGS`; a new run's row gets the Runs list's cursor once it shows (a resumed run has it)."""
         try:
             started = launcher.launch(args, self.catalog.home_path())
         except (ForgetuiError, OSError) as exc:
             self.post_message(self.Done(str(exc), f"cannot start the {what}", error=True))
             return
         self.app.launched.append(started)  # type: ignore[attr-defined]
-        self.post_message(self.Launched(started.record_path))
+        if new_run:
+            self.post_message(self.Launched(started.record_path))
         self.post_message(self.Done(f"pid {started.pid}; it keeps running if you quit. Output: {started.log_path}",
                                     f"started the {what}"))
 
@@ -357,7 +359,7 @@ class HomeScreen(Screen):
         """The Runs list's cursor goes to the launch (and stays on it when its run appears): Calls, Rollouts and
         SQL follow it from then."""
         record = message.record_path
-        self.runs.follow(lambda info: info.launch is not None and info.launch.path.name == record.name,
+        self.runs.follow_row(lambda info: info.launch is not None and info.launch.path.name == record.name,
                          until=lambda info: info.kind == "run")
 
     @on(Done)

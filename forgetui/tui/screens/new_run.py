@@ -63,9 +63,13 @@ class NewRunScreen(ModalScreen[Path | None]):
                               "a paste of key=value lines fills the fields", style="bold"), id="new-run-title")
             for key, label, placeholder in (*FIELDS, (BASE, "base config file", "examples/demo.toml (optional)")):
                 with Horizontal(classes="form-row"):
-                    yield Label(f"{label} [dim]{key if key != BASE else ''}[/]", classes="form-label")
-                    yield FormField(self.base if key == BASE else "", placeholder=placeholder, compact=True,
-                                    id=f"in-{field_id(key)}")
+                    # the label, then its config key (hidden under 120 columns: the field's tooltip names it)
+                    yield Label(label, classes="form-label", markup=False)
+                    yield Label(key if key != BASE else "", classes="form-key", markup=False)
+                    field = FormField(self.base if key == BASE else "", placeholder=placeholder, compact=True,
+                                      id=f"in-{field_id(key)}")
+                    field.tooltip = key if key != BASE else "a TOML run config the fields override"
+                    yield field
                 yield Static("", id=f"err-{field_id(key)}", classes="form-error")
             with Horizontal(id="new-run-buttons"):
                 yield Button("Launch (Ctrl+S)", id="launch", variant="primary", compact=True)

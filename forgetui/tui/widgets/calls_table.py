@@ -12,10 +12,14 @@ from forgetui.tui.rows import CALL_COLUMNS, CallRow
 from forgetui.tui.widgets.line_table import Cell, Column, LineTable
 
 SETTLE_S = 0.15  # the cursor must rest this long before the inspector loads the call
-WIDTHS = {"seq": Column("seq", 5), "rollout": Column("rollout", 32, shrink=True, min_width=8), "api": Column("api", 9),
-          "model": Column("model", 24, shrink=True), "status": Column("status", 8), "prompt tok": Column("prompt tok", 10),
-          "compl tok": Column("compl tok", 9), "latency_ms": Column("latency_ms", 10), "branch": Column("branch", 6),
-          "extends": Column("extends", 7)}
+# headers are the SQL console's column names (the token columns count the ids: len(prompt_token_ids), ...);
+# the rollout is its id without the run's prefix
+WIDTHS = {"seq": Column("seq", 5), "rollout": Column("rollout", 32, shrink=True, min_width=16),
+          "api": Column("api", 9), "model": Column("model", 24, shrink=True), "status": Column("status", 8),
+          "prompt_token_ids": Column("prompt_token_ids", 16, short="prompt"),
+          "completion_token_ids": Column("completion_token_ids", 20, short="compl"),
+          "latency_ms": Column("latency_ms", 10, short="ms"), "branch": Column("branch", 6, short="br"),
+          "extends_parent": Column("extends_parent", 14, short="ext")}
 
 
 class CallsTable(LineTable):

@@ -33,12 +33,14 @@ Cell = tuple[str, Style | None]
 
 @dataclass(frozen=True)
 class Column:
-    """A column: its header, its widest (`max_width`), and whether it shrinks to fit (never under `min_width`)."""
+    """A column: its header, its widest (`max_width`), and whether it shrinks to fit (never under `min_width`);
+    `short`: the header where the table does not fit (a count's header must not take a name's width)."""
 
     name: str
     max_width: int = 40
     shrink: bool = False
     min_width: int = 6
+    short: str | None = None
 
 
 def fit_widths(natural: list[int], columns: Sequence[Column], room: int) -> list[int]:
@@ -85,6 +87,9 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         """Enter (or a click on the cursor's row) on `row`."""
 
     BINDINGS: ClassVar[list[Any]] = [
+        Binding("w", "toggle_wide", "Wide/narrow", show=False),
+        Binding("shift+right,greater_than_sign", "sideways(1)", "Scroll right", show=False),
+        Binding("shift+left,less_than_sign", "sideways(-1)", "Scroll left", show=False),
         Binding("up", "cursor(-1)", "Up", show=False),
         Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
@@ -130,6 +135,9 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         self.empty_text = self.EMPTY
         self.natural = [len(c.name) for c in self.columns]
         self.widths = list(self.natural)
+        self.content_widths = [0] * len(self.columns)  # the widest cell of each column (capped), headers aside
+        self.headers = [c.name for c in self.columns]  # the header shown: a column's short one when it does not fit
+        self.wide = False  # every column at its natural width (the table scrolls sideways) instead of fitted
         self._cells: dict[int, list[Cell]] = {}  # shown index → its cells, for the rows drawn so far
         self._search: list[str] | None = None  # each row's text the filter looks in, built on the first filter
         self._follow: tuple[Callable[[Any], bool], Callable[[Any], bool]] | None = None  # see follow()
@@ -145,7 +153,12 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
     def subtitle(self) -> str:
         """The border's subtitle: how many rows, the filter, what Enter does."""
         counted = f"{len(self.shown)}/{len(self.rows)}" if self.filter_text else f"{len(self.rows)}"
-        return f"{counted} {self.NOUN}" + (f" · filter “{self.filter_text}”" if self.filter_text else "")
+        text = f"{counted} {self.NOUN}" + (f" · filter “{self.filter_text}”" if self.filter_text else "")
+        if self.wide:
+            text += " · wide (w: fit; shift+←/→ scroll)"
+        elif self.virtual_size.width > (self.scrollable_content_region.width or 10**6) or self.widths != self.natural:
+            text += " · w: wide"
+        return text
 
     # -- what callers read
     @property
@@ -169,7 +182,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         return [cell for cell, _ in self._row(index)]
 
     # -- data
-    def follow(self, wanted: Callable[[Any], bool], until: Callable[[Any], bool] = lambda row: True) -> None:
+    def follow_row(self, wanted: Callable[[Any], bool], until: Callable[[Any], bool] = lambda row: True) -> None:
         """Move the cursor to the first row `wanted` says yes to, now or in a later `set_rows` (a run that does not
         exist yet); keep following it until `until(row)` holds on it or the user moves the cursor."""
         self._follow = (wanted, until)
@@ -218,18 +231,42 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         """Natural widths from the rows (a sample of a long list), then widths that fit the screen."""
         n = len(self.shown)
         indices = range(n) if n <= 2 * WIDTH_SAMPLE else [*range(WIDTH_SAMPLE), *range(n - WIDTH_SAMPLE, n)]
-        natural = [len(c.name) for c in self.columns]
+        content = [0] * len(self.columns)
         for index in indices:
             for i, (cell, _) in enumerate(self._row(index)):
-                if len(cell) > natural[i]:
-                    natural[i] = min(len(cell), self.columns[i].max_width)
-        self.natural = natural
+                if len(cell) > content[i]:
+                    content[i] = min(len(cell), self.columns[i].max_width)
+        self.content_widths = content
+        self.natural = [max(len(c.name), w) for c, w in zip(self.columns, content, strict=True)]
         self._fit()
 
     def _fit(self) -> None:
+        """Widths that fit the screen: full headers when they do; else short headers, then the shrinkable columns
+        give up width. Wide (w): every column at its natural width, the table scrolls sideways."""
         room = self.scrollable_content_region.width or self.size.width or 200
-        self.widths = fit_widths(self.natural, self.columns, room)
+        fits = sum(self.natural) + GAP * len(self.natural) + 1 <= room
+        if self.wide or fits:
+            self.headers = [c.name for c in self.columns]
+            self.widths = list(self.natural)
+        else:
+            self.headers = [c.short or c.name for c in self.columns]
+            natural = [max(len(h), w) for h, w in zip(self.headers, self.content_widths, strict=True)]
+            self.widths = fit_widths(natural, self.columns, room)
         self.virtual_size = Size(sum(self.widths) + GAP * len(self.widths) + 1, len(self.shown) + 1)
+        self.border_subtitle = self.subtitle()
+
+    def action_toggle_wide(self) -> None:
+        """Wide: every column whole, ←/→ with shift (or < >) scroll sideways; narrow: the columns fit the screen."""
+        self.wide = not self.wide
+        self._fit()
+        if not self.wide:
+            self.scroll_to(x=0, animate=False, immediate=True)
+        self.refresh()
+
+    def action_sideways(self, direction: int) -> None:
+        """Scroll sideways by about a third of the screen."""
+        step = max(8, self.scrollable_content_region.width // 3)
+        self.scroll_to(x=max(0, self.scroll_offset.x + direction * step), animate=False, immediate=True)
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit()
@@ -247,7 +284,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         width = self.scrollable_content_region.width
         if y == 0:
             base = self.get_component_rich_style("line-table--header")
-            cells: list[Cell] = [(c.name, None) for c in self.columns]
+            cells: list[Cell] = [(h, None) for h in self.headers]
         else:
             index = scroll_y + y - 1
             if index >= len(self.shown):

@@ -10,10 +10,13 @@ from forgetui.tui.widgets.line_table import Cell, Column, LineTable
 # core's outcomes (and the statuses of rollouts not finished yet)
 OUTCOME_STYLES = {"passed": "green", "below_threshold": "yellow", "harness_failed": "red", "timeout": "yellow",
                   "infra_error": "magenta", "running": "cyan", "starting": "cyan", "verifying": "cyan", "pending": "dim"}
-WIDTHS = {"outcome": Column("outcome", 15), "task": Column("task", 40, shrink=True, min_width=8),
-          "sample": Column("sample", 6), "step": Column("step", 4), "reward": Column("reward", 6),
-          "calls": Column("calls", 5), "tokens": Column("tokens", 7), "duration": Column("duration", 8),
-          "attempt": Column("attempt", 7), "error": Column("error", 80, shrink=True, min_width=5)}
+# at 80 columns the counts take short headers and the error gives up its width before the task does: the task
+# name is what tells two rows apart
+WIDTHS = {"outcome": Column("outcome", 15), "task": Column("task", 40, shrink=True, min_width=16),
+          "sample": Column("sample", 6, short="#"), "step": Column("step", 4, short="st"),
+          "reward": Column("reward", 6, short="rew"), "calls": Column("calls", 5, short="cl"),
+          "tokens": Column("tokens", 7, short="tok"), "duration": Column("duration", 8, short="dur"),
+          "attempt": Column("attempt", 7, short="att"), "error": Column("error", 80, shrink=True, min_width=5)}
 
 
 class RolloutLines(LineTable):

@@ -14,8 +14,8 @@ STATUS_STYLES = {"running": "cyan", "done": "green", "failed": "bold red", "inte
                  "starting": "cyan", "refused": "bold red", "unreadable": "red", "ending": "cyan"}
 # the run column keeps a whole run id (date-time-suffix): its end is what tells two runs of a minute apart
 WIDTHS = {"run": Column("run", 24, shrink=True, min_width=20), "status": Column("status", 11),
-          "pass rate": Column("pass rate", 9), "reward": Column("reward", 6), "pass@k": Column("pass@k", 9),
-          "progress": Column("progress", 11), "step": Column("step", 7),
+          "pass rate": Column("pass rate", 9, short="pass"), "reward": Column("reward", 6, short="rew"),
+          "pass@k": Column("pass@k", 9), "progress": Column("progress", 11, short="done"), "step": Column("step", 7),
           "env": Column("env", 24, shrink=True, min_width=8), "harness": Column("harness", 20, shrink=True, min_width=8),
           "model": Column("model", 32, shrink=True, min_width=10), "created": Column("created", 16, shrink=True, min_width=10),
           "why": Column("why", 120, shrink=True, min_width=12)}
