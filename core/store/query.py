@@ -20,6 +20,7 @@ import orjson
 from core import paths
 from core.errors import StoreBusyError, StoreError
 from core.store.readonly import DEFAULT_MAX_ROWS, READER_SETTINGS, QueryCancel, QueryResult, execute_read_only
+from core.store.schema import SCHEMA_VERSION
 from core.store.sidecar import post_live, read_sidecar, sidecar_path
 
 __all__ = ["SHARDS_DIR", "format_result", "last_written", "latest_store", "run_query", "run_shards", "store_for_run"]
@@ -65,8 +66,6 @@ def run_query(
 def newer_schema(store_path: str | Path) -> str | None:
     """A warning when the store was written by a newer forgetui (its schema version is past this one's), else None:
     the proxy refuses to write such a store; a reader may read it, but columns and views may mean something else."""
-    from core.store.schema import SCHEMA_VERSION
-
     try:
         rows = run_query(store_path, "SELECT value FROM meta WHERE key = 'schema_version'").rows
     except StoreError:  # no meta table: not a store this check can say anything about

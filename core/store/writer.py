@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from core.errors import StoreError
+from core.paths import home
 from core.secrets import redact
 from core.store.behaviour import VIEW_NAMES
 from core.store.bodies import BodyDeltas
@@ -494,8 +495,6 @@ class Store:
     def _spill_held(self) -> None:
         """At close with rows still held (the disk never had space again): write them, one JSON object a line, under
         FORGETUI_HOME/held/ (another volume, as a rule), so closing loses nothing silently."""
-        from core.paths import home
-
         ops = self._take_held()
         target = home() / "held" / f"{self.path.name}.{os.getpid()}.{int(time.time())}.jsonl"
         try:
