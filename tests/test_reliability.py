@@ -78,6 +78,15 @@ def test_proxy_cli_on_a_json_store_is_a_message(tmp_path, caplog, monkeypatch):
     assert not Path(f"{notes}.wal").exists()
 
 
+def test_sql_on_a_file_that_is_not_a_store_is_a_clear_message(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"keep": "me"}')
+    caplog.set_level(logging.ERROR)
+    assert main(["sql", "SELECT 1", "--store", str(notes)]) == 2
+    assert "exists and is not a DuckDB database" in caplog.text
+
+
 # -- item 6: a scripted turn with a lone surrogate ------------------------------------------------------------
 
 

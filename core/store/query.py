@@ -19,6 +19,7 @@ import orjson
 
 from core import paths
 from core.errors import StoreBusyError, StoreError
+from core.store.filecheck import existing_store
 from core.store.readonly import DEFAULT_MAX_ROWS, READER_SETTINGS, QueryCancel, QueryResult, execute_read_only
 from core.store.schema import SCHEMA_VERSION
 from core.store.sidecar import post_live, read_sidecar, sidecar_path
@@ -43,7 +44,7 @@ def run_query(
             return post_live(info, sql, max_rows, timeout)
         except httpx.TransportError as exc:
             log.info("live endpoint %s of %s does not answer (%s); opening the file", info["url"], store_path, exc)
-    if not store_path.exists():
+    if not existing_store(store_path):
         raise StoreError(f"no store at {store_path}")
     try:
         con = duckdb.connect(str(store_path), read_only=True, config=dict(READER_SETTINGS))
