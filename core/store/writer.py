@@ -216,6 +216,7 @@ class Store:
         self._hold_limit = _hold_bytes_default() if hold_bytes is None else hold_bytes
         self._disk_error: str | None = None
         self._held_since: float | None = None
+        self._shown = (0, 0)  # (held rows, held bytes) as of the last attempt: what health() reports
         self._warned_at = 0.0
         self._closed = False
         self._close_lock = threading.Lock()
@@ -442,6 +443,12 @@ class Store:
             pass
 
     def _write_batch(self, cur: duckdb.DuckDBPyConnection, batch: list[_Op]) -> None:
+        try:
+            self._write_ops(cur, batch)
+        finally:  # what health() reports changes between attempts only, never while held rows are being retried
+            self._shown = (len(self._held), self._held_bytes)
+
+    def _write_ops(self, cur: duckdb.DuckDBPyConnection, batch: list[_Op]) -> None:
         if self._held:  # rows a full disk refused go first, so writes keep their order
             batch = self._take_held() + batch
         arm_wal(self.path)  # a checkpoint removed it: the next commit would create it with the umask's mode
@@ -469,7 +476,6 @@ class Store:
                 cur.execute("COMMIT")
                 self._deltas.commit()
                 self.commits += 1
-                self._disk_ok()
             except Exception as exc:
                 self._deltas.discard()
                 try:
@@ -479,11 +485,12 @@ class Store:
                 if disk_full(exc) or not self._dead(cur, op, exc):
                     self._hold(batch[i:], exc)  # this row and every later one, in order: retried when space returns
                     return
+        self._disk_ok()
 
     # ----------------------------------------------------------------- a full disk
     def _hold(self, ops: list[_Op], exc: BaseException) -> None:
         """Keep rows a full disk refused (never dropped; `health` reports them, the proxy refuses calls past the bound)."""
-        first = not self._held
+        first = self._disk_error is None
         for op in ops:
             self._held.append(op)
             self._held_bytes += _row_bytes(op.row)
@@ -518,7 +525,7 @@ class Store:
 
     def health(self) -> dict[str, Any]:
         """The store's state: ok; degraded (rows held for a full disk, retried); refusing (held rows past the bound)."""
-        held, held_bytes = len(self._held), self._held_bytes
+        held, held_bytes = self._shown
         if self._thread_error is not None:
             return {"state": "refusing", "held_rows": held, "held_bytes": held_bytes, "error": f"store writer thread died: {self._thread_error!r}"}
         if not held and self._disk_error is None:
