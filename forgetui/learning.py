@@ -39,7 +39,7 @@ HARNESSES = ("react", "mini-swe-agent", "pi")
 EVAL_SPLITS = ("eval-phrasing", "eval")
 FLOOR_SPLIT = "eval-phrasing"
 SELECT_SPLIT = "eval"  # the split that chooses among GRPO checkpoints (never FLOOR_SPLIT: that one only measures)
-STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family")  # a split result's fields an event carries
+STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family", "timeouts")  # a split result's fields an event carries
 MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # Each harness's options for these runs: a cap on model calls where the harness has one (the teacher needs two:
 # the command, then the final answer or submit; a model that flails costs no more than that), and a completion
@@ -154,9 +154,10 @@ def task_results(store: str) -> dict[str, dict[str, Any]]:
         outcome = outcome_of(status, passed)
         if outcome is None or outcome == Outcome.INFRA_ERROR:
             continue
-        t = out.setdefault(task_id, {"family": family or "?", "passed": 0, "scored": 0, "reward": 0.0})
+        t = out.setdefault(task_id, {"family": family or "?", "passed": 0, "scored": 0, "reward": 0.0, "timeouts": 0})
         t["scored"] += 1
         t["passed"] += outcome == Outcome.PASSED
+        t["timeouts"] += outcome == Outcome.TIMEOUT  # scored as a fail: on a busy machine, load shows up here
         t["reward"] += float(reward or 0.0)
     return out
 
@@ -174,6 +175,7 @@ def split_result(per_task: dict[str, dict[str, Any]], run_id: str) -> dict[str, 
     return {"pass_rate": passed / scored if scored else 0.0, "ci": [lo, hi], "passed": passed, "scored": scored,
             "tasks": len(per_task), "mean_reward": sum(t["reward"] for t in per_task.values()) / scored if scored else 0.0,
             "by_family": {f: tuple(c) for f, c in by_family.items()}, "run_id": run_id,
+            "timeouts": sum(t.get("timeouts", 0) for t in per_task.values()),
             "per_task": {k: [t["passed"], t["scored"]] for k, t in sorted(per_task.items())}}
 
 

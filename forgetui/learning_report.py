@@ -61,8 +61,9 @@ def split_line(stage: str, split: str, r: dict[str, Any]) -> str:
     """One line for a stage's result on one eval split: pass rate, interval, tasks, per family."""
     families = " ".join(f"{f} {p}/{n}" for f, (p, n) in sorted(r["by_family"].items()))
     lo, hi = r["ci"]
+    timeouts = f", {r['timeouts']} timed out" if r.get("timeouts") else ""  # scored as fails: a busy machine's share
     return (f"  {stage} · {split}: pass {r['passed']}/{r['scored']} = {r['pass_rate']:.3f} [{lo:.3f}, {hi:.3f}] "
-            f"({r['tasks']} tasks), mean reward {r['mean_reward']:.3f}  [{families}]")
+            f"({r['tasks']} tasks{timeouts}), mean reward {r['mean_reward']:.3f}  [{families}]")
 
 
 def table(results: dict[str, dict[str, Any]], splits: list[str]) -> str:

@@ -202,3 +202,14 @@ def test_an_entropy_bonus_keeps_the_policy_broader_and_a_kl_term_holds_it_near_i
     assert 0 < second["held"]["kl"]
     config = grpo_config(Plan(grpo_entropy_coef=0.5, grpo_kl_coef=1.0), "/ck/sft")
     assert (config.train.entropy_coef, config.train.kl_coef) == (0.5, 1.0)
+
+
+def test_timed_out_rollouts_are_counted_in_a_stages_result_and_its_line() -> None:
+    from forgetui.learning_report import split_line
+
+    per_task = {"t0": {"family": "rename", "passed": 1, "scored": 4, "reward": 1.0, "timeouts": 3},
+                "t1": {"family": "rename", "passed": 4, "scored": 4, "reward": 4.0, "timeouts": 0}}
+    r = split_result(per_task, "r")
+    assert (r["passed"], r["scored"], r["timeouts"]) == (5, 8, 3)  # a timeout is a scored fail, and counted
+    assert "(2 tasks, 3 timed out)" in split_line("sft", "eval-phrasing", r)
+    assert "timed out" not in split_line("sft", "eval-phrasing", split_result({"t1": per_task["t1"]}, "r"))

@@ -42,7 +42,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(home: Path) -> None:
     log = EventLog(home / "learning" / "20261205-193000-react.jsonl")
     log({"event": "start", "harness": "react", "model": "smollm2-135m", "seed": 7, "splits": ["eval-phrasing"]})
-    log(stage("base", 0.0, 0, 0.0, 0.0))
+    log({**stage("base", 0.0, 0, 0.0, 0.0), "timeouts": 32})
     log({"event": "phase", "phase": "teacher", "state": "running"})
     app = ForgetuiApp(home, refresh_s=60, stores_refresh_s=60)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -53,7 +53,7 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
         screen.poll_s = 0.05
         stages, steps = screen.query_one("#learning-stages", DataTable), screen.query_one("#learning-steps", DataTable)
         await until(pilot, lambda: stages.row_count == 1, "the base stage")
-        assert stages.get_row_at(0) == ["base", "eval-phrasing", "0.000", "[0.00, 0.00]", "0/100", "120"]
+        assert stages.get_row_at(0) == ["base", "eval-phrasing", "0.000", "[0.00, 0.00]", "0/100", "32", "120"]  # 32 timed out
         title, status = screen.query_one("#learning-title", Static), screen.query_one("#learning-status", Static)
         assert "react" in text_of(title) and "seed 7" in text_of(title) and "running teacher" in text_of(status)
 
@@ -65,7 +65,7 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
                  "informative_groups": 6, "extra_batches": 1, "rollout_s": 56.0, "update_s": 28.0})
         await screen.run_action("reload")  # polled every second anyway; reload reads the log from its start
         await until(pilot, lambda: steps.row_count == 2 and stages.row_count == 3, "the teacher, SFT's eval and two GRPO steps")
-        assert stages.get_row_at(1) == ["teacher", "train", "", "", "", "30"] and stages.get_row_at(2)[:3] == ["sft", "eval-phrasing", "0.460"]
+        assert stages.get_row_at(1) == ["teacher", "train", "", "", "", "", "30"] and stages.get_row_at(2)[:3] == ["sft", "eval-phrasing", "0.460"]
         assert steps.get_row_at(1) == ["1", "0.550", "24/32", "6/8", "1", "84"]
         log({"event": "phase", "phase": "GRPO", "state": "done", "seconds": 1024.0})
         log(stage("grpo", 0.62, 62, 0.47, 0.76))
@@ -75,7 +75,7 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
         screen.poll()
         await pilot.pause()
         assert stages.row_count == 5 and stages.get_row_at(4)[:4] == ["grpo", "eval-phrasing", "0.620", "[0.47, 0.76]"]
-        assert stages.get_row_at(3) == ["GRPO", "train", "", "", "", "1024"]
+        assert stages.get_row_at(3) == ["GRPO", "train", "", "", "", "", "1024"]
         line = text_of(status)
         assert line.startswith("done in 26.3 min") and "grpo − sft +0.16 [+0.04, +0.29]" in line
         for widget in (title, stages, steps, status):  # everything on an 80×24 terminal

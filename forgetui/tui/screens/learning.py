@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Static
 from forgetui.learning_events import LearningState, logs, read_new
 from forgetui.tui.widgets.key_footer import KeyFooter
 
-STAGE_COLUMNS = ("stage", "split", "pass", "95% CI", "n", "s")
+STAGE_COLUMNS = ("stage", "split", "pass", "95% CI", "n", "timed out", "s")
 STEP_COLUMNS = ("step", "reward", "trained", "signal", "refills", "s")
 
 
@@ -30,7 +30,7 @@ def stage_row(event: dict[str, Any]) -> tuple[str, ...]:
     lo, hi = event.get("ci") or (0.0, 0.0)
     seconds = event.get("seconds")
     return (str(event.get("stage", "?")), str(event.get("split", "?")), f"{float(event.get('pass_rate', 0.0)):.3f}",
-            f"[{lo:.2f}, {hi:.2f}]", f"{event.get('passed', '?')}/{event.get('scored', '?')}",
+            f"[{lo:.2f}, {hi:.2f}]", f"{event.get('passed', '?')}/{event.get('scored', '?')}", str(event.get("timeouts") or ""),
             "" if seconds is None else f"{float(seconds):.0f}")
 
 
@@ -42,7 +42,7 @@ def is_training_phase_done(event: dict[str, Any]) -> bool:
 def phase_row(event: dict[str, Any]) -> tuple[str, ...]:
     """A finished training stage as a row: its name and seconds, on the train split, no pass rate of its own."""
     seconds = event.get("seconds")
-    return (str(event.get("phase", "?")), "train", "", "", "", "" if seconds is None else f"{float(seconds):.0f}")
+    return (str(event.get("phase", "?")), "train", "", "", "", "", "" if seconds is None else f"{float(seconds):.0f}")
 
 
 def step_row(event: dict[str, Any]) -> tuple[str, ...]:
