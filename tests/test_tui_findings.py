@@ -13,18 +13,21 @@ from textual_plotext import PlotextPlot
 
 from core.models.resolve import load_tokenizer, resolve_model
 from core.models.tiny import ensure_tiny_model
+from core.store.writer import Store
 from forgetui.tui.app import ForgetuiApp
+from forgetui.tui.progress import CallRate, RunProgress
 from forgetui.tui.screens.compare_screen import CompareScreen
 from forgetui.tui.screens.new_run import NewRunScreen
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.source import RunSource
+from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import MIN_PLOT_ROWS, TrainCurves
-from tests.tui_stores import build_run
+from tests.tui_stores import T0, build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
 SIZES = [(80, 24), (160, 48)]
@@ -242,3 +245,76 @@ async def test_calls_table_headers_are_the_sql_columns(home: Path) -> None:
                                                       "WHERE table_name = 'calls'").rows}
         headers = [h for h in table.headers if h != "rollout"]  # the rollout id, its run's prefix cut
         assert set(headers) <= sql_columns, set(headers) - sql_columns
+
+
+# ---------------------------------------------------------------- 8. headers that read right
+def test_calls_per_second_over_batched_commits() -> None:
+    """The store commits calls in batches: two polls a second apart often see one count. The rate is taken over
+    the recent window, so a run whose calls climb never reads 0.00 calls/s between two batches."""
+    rate = CallRate(window_s=30.0)
+    assert rate.add(0.0, 100) is None  # a resumed run: 100 calls from before, no rate yet
+    assert rate.add(1.0, 100) == 0.0
+    assert rate.add(2.0, 130) == pytest.approx(15.0)
+    assert rate.add(3.0, 130) == pytest.approx(10.0)  # the same count as a second ago: still calls climbing
+    progress = RunProgress()
+    for t, n in ((0.0, 100), (1.0, 100), (2.0, 130), (3.0, 130)):
+        progress.apply_calls(n, t)
+    assert progress.calls_per_s == pytest.approx(10.0) and progress.n_calls == 130
+    assert rate.add(100.0, 190) == pytest.approx(60 / 97)  # older counts leave the window (the last before it stays)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_rollout_whose_harness_failed_but_passed_says_both(home: Path, size: tuple[int, int]) -> None:
+    build_run(home, "mixed", tasks=5, samples=2)  # task-4/0: status failed, passed True (tests/tui_stores.py)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(RunSource(home / "runs" / "mixed"), refresh_s=3600))
+        lines = app.screen.query_one(RolloutLines)
+        await until(pilot, lambda: lines.row_count == 10, "the rollouts")
+        row = next(r for r in lines.rows if r.status == "failed" and r.passed)
+        index = lines.shown.index(row)
+        assert lines.row_cells(index)[0] == "passed (h.fail)"
+        await pilot.pause()
+        assert "passed (h.fail)" in lines.render_line(index + 1 - int(lines.scroll_offset.y)).text
+        lines.cursor = index
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the rollout")
+        verifier = app.screen.query_one("#verifier", Static)
+        await until(pilot, lambda: "passed:" in verifier.content.plain, "the verifier tab")
+        assert "the verifier passed the workspace, though the harness failed" in verifier.content.plain
+        assert "status failed · passed True" not in verifier.content.plain
+
+
+async def test_a_cancelled_call_header_names_no_none(home: Path) -> None:
+    path = home / "runs" / "cancelled" / "store.duckdb"
+    with Store.open(path) as store:
+        store.insert_run("cancelled", {}, status="interrupted")
+        store.upsert_rollout({"rollout_id": "cancelled/t/0", "run_id": "cancelled", "task_id": "t", "status": "running"})
+        store.record_call({"call_id": "c0", "rollout_id": "cancelled/t/0", "seq": 0, "api": "chat", "model": "m",
+                           "request": {"messages": [{"role": "user", "content": "hi"}]}, "status": "cancelled",
+                           "error": "the run was cancelled", "started_at": T0})
+        store.flush()
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.home_screen.in_focus is not None, "the run in focus")
+        await pilot.press("2")
+        header = app.query_one(CallInspector).query_one("#call-header", Static)
+        await until(pilot, lambda: "c0" in header.content.plain, "the call's header")
+        assert "None" not in header.content.plain and "no tokens recorded" in header.content.plain
+
+
+async def test_a_refresh_that_fails_keeps_the_run_header(home: Path) -> None:
+    build_run(home, "steady", tasks=1, samples=2)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(RunSource(home / "runs" / "steady"), refresh_s=3600))
+        screen = app.screen
+        summary = screen.query_one("#run-summary-text", Static)
+        await until(pilot, lambda: screen.detail is not None, "the run")
+        screen.post_message(RunScreen.Failed("run", 'IO Error: Could not set lock on file "/x/store.duckdb": '
+                                                    "Conflicting lock is held in /usr/bin/python3 (PID 1)"))
+        await until(pilot, lambda: "refresh failed" in summary.content.plain, "the note")
+        assert summary.content.plain.startswith("steady")  # the header stays
+        assert "locked by its writer" in summary.content.plain and "Could not set lock" not in summary.content.plain

@@ -3,6 +3,7 @@ and polls of its store; `now` is any monotonic clock."""
 
 from __future__ import annotations
 
+import collections
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +26,28 @@ class LiveState(StrEnum):
 ACTIVE = frozenset({LiveState.STARTING, LiveState.RUNNING})
 
 
+RATE_WINDOW_S = 30.0  # calls/s over this much of the recent past: the store commits calls in batches
+
+
+class CallRate:
+    """Calls/s from successive counts of a run's calls, over the last RATE_WINDOW_S: two polls a second apart
+    may see the same count while calls are written in batches (between polls: 0.00 calls/s while they climb)."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.seen: collections.deque[tuple[float, int]] = collections.deque()
+
+    def add(self, now: float, n_calls: int) -> float | None:
+        """Record a count; the rate over the window (None until two counts a moment apart)."""
+        if self.seen and n_calls < self.seen[-1][1]:  # fewer calls (another store, a reset): start over
+            self.seen.clear()
+        self.seen.append((now, n_calls))
+        while len(self.seen) > 2 and now - self.seen[1][0] >= self.window_s:
+            self.seen.popleft()
+        (t0, n0), (t1, n1) = self.seen[0], self.seen[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+
+
 class RunProgress:
     """The live dashboard's numbers: rows by rollout, rewards in finish order, calls/s."""
 
@@ -38,7 +61,7 @@ class RunProgress:
         self.started: float | None = None
         self.n_calls: int | None = None
         self.calls_per_s: float | None = None
-        self._calls_seen: tuple[float, int] | None = None
+        self._rate = CallRate()
         self._counted: set[str] = set()
 
     def start(self, run_id: str, store: Path, total: int, now: float) -> None:
@@ -70,10 +93,8 @@ class RunProgress:
         self.total = max(self.total, len(self.rows))
 
     def apply_calls(self, n_calls: int, now: float) -> None:
-        """A fresh count of the run's calls: calls/s over the interval since the previous count."""
-        if self._calls_seen is not None and now > self._calls_seen[0]:
-            self.calls_per_s = max(0, n_calls - self._calls_seen[1]) / (now - self._calls_seen[0])
-        self._calls_seen = (now, n_calls)
+        """A fresh count of the run's calls: calls/s over the last RATE_WINDOW_S."""
+        self.calls_per_s = self._rate.add(now, n_calls)
         self.n_calls = n_calls
 
     def tally(self) -> Tally:

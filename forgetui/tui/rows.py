@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.status import TERMINAL_VALUES, outcome_of
+from core.status import TERMINAL_VALUES, Outcome, Status, outcome_of
 
 if TYPE_CHECKING:
     from forgetui.tui.launcher import LaunchRecord
@@ -56,11 +56,28 @@ def rollout_label(rollout_id: str | None, n: int = 32) -> str:
     return label if len(label) <= n else "…" + label[-(n - 1):]
 
 
+PASSED_HARNESS_FAILED = "passed (h.fail)"  # 15 cells: the outcome column's width
+
+
 def shown_outcome(status: str, passed: bool | None) -> str:
     """What a rollout's outcome column says: core's outcome once it finished (passed, below_threshold,
-    harness_failed, timeout, infra_error), its status before (pending, running, ...)."""
+    harness_failed, timeout, infra_error), its status before (pending, running, ...); a rollout whose harness
+    failed but whose workspace the verifier passed counts as passed (as in pass@k) and says both."""
     outcome = outcome_of(status, passed)
+    if outcome == Outcome.PASSED and status == Status.FAILED:
+        return PASSED_HARNESS_FAILED
     return str(outcome) if outcome is not None else status
+
+
+def outcome_sentence(status: str, passed: bool | None) -> str:
+    """The outcome in words, for a rollout's own screen."""
+    outcome = outcome_of(status, passed)
+    if outcome == Outcome.PASSED and status == Status.FAILED:
+        return "passed: the verifier passed the workspace, though the harness failed (exit non-zero)"
+    return {Outcome.PASSED: "passed", Outcome.BELOW_THRESHOLD: "below threshold: the harness finished, the score is under the task's threshold",
+            Outcome.HARNESS_FAILED: "harness failed, and the workspace did not pass",
+            Outcome.TIMEOUT: "timeout: the rollout hit its wall clock (reward 0)",
+            Outcome.INFRA_ERROR: "infra error: image, sandbox or exec failure (not a score)"}.get(outcome, status)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- the Runs list

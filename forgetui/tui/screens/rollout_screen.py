@@ -19,7 +19,7 @@ from core.errors import ForgetuiError
 from forgetui.tui import heap
 from forgetui.tui.closing import dropped_once_closed
 from forgetui.tui.conversation import request_turns, response_turns, tools_offered
-from forgetui.tui.rows import RolloutDetail, fmt
+from forgetui.tui.rows import RolloutDetail, fmt, outcome_sentence
 from forgetui.tui.source import RunSource, parse_json
 from forgetui.tui.widgets.call_inspector import heading, turns_text
 from forgetui.tui.widgets.call_json import CallJson
@@ -38,7 +38,7 @@ def conversation_text(calls: list[dict[str, Any]], limit: int | None = None) -> 
     for n, call in enumerate(calls):
         request, response = parse_json(call.get("request")), parse_json(call.get("response"))
         turns = request_turns(str(call.get("api") or "chat"), request)
-        flags = f"{call.get('api')} · {call.get('status')} · branch {call.get('branch')}"
+        flags = f"{call.get('api')} · {call.get('status')}" + (f" · branch {call['branch']}" if call.get("branch") is not None else "")
         if call.get("extends_parent") is False and n:
             flags += " · NEW BRANCH (history rewritten)"
         text.append_text(heading(f"call {n + 1}/{len(calls)}  ({flags})"))
@@ -70,8 +70,9 @@ def verifier_text(d: RolloutDetail) -> Text:
     r = d.rollout
     text = Text()
     text.append(f"{r.get('rollout_id')}\n", style="bold cyan")
-    text.append(f"status {r.get('status')} · reward {fmt(r.get('reward'), '.3g')} · passed {r.get('passed')} · "
-                f"attempt {r.get('attempt')} · step {r.get('step')}\n")
+    text.append(f"{outcome_sentence(str(r.get('status') or ''), r.get('passed'))}\n", style="bold")
+    text.append(f"reward {fmt(r.get('reward'), '.3g')} · attempt {r.get('attempt')} · step {r.get('step')} · "
+                f"stored status {r.get('status')}, passed {r.get('passed')}\n", style="dim")
     if r.get("error"):
         text.append(f"{r['error']}\n", style="bold red")
     meta = r.get("meta") if isinstance(r.get("meta"), dict) else {}

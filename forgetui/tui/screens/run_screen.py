@@ -23,8 +23,8 @@ from core.registry import model_shown_for
 from core.status import Tally
 from forgetui.tui import heap, launcher
 from forgetui.tui.closing import dropped_once_closed
-from forgetui.tui.progress import ACTIVE
-from forgetui.tui.rows import RunDetail, fmt
+from forgetui.tui.progress import ACTIVE, CallRate
+from forgetui.tui.rows import RunDetail, fmt, one_line
 from forgetui.tui.screens.confirm import Confirm
 from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.source import RunSource
@@ -74,6 +74,13 @@ def summary_text(d: RunDetail, calls_per_s: float | None) -> Text:
     for err in d.errors[-2:]:
         text.append(f"\n! {err[:200]}", style="red")
     return text
+
+
+def refresh_error(error: str) -> str:
+    """A failed refresh in a line: DuckDB's lock error (its writer holds the file) in words."""
+    if "Could not set lock" in error or "Conflicting lock" in error:
+        return "the store is locked by its writer for a moment"
+    return one_line(error, 160)
 
 
 class RunScreen(Screen):
@@ -126,7 +133,7 @@ class RunScreen(Screen):
         self.run_id = run_id or source.run_id
         self.refresh_s = refresh_s
         self.detail: RunDetail | None = None
-        self._calls_seen: tuple[float, int] | None = None
+        self._rate = CallRate()
         self._calls_per_s: float | None = None
         self.live = False  # a process writes the run now: x stops it
 
@@ -252,10 +259,7 @@ class RunScreen(Screen):
         if message.live != self.live:
             self.live = message.live
             self.refresh_bindings()
-        now = time.monotonic()
-        if self._calls_seen is not None and now > self._calls_seen[0]:
-            self._calls_per_s = max(0, d.n_calls - self._calls_seen[1]) / (now - self._calls_seen[0])
-        self._calls_seen = (now, d.n_calls)
+        self._calls_per_s = self._rate.add(time.monotonic(), d.n_calls)
         self.query_one("#run-summary-text", Static).update(
             summary_text(d, self._calls_per_s if d.status == "running" else None))
         self.query_one(PassTable).show_report(d.report)
@@ -287,5 +291,11 @@ class RunScreen(Screen):
     def _failed(self, message: Failed) -> None:
         if message.what == "behaviour":  # the run itself loaded: say it on the table, keep the summary
             self._on_widget(BehaviourTable, lambda table: setattr(table, "border_subtitle", message.error[:200]))
+            return
+        if self.detail is not None:  # a refresh failed (a store busy a moment, as a resumed run reopens it): keep
+            # what was shown, say it under it; the next refresh retries
+            shown = summary_text(self.detail, self._calls_per_s if self.detail.status == "running" else None)
+            shown.append(f"\n(refresh failed, retrying: {refresh_error(message.error)})", style="dim")
+            self.query_one("#run-summary-text", Static).update(shown)
             return
         self.query_one("#run-summary-text", Static).update(Text(message.error, style="bold red"))

@@ -64,9 +64,15 @@ def header_text(d: CallDetail) -> Text:
         text.append(f"  finish={d.finish_reason}")
     if d.latency_ms is not None:
         text.append(f"  {d.latency_ms:.0f} ms")
-    text.append(f"\nrollout {d.rollout_id}  branch {d.branch}  extends_parent {d.extends_parent}"
-                f"  prefix_tokens {d.prefix_tokens}  prompt {len(d.prompt_token_ids)} tokens"
-                f"  completion {len(d.completion_token_ids)} tokens", style="dim")
+    # a call cancelled before the policy answered has no branch, parent or tokens: say what it has, not "None"
+    parts = [f"rollout {d.rollout_id}"]
+    parts += [f"{name} {value}" for name, value in (("branch", d.branch), ("extends_parent", d.extends_parent),
+                                                    ("prefix_tokens", d.prefix_tokens)) if value is not None]
+    if d.prompt_token_ids or d.completion_token_ids:
+        parts += [f"prompt {len(d.prompt_token_ids)} tokens", f"completion {len(d.completion_token_ids)} tokens"]
+    else:
+        parts.append("no tokens recorded")
+    text.append("\n" + "  ".join(parts), style="dim")
     if d.error:
         text.append(f"\n{d.error}", style="bold red")
     return text

@@ -8,7 +8,7 @@ from forgetui.tui.rows import ROLLOUT_COLUMNS, RolloutRow
 from forgetui.tui.widgets.line_table import Cell, Column, LineTable
 
 # core's outcomes (and the statuses of rollouts not finished yet)
-OUTCOME_STYLES = {"passed": "green", "below_threshold": "yellow", "harness_failed": "red", "timeout": "yellow",
+OUTCOME_STYLES = {"passed": "green", "passed (h.fail)": "yellow", "below_threshold": "yellow", "harness_failed": "red", "timeout": "yellow",
                   "infra_error": "magenta", "running": "cyan", "starting": "cyan", "verifying": "cyan", "pending": "dim"}
 # at 80 columns the counts take short headers and the error gives up its width before the task does: the task
 # name is what tells two rows apart
