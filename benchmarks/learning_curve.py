@@ -49,6 +49,9 @@ def parse_args() -> argparse.Namespace:
                         "which the flags below override field by field")
     parser.add_argument("--split", default="both", choices=["eval-phrasing", "eval", "both"], help="held-out split(s) to evaluate on")
     parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m; `tiny` to try the pipeline)")
+    parser.add_argument("--sampler", default=None, choices=["builtin", "vllm"], help="where the stages sample: the built-in backend "
+                        "(default) or a vLLM server each run starts (`make vllm`; GRPO's full-parameter updates reach it by reload)")
+    parser.add_argument("--vllm-options", default=None, help="the vLLM server's spec options (default max_model_len=8192&kv_cache=4)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
     parser.add_argument("--reuse", type=Path, default=None, help="an earlier learning_curve.json of the same plan up to SFT: "
                         "its base and SFT stages and SFT checkpoint stand in for running them (GRPO variants)")
@@ -75,6 +78,10 @@ def make_plan(args: argparse.Namespace, harness: str):
         apply_recipe(plan, args.recipe)
     if args.model:
         plan.model = args.model
+    if getattr(args, "sampler", None):
+        plan.sampler = args.sampler
+    if getattr(args, "vllm_options", None) is not None:
+        plan.vllm_options = args.vllm_options
     for name in TUNABLE:
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))

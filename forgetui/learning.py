@@ -37,6 +37,7 @@ from forgetui.learning_report import paired_gain, pass_interval, plot, split_lin
 SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
 HARNESSES = ("react", "mini-swe-agent", "pi")
 EVAL_SPLITS = ("eval-phrasing", "eval")
+SAMPLERS = ("builtin", "vllm")
 FLOOR_SPLIT = "eval-phrasing"
 SELECT_SPLIT = "eval"  # the split that chooses among GRPO checkpoints (never FLOOR_SPLIT: that one only measures)
 STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family", "timeouts")  # a split result's fields an event carries
@@ -86,6 +87,11 @@ class Plan:
     # CPU a decode step reads every weight whatever its rows, so wider steps are nearly free: concurrency 32 evaluates
     # 100 base rollouts in 124 s against 177 s at 8 (react, SmolLM2-135M, 2 cores; benchmarks/README.md).
     max_batch: int | None = None
+    # where the runs that sample do it: "builtin" (the in-process backend) or "vllm" (a vLLM server each run starts for its
+    # model, `make vllm`; GRPO's full-parameter updates reach it by an in-place reload, core/train/vllm_sync.py). SFT
+    # trains in-process either way.
+    sampler: str = "builtin"
+    vllm_options: str = "max_model_len=8192&kv_cache=4"  # the managed server's spec options (kv_cache: GiB; 4 holds 32 react rollouts)
     timeout_s: int = 600
     train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split
     eval_tasks: list[str] | None = None  # likewise for the eval runs
@@ -118,8 +124,13 @@ DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft
             train_tasks=["hello"], eval_tasks=["hello"], teacher_samples=2, teacher_mistakes=True, runtime="auto")
 
 
-def policy(plan: Plan, model: str) -> str:
-    """The built-in backend spec serving `model` (a built-in name or a checkpoint folder) in this plan's runs."""
+def policy(plan: Plan, model: str, *, sampling: bool = True) -> str:
+    """The backend spec serving `model` (a built-in name or a checkpoint folder) in this plan's runs: the built-in backend, or
+    with `plan.sampler = "vllm"` a vLLM server the run starts for it (`sampling=False`: a run that only trains, SFT)."""
+    if plan.sampler not in SAMPLERS:
+        raise ValueError(f"sampler {plan.sampler!r}: one of {', '.join(SAMPLERS)}")
+    if sampling and plan.sampler == "vllm":
+        return f"vllm:{model}?{plan.vllm_options}" if plan.vllm_options else f"vllm:{model}"
     rows = plan.max_batch if plan.max_batch is not None else max(plan.concurrency, DEFAULT_MAX_BATCH)
     return f"builtin:{model}" if rows == DEFAULT_MAX_BATCH else f"builtin:{model}?max_batch={rows}"
 
@@ -285,7 +296,7 @@ def teach(plan: Plan, out: Path, report: Report = print) -> list[str]:
 
 def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
     """Fine-tune the model on the teacher's passing rollouts (all of them with `teacher_mistakes`); returns the checkpoint folder."""
-    config = base_config(plan, policy(plan, plan.model), "train", plan.train_n, plan.train_tasks)
+    config = base_config(plan, policy(plan, plan.model, sampling=False), "train", plan.train_n, plan.train_tasks)
     config.train.trainer = "sft"
     config.train.steps = 1
     config.train.from_runs = list(teacher_runs)
