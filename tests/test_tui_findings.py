@@ -4,6 +4,7 @@ run, failure reasons, narrow tables, confirm dialogs, headers and the keys users
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -318,3 +319,75 @@ async def test_a_refresh_that_fails_keeps_the_run_header(home: Path) -> None:
         await until(pilot, lambda: "refresh failed" in summary.content.plain, "the note")
         assert summary.content.plain.startswith("steady")  # the header stays
         assert "locked by its writer" in summary.content.plain and "Could not set lock" not in summary.content.plain
+
+
+# ---------------------------------------------------------------- 9. what users of k9s, lazygit and Harlequin expect
+async def test_esc_in_the_table_clears_its_filter(home: Path) -> None:
+    for run_id in ("eval-a", "train-b"):
+        build_run(home, run_id, tasks=1, samples=1)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.row_count == 2, "the runs")
+        await pilot.press("slash", "e", "v", "a", "l", "enter")  # Enter: back in the table, the filter kept
+        await until(pilot, lambda: runs.row_count == 1 and runs.has_focus, "filtered, focus in the table")
+        await pilot.press("escape")
+        await until(pilot, lambda: runs.row_count == 2, "the filter cleared")
+        bar = app.query_one("#tab-runs").query_one("FilterBar")
+        assert bar.value == "" and bar.size.height == 0 and runs.has_focus and app.screen is app.home_screen
+        # on the Run screen: the first Esc clears the filter, the next goes back
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        lines = app.screen.query_one(RolloutLines)
+        await until(pilot, lambda: lines.row_count == 1, "its rollout")
+        await pilot.press("slash", "z", "z", "z", "enter")
+        await until(pilot, lambda: lines.row_count == 0 and lines.has_focus, "filtered to nothing")
+        await pilot.press("escape")
+        await until(pilot, lambda: lines.row_count == 1, "cleared")
+        assert isinstance(app.screen, RunScreen)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.home_screen, "back home")
+
+
+async def test_follow_does_not_stick_across_runs(home: Path) -> None:
+    for run_id in ("run-a", "run-b"):
+        build_run(home, run_id, tasks=1, samples=1)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        runs = app.query_one(RunsTable)
+        await until(pilot, lambda: runs.row_count == 2, "the runs")
+        await pilot.press("2")
+        calls = app.query_one(CallsTable)
+        await until(pilot, lambda: calls.row_count == 3, "the calls")
+        await pilot.press("f")
+        assert calls.follow and "following" in calls.border_subtitle
+        await pilot.press("1", "down", "2")  # another run in focus
+        await until(pilot, lambda: calls.row_count == 3 and app.home_screen.in_focus[1] == runs.selected.run_id,
+                    "the other run's calls")
+        assert not calls.follow and "following" not in calls.border_subtitle
+        assert calls.cursor == 0  # its first call, not its newest
+
+
+async def test_help_describes_the_token_view_keys(home: Path, tokenizer) -> None:
+    build_run(home, "tokens", tasks=1, samples=1, tokenizer=tokenizer)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RolloutScreen(RunSource(home / "runs" / "tokens"), "tokens/task-0/0"))
+        view = app.screen.query_one(TokenView)
+        await until(pilot, lambda: view.sample is not None, "the sample")
+        await pilot.press("right")  # the Tokens tab
+        await pilot.pause()
+        assert view.has_focus
+        await pilot.press("question_mark")
+        await until(pilot, lambda: app.screen.query("HelpPanel"), "the keys panel")
+        await pilot.pause(0.3)
+        panel = app.screen.query_one("HelpPanel")
+        from rich.console import Console
+        console = Console(record=True, width=120, file=io.StringIO())
+        for table in panel.query("BindingsTable"):
+            console.print(table.render())
+        shown = console.export_text()
+        for words in ("Next token", "Previous token", "20 tokens on", "200 tokens back", "First token", "Last token",
+                      "Next sampled"):
+            assert words in shown, words

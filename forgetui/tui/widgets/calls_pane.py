@@ -67,7 +67,9 @@ class CallsPane(Vertical):
         self.source, self.shown = source, shown
         if changed:
             self._stamp, self.call_id = None, None
-            self.query_one(CallsTable).set_rows([])
+            table = self.query_one(CallsTable)
+            table.follow = False  # follow (f) is about one live run: another run starts at its first call
+            table.set_rows([])
             self.query_one(CallInspector).show_message("select a call")
             self.query_one(CallsTable).border_title = f"Calls of {source.run_id}" if source else "Calls"
         if shown and source is not None and (changed or self._stamp is None):

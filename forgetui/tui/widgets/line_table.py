@@ -87,6 +87,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         """Enter (or a click on the cursor's row) on `row`."""
 
     BINDINGS: ClassVar[list[Any]] = [
+        Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("w", "toggle_wide", "Wide/narrow", show=False),
         Binding("shift+right,greater_than_sign", "sideways(1)", "Scroll right", show=False),
         Binding("shift+left,less_than_sign", "sideways(-1)", "Scroll left", show=False),
@@ -254,6 +255,18 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
             self.widths = fit_widths(natural, self.columns, room)
         self.virtual_size = Size(sum(self.widths) + GAP * len(self.widths) + 1, len(self.shown) + 1)
         self.border_subtitle = self.subtitle()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_filter":
+            return bool(self.filter_text)  # no filter: Esc goes on to the screen (back, or nothing)
+        return True
+
+    def action_clear_filter(self) -> None:
+        """Esc in the table (focus moved down from the `/` box): the filter goes, and its box empties and hides."""
+        for bar in self.screen.query("FilterBar"):  # by name: filter_bar imports this module
+            if getattr(bar, "table_id", None) == self.id:
+                bar.action_clear()
+        self.set_filter("")
 
     def action_toggle_wide(self) -> None:
         """Wide: every column whole, ←/→ with shift (or < >) scroll sideways; narrow: the columns fit the screen."""

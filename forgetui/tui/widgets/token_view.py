@@ -115,15 +115,15 @@ class TokenView(Vertical, can_focus=True):
     BORDER_TITLE = "Tokens"
     BINDINGS = [
         Binding("right,l", "move(1)", "Next token", show=False),
-        Binding("left,h", "move(-1)", "Prev token", show=False),
-        Binding("down,j", "move(20)", show=False),
-        Binding("up,k", "move(-20)", show=False),
-        Binding("pagedown", "move(200)", show=False),
-        Binding("pageup", "move(-200)", show=False),
-        Binding("home", "jump(0)", show=False),
-        Binding("end", "jump(-1)", show=False),
-        Binding("n", "next_sampled(1)", "Next sampled"),
-        Binding("p", "next_sampled(-1)", "Prev sampled"),
+        Binding("left,h", "move(-1)", "Previous token", show=False),
+        Binding("down,j", "move(20)", "20 tokens on", show=False),
+        Binding("up,k", "move(-20)", "20 tokens back", show=False),
+        Binding("pagedown", "move(200)", "200 tokens on", show=False),
+        Binding("pageup", "move(-200)", "200 tokens back", show=False),
+        Binding("home", "jump(0)", "First token", show=False),
+        Binding("end", "jump(-1)", "Last token", show=False),
+        Binding("n", "next_sampled(1)", "Next sampled", tooltip="the first token of the next run the policy sampled"),
+        Binding("p", "next_sampled(-1)", "Prev sampled", tooltip="the first token of the previous sampled run"),
     ]
     cursor: reactive[int] = reactive(0)
 
