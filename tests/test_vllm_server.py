@@ -300,7 +300,8 @@ def test_a_bad_request_is_the_protocols_400(managed: VllmBackend, live_proxy, ap
     extra = {"topP": 0} if api == "gemini" else {"top_p": 0}
     resp = CLIENT.post(proxy.base + ROUTES[api], json=body_for(api, **extra))
     assert resp.status_code == 400, resp.text
-    assert "top_p" in error_message(api, resp.json()) and "(0, 1]" in error_message(api, resp.json())
+    message = error_message(api, resp.json())
+    assert "topp" in message.lower().replace("_", "") and "(0, 1]" in message  # top_p, or Gemini's generationConfig.topP
 
 
 @needs_vllm
@@ -357,3 +358,49 @@ def test_serve_model_engine_vllm_prints_its_url_and_stops_on_sigterm(tmp_path: P
     with pytest.raises(httpx.ConnectError):
         CLIENT.get(f"{url}/health")
     assert "forgetui starts" in log.read_text()
+
+
+def vllm_children() -> list:
+    """vLLM servers this test process started (the launcher's processes), still running."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any("vllm_launch.py" in part for part in proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:  # gone meanwhile
+            pass
+    return found
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_run_starts_its_server_and_says_when_it_dies_keeping_what_it_recorded(docker_client, base_image) -> None:
+    """`vllm:MODEL` in a run: the session starts the server (log in the run's folder); killed after the first
+    rollout, the later calls name its exit, every rollout and call row is kept, and no vLLM process outlives the run."""
+    import duckdb
+
+    from core.run import execute_run
+    from tests.test_train_loop import coin_config
+
+    killed: list[int] = []
+
+    def kill_after_first(event) -> None:
+        for proc in [] if killed else vllm_children():
+            if os.getpgid(proc.pid) == proc.pid:  # the server (its own process group), not its engine process
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed.append(proc.pid)
+
+    config = coin_config(**{"policy.backend": f"vllm:smollm2-135m?{SERVER_OPTIONS}", "train.steps": 0, "run.n_samples": 3, "run.concurrency": 1, "run.max_retries": 0})
+    summary = asyncio.run(execute_run(config, on_event=kill_after_first))
+    run_dir = Path(summary.store).parent
+    assert "### forgetui starts" in (run_dir / "vllm-server.log").read_text()
+    with duckdb.connect(summary.store, read_only=True) as con:
+        rollouts = con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
+        calls = con.execute("SELECT status, error, len(completion_logprobs) FROM calls ORDER BY started_at").fetchall()
+    assert summary.rollouts == rollouts == 3
+    assert calls[0][0] == "ok" and calls[0][2] > 0  # the first rollout's call, sampled before the kill, is kept
+    assert any(status == "error" and "has exited (exit code -9)" in (error or "") for status, error, _ in calls[1:])
+    assert vllm_children() == []

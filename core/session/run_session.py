@@ -242,6 +242,8 @@ class RunSession:
         if any(item.task.image is None for item in items):  # the shared image: built (or its absence reported) before any sandbox starts
             self.image = (await self.images.for_task(Task(id="", instruction=""))).tag
         self.add_pending(items)
+        if isinstance(self.policy, DeferredPolicy) and self.config.policy.spec.managed:
+            await self.policy.ready()  # a server the run starts (vllm:MODEL, 30-90 s): up before a harness's client starts its clock
         engine = RolloutEngine(self.ctx, concurrency=self.config.run.concurrency, max_retries=self.config.run.max_retries, on_event=self.on_event)
         try:
             return await _run_engine(engine, items, self.policy)
