@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.env import Task
-from core.errors import ConfigError
-from core.harness import Endpoint, Harness, LaunchSpec
-from core.options import NoOptions
+from core.adapter import ConfigError, Endpoint, Harness, LaunchSpec, NoOptions, Task
 
 SOLUTION_DIR = "/solution"
 MAX_SOLUTION_BYTES = 20 * 1024 * 1024

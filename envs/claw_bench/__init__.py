@@ -21,11 +21,18 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from core.env import Environment, Score, Task
-from core.errors import ConfigError
-from core.options import AdapterOptions, Names
-from core.runtime.base import Sandbox
-from core.runtime.images import ImageLayer
+from core.adapter import (
+    INSTALL_ROOT,
+    AdapterOptions,
+    ConfigError,
+    Environment,
+    ImageLayer,
+    Names,
+    Sandbox,
+    Score,
+    Task,
+    pip_layer,
+)
 from envs.claw_bench.loader import ClawTask, find_tasks_dir, load_tasks, tree_files
 from envs.claw_bench.report import parse_junit
 
@@ -155,8 +162,6 @@ class ClawBenchEnv(Environment):
         )
 
     def image_layer(self) -> ImageLayer:
-        from core.runtime.recipes import INSTALL_ROOT, pip_layer
-
         site = f"{INSTALL_ROOT}/claw-bench/site"
         # The tasks' own python3 sees the packages too (solutions import yaml, code tasks requests and
         # pytest), and `python` is python3 (many reference solutions call `python`).

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from core.adapter import ConfigError
 
 DIST = "claw-bench"
 SHARE = Path("share") / "claw-bench" / "tasks"

@@ -16,10 +16,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from core.env import Environment, Score, Task
-from core.errors import SandboxError
-from core.runtime.base import Sandbox
-from core.runtime.images import ImageLayer
+from core.adapter import Environment, ImageLayer, Sandbox, SandboxError, Score, Task
 from envs.desktop.image import desktop_layer
 from envs.desktop.tasks import HOME, KINDS, setup_script
 from envs.miniwob import MCP_SERVERS

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.runtime.images import ImageLayer
-from core.runtime.recipes import apt_layer, combined_layer
+from core.adapter import ImageLayer, apt_layer, combined_layer
 from envs.miniwob.image import cli_layer
 
 # the X server, window manager and tools the CLI uses, then the programs tasks open

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.runtime.base import Sandbox
+from core.adapter import Sandbox
 
 HOME = "/root/work"  # the tasks' working directory: the terminal starts here, the files live here
 BUS = "/tmp/forgetui-gui/bus"  # the desktop's session bus (`gui start`): settings are read through it

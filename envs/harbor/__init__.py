@@ -39,10 +39,7 @@ from typing import Any
 
 from pydantic import Field
 
-from core.env import Environment, Score, Task, TaskImage
-from core.errors import ConfigError
-from core.options import AdapterOptions
-from core.runtime.base import Sandbox
+from core.adapter import AdapterOptions, ConfigError, Environment, Sandbox, Score, Task, TaskImage
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from core.env import Environment, McpServer, Score, Task
-from core.errors import SandboxError
-from core.runtime.base import Sandbox
-from core.runtime.images import ImageLayer
+from core.adapter import Environment, ImageLayer, McpServer, Sandbox, SandboxError, Score, Task
 from envs.miniwob.image import HTML_ROOT, MCP_PATH, miniwob_html, miniwob_layer
 from envs.miniwob.names import GuiOptions, select
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from core.errors import ConfigError
-from core.runtime.images import HostDir, ImageLayer
-from core.runtime.recipes import INSTALL_ROOT, apt_layer, combined_layer, pip_tree
+from core.adapter import INSTALL_ROOT, ConfigError, HostDir, ImageLayer, apt_layer, combined_layer, pip_tree
 
 MINIWOB_SPEC = "miniwob==1.1.0"
 BROWSER_PACKAGES = ["chromium", "chromium-driver", "python3-selenium", "fonts-dejavu-core"]

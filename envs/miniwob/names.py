@@ -6,8 +6,7 @@ import fnmatch
 
 from pydantic import Field
 
-from core.errors import ConfigError
-from core.options import AdapterOptions, Names
+from core.adapter import AdapterOptions, ConfigError, Names
 
 
 def select(known: list[str], patterns: list[str] | None, env: str) -> list[str]:

@@ -19,10 +19,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
-from core.env import Environment, Score, Task
-from core.errors import ConfigError
-from core.options import AdapterOptions, Names
-from core.runtime.base import Sandbox
+from core.adapter import AdapterOptions, ConfigError, Environment, Names, Sandbox, Score, Task
 from envs.toy.families import FAMILIES, HELLO, Family, Phrasing
 from envs.toy.workspace import Workspace
 

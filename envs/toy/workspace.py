@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from core.runtime.base import Sandbox
+from core.adapter import Sandbox
 
 PROBE_TIMEOUT_S = 30.0
 

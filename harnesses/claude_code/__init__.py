@@ -15,11 +15,18 @@ from typing import Any
 
 from pydantic import Field
 
-from core.env import McpServer, Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    McpServer,
+    Task,
+    npm_layer,
+)
 from harnesses import versions
 
 BINARY = "node_modules/@anthropic-ai/claude-code-linux-x64/claude"
@@ -76,8 +83,6 @@ class ClaudeCodeHarness(Harness):
 
     def image_layer(self) -> ImageLayer:
         # the native binary needs no Node at run time
-        from core.runtime.recipes import npm_layer
-
         return npm_layer("claude-code", [versions.spec_at(versions.CLAUDE_CODE, self.version)], links={"claude": BINARY})
 
     def settings(self) -> dict[str, Any]:

@@ -14,11 +14,19 @@ from typing import Any
 
 from pydantic import Field
 
-from core.env import McpServer, Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    McpServer,
+    Task,
+    json_lines,
+    npm_layer,
+)
 from harnesses import versions
 
 BINARY = "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
@@ -89,8 +97,6 @@ class CodexHarness(Harness):
 
     def image_layer(self) -> ImageLayer:
         # the native binary runs without Node; rg is what Codex's own tools search with
-        from core.runtime.recipes import npm_layer
-
         return npm_layer("codex", [versions.spec_at(versions.CODEX, self.version)], links={"codex": BINARY, "rg": RG})
 
     def config_toml(self, endpoint: Endpoint, mcp_servers: dict[str, McpServer] | None = None) -> str:

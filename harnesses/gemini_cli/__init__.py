@@ -12,12 +12,18 @@ from typing import Any
 
 from pydantic import Field
 
-from core.env import McpServer, Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
-from core.runtime.recipes import node_npm_layer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    McpServer,
+    Task,
+    node_npm_layer,
+)
 from harnesses import versions
 
 HOME_DIR = "/tmp/forgetui-gemini"  # GEMINI_CLI_HOME: Gemini CLI reads $GEMINI_CLI_HOME/.gemini/settings.json

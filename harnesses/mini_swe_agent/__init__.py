@@ -6,12 +6,18 @@ import re
 
 from pydantic import Field
 
-from core.env import Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
-from core.runtime.recipes import INSTALL_ROOT, pip_layer
+from core.adapter import (
+    INSTALL_ROOT,
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    Task,
+    pip_layer,
+)
 from harnesses import versions
 
 RUN_DIR = "/tmp/forgetui-mini"

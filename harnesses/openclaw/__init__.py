@@ -16,12 +16,18 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from core.env import McpServer, Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
-from core.runtime.recipes import node_npm_layer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    McpServer,
+    Task,
+    node_npm_layer,
+)
 from harnesses import versions
 
 RUN_DIR = "/tmp/forgetui-openclaw"

@@ -13,12 +13,19 @@ from typing import Any
 
 from pydantic import Field
 
-from core.env import McpServer, Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
-from core.runtime.recipes import npm_layer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    McpServer,
+    Task,
+    json_lines,
+    npm_layer,
+)
 from harnesses import versions
 
 RUN_DIR = "/tmp/forgetui-opencode"

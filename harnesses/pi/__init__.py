@@ -7,12 +7,18 @@ from typing import Any
 
 from pydantic import Field
 
-from core.env import Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec, json_lines
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
-from core.runtime.recipes import node_npm_layer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    Task,
+    json_lines,
+    node_npm_layer,
+)
 from harnesses import versions
 
 RUN_DIR = "/tmp/forgetui-pi"

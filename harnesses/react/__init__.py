@@ -8,11 +8,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from core.env import Task
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
+from core.adapter import (
+    AdapterOptions,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    Task,
+)
 
 IMAGE_AGENT_PATH = "/opt/forgetui/react_agent.py"  # baked into the image by image_layer()
 RUN_DIR = "/tmp/forgetui-react"  # written by LaunchSpec.files on every launch (works without an image)

@@ -13,12 +13,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from core.env import Task
-from core.errors import ConfigError
-from core.harness import Endpoint, Harness, HarnessOutcome, LaunchSpec
-from core.options import AdapterOptions
-from core.runtime.base import ExecResult
-from core.runtime.images import ImageLayer
+from core.adapter import (
+    AdapterOptions,
+    ConfigError,
+    Endpoint,
+    ExecResult,
+    Harness,
+    HarnessOutcome,
+    ImageLayer,
+    LaunchSpec,
+    Task,
+)
 
 CONFIG_DIR = "/tmp/forgetui-zeroclaw"  # ZEROCLAW_CONFIG_DIR
 CONFIG_PATH = f"{CONFIG_DIR}/config.toml"
