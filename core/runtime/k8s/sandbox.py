@@ -12,18 +12,16 @@ import tarfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from core.errors import SandboxError
 from core.runtime import _common as C
 from core.runtime.base import Entry, EntryByExec, ExecResult, SandboxFile, SandboxSpec, shell_command
 from core.runtime.k8s import detached, diagnose, exec_ws, harness
-from core.runtime.k8s.api import RETRY_STATUSES, backoff_s, status_of
+from core.runtime.k8s.api import RETRY_STATUSES, Api, backoff_s, status_of
+from core.runtime.k8s.config import KubernetesConfig
 from core.runtime.k8s.manifest import CONTAINER, in_registry
 from core.runtime.k8s.startup import StartWatch, read_state
-
-if TYPE_CHECKING:
-    from core.runtime.k8s.runtime import KubernetesRuntime
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,10 +74,35 @@ def copy_deadline_s(size: int) -> float:
     return COPY_BASE_S + COPY_S_PER_MIB * size / (1 << 20)
 
 
+class PodHost(Protocol):
+    """What a pod's sandbox asks of the runtime that made it (`KubernetesRuntime`, which imports this module)."""
+
+    cfg: KubernetesConfig
+    api: Api
+    registry: str | None
+    poll_interval_s: float
+
+    def build_pod_manifest(self, spec: SandboxSpec, name: str | None = None) -> dict[str, Any]: ...
+
+    def live_pods(self, run_id: str) -> int: ...
+
+    def count_pod(self, run_id: str, delta: int) -> None: ...
+
+    def warn_quota(self, run_id: str, message: str) -> None: ...
+
+    async def prepare_run(self, spec: SandboxSpec) -> None: ...
+
+    async def admit(self, spec: SandboxSpec) -> bool: ...
+
+    def admitted(self, spec: SandboxSpec, ok: bool) -> None: ...
+
+    async def check_pod(self, sandbox: KubernetesSandbox) -> None: ...
+
+
 class KubernetesSandbox:
     """One rollout's pod."""
 
-    def __init__(self, runtime: KubernetesRuntime, spec: SandboxSpec) -> None:
+    def __init__(self, runtime: PodHost, spec: SandboxSpec) -> None:
         self.runtime = runtime
         self.spec = spec
         self.name = C.sandbox_name(spec.run_id, spec.rollout_id)
