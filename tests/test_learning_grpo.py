@@ -213,3 +213,32 @@ def test_timed_out_rollouts_are_counted_in_a_stages_result_and_its_line() -> Non
     assert (r["passed"], r["scored"], r["timeouts"]) == (5, 8, 3)  # a timeout is a scored fail, and counted
     assert "(2 tasks, 3 timed out)" in split_line("sft", "eval-phrasing", r)
     assert "timed out" not in split_line("sft", "eval-phrasing", split_result({"t1": per_task["t1"]}, "r"))
+
+
+@pytest.mark.slow  # ~85 s on 2 busy cores (84 local rollouts, one update); the rule itself is tested above in milliseconds
+def test_a_step_refills_until_its_batch_has_as_many_groups_with_signal_as_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real loop (tiny model, the recording proxy, CoinHarness in local sandboxes): `hello`'s group has signal, the
+    write-file tasks always score 0. A first batch [hello, write-file-000] has 1 of 2: the first refill asks for
+    ⌈1 / (2/4)⌉ = 2 tasks, still 1 with signal, the second for ⌈1 / (2/6)⌉ = 3: 7 tasks in the step (the rule before
+    refilled 1, then 2: 5). 12 coin flips in `hello`'s group all alike: 1 in 2,048."""
+    import asyncio
+
+    import duckdb
+
+    from core.config import load_config
+    from core.run import execute_run
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
+    flat = ["write-file-000", "write-file-001", "write-file-002", "write-file-004", "write-file-005", "sum-numbers-000", "sum-numbers-001"]
+    tasks = ",".join(["hello", *flat])  # the env's order: refills take the next unused (train.shuffle = false)
+    sets = {"env.name": "toy", "env.tasks": tasks, "harness.name": "tests.harness_fixtures:CoinHarness", "policy.backend": "builtin:tiny",
+            "runtime.kind": "local", "run.n_samples": 12, "run.concurrency": 12, "run.timeout_s": 120, "train.steps": 1,
+            "train.tasks_per_step": 2, "train.max_extra_batches": 2, "train.shuffle": False, "train.lr": 1e-5, "train.seed": 0}
+    config = load_config(None, [f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in sets.items()])
+    summary = asyncio.run(execute_run(config))
+    with duckdb.connect(summary.store, read_only=True) as con:
+        ran = [t for (t,) in con.execute("SELECT DISTINCT task_id FROM rollouts WHERE step = 0 ORDER BY task_id").fetchall()]
+        extra, informative, groups = con.execute("SELECT CAST(metrics->>'extra_batches' AS INT), CAST(metrics->>'informative_groups' AS INT), "
+                                                 "CAST(metrics->>'groups' AS INT) FROM train_steps WHERE step = 0").fetchone()
+    assert ran == sorted(["hello", *flat[:6]]), (ran, extra, informative, groups)
+    assert (extra, informative, groups) == (2, 1, 7)
