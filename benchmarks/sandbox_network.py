@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.runtime.base import Entry, SandboxSpec  # noqa: E402
-from core.runtime.docker_runtime import DockerRuntime  # noqa: E402
+from core.runtime.docker.runtime import DockerRuntime  # noqa: E402
 
 BASE = "forgetui/base:bookworm"
 FLOOR = 0.5

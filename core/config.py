@@ -20,7 +20,7 @@ from pydantic import (
 from core.backends.spec import PolicySpec
 from core.errors import ConfigError
 from core.options import validated
-from core.runtime.egress import EgressPolicy
+from core.runtime.docker.egress import EgressPolicy
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
 from core.secrets import redact
 

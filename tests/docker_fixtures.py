@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from core.runtime.docker_runtime import DockerRuntime
+from core.runtime.docker.runtime import DockerRuntime
 from core.runtime.images import DEFAULT_BASE, bootstrap_base, image_exists
 
 BASE_IMAGE = os.environ.get("FORGETUI_TEST_BASE_IMAGE", DEFAULT_BASE)

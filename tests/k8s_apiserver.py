@@ -37,7 +37,7 @@ HTTP on loopback (aiohttp), speaking what the runtime and the official client us
   plugin does not enforce policies), or with ``enforce_network_policy=True`` enforced for the
   destinations forgetui uses here: a pod that a policy selects gets a network namespace of its own with
   loopback only, where the TCP ports of the policy's ``ipBlock`` rules covering 127.0.0.1 are relayed
-  to the host's loopback (``core.runtime.docker_network``'s listener, so this needs root); nothing
+  to the host's loopback (``core.runtime.docker.network``'s listener, so this needs root); nothing
   else answers. Policies replace (PUT); deleting one removes the pods it owns (``ownerReferences``), as
   the garbage collector does.
 * emptyDir volumes hide what the image has at their mount path (Docker would copy it in).
@@ -585,7 +585,7 @@ class ApiServerStandIn:
 
     def _open_policy_ports(self, pod: Pod) -> None:
         """Relay the ports an enforced policy opens from the pod's own loopback to the host's (a listener in its namespace)."""
-        from core.runtime.docker_network import NetnsListener, relay_handler
+        from core.runtime.docker.network import NetnsListener, relay_handler
 
         ports = self._policy_ports(pod)
         if ports is None:

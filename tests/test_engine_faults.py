@@ -186,7 +186,7 @@ RUN_THEN_HANG = """
 import sys, time
 from core.rollout.orphans import write_pid_file
 from core.runtime.base import SandboxSpec
-from core.runtime.docker_runtime import DockerRuntime
+from core.runtime.docker.runtime import DockerRuntime
 import asyncio, docker
 from core.runtime import labels as L
 run_dir, image, run_id = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -10,7 +10,7 @@ import pytest
 from core.errors import SandboxError
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec
-from core.runtime.docker_sandbox import DockerSandbox
+from core.runtime.docker.sandbox import DockerSandbox
 from core.runtime.images import CA_PATH, ImageLayer, ensure_image, image_tag, list_images
 from core.runtime.reaper import reap_orphans
 

@@ -32,7 +32,7 @@ from core.runtime import labels as L
 from core.runtime import make_runtime
 from core.runtime.base import Entry, SandboxFile, SandboxSpec
 from core.runtime.cloud_metadata import METADATA_ADDRESSES
-from core.runtime.docker_sandbox import KEEP_CAPS
+from core.runtime.docker.sandbox import KEEP_CAPS
 from core.runtime.k8s import checks, detached, exec_ws
 from core.runtime.k8s.api import backoff_s
 from core.runtime.k8s.config import KubernetesConfig
@@ -177,7 +177,7 @@ def test_network_policy_lets_pods_reach_the_proxy_only():
 
 def test_one_list_of_metadata_addresses_closes_them_on_docker_and_kubernetes():
     """The Docker egress proxy refuses, and the NetworkPolicy carves out, the same addresses (Azure's, Alibaba's, GCP's IPv6 too)."""
-    from core.runtime import egress
+    from core.runtime.docker import egress
 
     assert {"fd20:ce::254", "100.100.100.200", "168.63.129.16", "169.254.170.23", "169.254.169.254", "fd00:ec2::254"} <= set(METADATA_ADDRESSES)
     carved = {x for cidr in ("0.0.0.0/0", "::/0") for x in allowed_block(cidr)["except"]}

@@ -18,8 +18,8 @@ import pytest
 
 from core.config import RunConfig
 from core.errors import ConfigError
-from core.runtime import egress as E
 from core.runtime.base import SandboxSpec
+from core.runtime.docker import egress as E
 from tests.loopback import text_handler, threaded_http
 
 # Runs in the sandbox: urllib requests (proxies from the environment, as any HTTP client takes them), a raw
@@ -207,7 +207,7 @@ def test_the_run_writes_egress_counts_into_the_finished_rollout_meta() -> None:
 
 
 def _runtime(client, helper: str, hooks: Hooks | None = None):
-    from core.runtime.docker_runtime import DockerRuntime
+    from core.runtime.docker.runtime import DockerRuntime
 
     runtime = DockerRuntime(client, network_helper=helper, egress_resolve=hooks and hooks.resolve, egress_connect=hooks and hooks.connect)
     if helper == "auto" and not runtime._netns_usable:

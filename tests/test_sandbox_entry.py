@@ -11,7 +11,7 @@ import pytest
 
 from core.errors import SandboxError
 from core.runtime.base import Entry, SandboxFile, SandboxSpec
-from core.runtime.docker_sandbox import DockerSandbox
+from core.runtime.docker.sandbox import DockerSandbox
 from core.runtime.local_runtime import LocalRuntime
 
 SCRIPT = "cat in.txt; /opt/tool.sh; echo $FOO; pwd; echo to-stderr >&2; printf no-newline; echo hi > hello.txt; exit 3"

@@ -51,7 +51,7 @@ async def fetch(sb, url: str, body: dict | None = None) -> dict:
 
 def runtime_with(client, helper: str):
     """A DockerRuntime whose isolated sandboxes use `helper`: "auto" (a listener in the namespace, as root) or "forwarder"."""
-    from core.runtime.docker_runtime import DockerRuntime
+    from core.runtime.docker.runtime import DockerRuntime
 
     runtime = DockerRuntime(client, network_helper=helper)
     if helper == "auto" and not runtime._netns_usable:
@@ -135,7 +135,7 @@ async def test_host_network_is_an_opt_in_with_a_warning(docker_runtime, base_ima
 
 def test_relay_carries_a_stream_both_ways() -> None:
     """The host end of the isolated network: bytes go through the unix socket to the proxy and back, unchanged."""
-    from core.runtime.docker_network import HostRelay
+    from core.runtime.docker.network import HostRelay
 
     srv = socket.create_server(("127.0.0.1", 0))
     payload = bytes(range(256)) * 4096  # 1 MiB, every byte value

@@ -29,7 +29,7 @@ def _sandbox(client, image: str, scope: str, rollout: str):
 
 
 def test_a_dead_worker_loses_its_sandboxes_and_its_live_sibling_keeps_them(docker_client, base_image, tmp_path: Path) -> None:
-    from core.runtime.docker_runtime import DockerRuntime
+    from core.runtime.docker.runtime import DockerRuntime
 
     run_id = f"test-{uuid.uuid4().hex[:10]}"
     root = tmp_path / "runs"

@@ -13,7 +13,7 @@ RUNTIMES = Registry(
     "forgetui.runtimes",
     "runtime",
     {
-        "docker": "core.runtime.docker_runtime:DockerRuntime",
+        "docker": "core.runtime.docker.runtime:DockerRuntime",
         "kubernetes": "core.runtime.k8s.runtime:KubernetesRuntime",
         "local": "core.runtime.local_runtime:LocalRuntime",
     },

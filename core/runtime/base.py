@@ -83,7 +83,11 @@ class Entry:
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """One rollout's isolated environment; every method is safe to call from asyncio."""
+    """One rollout's isolated environment; every method is safe to call from asyncio.
+
+    The one definition of these signatures (`exec`'s above all): each runtime's sandbox class takes them exactly,
+    which tests/test_runtime_conformance.py checks for Docker, Kubernetes and local.
+    """
 
     @property
     def id(self) -> str: ...

@@ -1,6 +1,6 @@
 """Cloud metadata and credential endpoints: addresses no sandbox may reach, whatever else it is allowed.
 
-One list for both ways forgetui isolates a sandbox: the Docker egress proxy (``core.runtime.egress``) refuses
+One list for both ways forgetui isolates a sandbox: the Docker egress proxy (``core.runtime.docker.egress``) refuses
 these (and all of link-local besides), and the Kubernetes NetworkPolicy (``core.runtime.k8s.manifest``) carves
 each one out of every CIDR in ``runtime.kubernetes.egress_allow``. They hand out the node's or the task's cloud
 credentials, so even an allowed ``0.0.0.0/0`` must not open them.

@@ -14,7 +14,7 @@ from core.errors import ConfigError
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec, k8s_memory
 from core.runtime.cloud_metadata import metadata_blocks
-from core.runtime.docker_sandbox import KEEP_CAPS  # the same set on both runtimes: a task scores the same
+from core.runtime.docker.sandbox import KEEP_CAPS  # the same set on both runtimes: a task scores the same
 from core.runtime.k8s import harness
 from core.runtime.k8s.config import LINK_LOCAL, KubernetesConfig, quantity_bytes
 

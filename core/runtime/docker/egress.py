@@ -1,6 +1,6 @@
 """Named outside destinations for isolated Docker sandboxes: an HTTP(S) forward proxy run by forgetui.
 
-An isolated sandbox has no route off its loopback (``docker_network``). With ``runtime.egress_allow`` it gets
+An isolated sandbox has no route off its loopback (``core.runtime.docker.network``). With ``runtime.egress_allow`` it gets
 one more port on that loopback, served by this module in the run's process, and ``HTTP_PROXY``/``HTTPS_PROXY``
 pointing at it (``NO_PROXY=127.0.0.1,localhost`` keeps the model proxy direct). For each request:
 
@@ -15,7 +15,7 @@ pointing at it (``NO_PROXY=127.0.0.1,localhost`` keeps the model proxy direct). 
    private addresses);
 3. it connects to the checked address (so the name cannot re-resolve elsewhere in between) and relays.
 
-Every decision is logged (``core.runtime.egress``; refusals as warnings) and counted per rollout; the run
+Every decision is logged (``core.runtime.docker.egress``; refusals as warnings) and counted per rollout; the run
 writes the counts into ``rollouts.meta.egress``.
 
 Our own small proxy, not a library (proxy.py, mitmproxy): the decision must sit between name resolution and
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from core.errors import ConfigError
 from core.runtime.cloud_metadata import is_metadata
-from core.runtime.docker_network import splice
+from core.runtime.docker.network import splice
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """An isolated Docker sandbox's ways out: the proxy's port and the egress proxy's, on the sandbox's own loopback.
 
-Two ways to bring them in (see ``docker_network``): listeners opened inside the started container's network
+Two ways to bring them in (see ``core.runtime.docker.network``): listeners opened inside the started container's network
 namespace (root, local engine), or a forwarder container whose loopback-only namespace the sandbox joins.
 `SandboxPorts` holds whichever one a sandbox uses, from before its container is created until it is removed.
 """
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from core.errors import SandboxError
-from core.runtime import docker_network as N
-from core.runtime import egress as E
 from core.runtime.base import SandboxSpec
+from core.runtime.docker import egress as E
+from core.runtime.docker import network as N
 
 log = logging.getLogger(__name__)
 

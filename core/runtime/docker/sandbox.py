@@ -20,9 +20,9 @@ Network (``SandboxSpec.network``):
 
 * ``isolated`` (default): the container's network namespace has loopback only and no route; the
   proxy (``SandboxSpec.proxy``) answers at the same ``127.0.0.1:<port>`` through a forwarder
-  container (see ``docker_network``), and nothing else on the host or beyond can be reached.
+  container (see ``core.runtime.docker.network``), and nothing else on the host or beyond can be reached.
   Without ``proxy`` the sandbox has no network at all. With ``egress_allow`` a second loopback port
-  serves the egress proxy (``core.runtime.egress``: the named destinations only) and the sandbox's
+  serves the egress proxy (``core.runtime.docker.egress``: the named destinations only) and the sandbox's
   environment has ``HTTP_PROXY``/``HTTPS_PROXY`` (and lower-case) pointing at it, ``NO_PROXY`` for loopback.
 * ``host`` (opt-in, logged as a warning): the container shares the host's network namespace, so
   it can reach every service the host can (live store endpoint, local databases, metadata).
@@ -46,10 +46,10 @@ from typing import Any
 
 from core.errors import SandboxError
 from core.runtime import _common as C
-from core.runtime import docker_network as N
-from core.runtime import egress as E
 from core.runtime.base import Entry, ExecResult, SandboxFile, SandboxSpec, parse_memory, shell_command
-from core.runtime.docker_ports import SandboxPorts
+from core.runtime.docker import egress as E
+from core.runtime.docker import network as N
+from core.runtime.docker.ports import SandboxPorts
 
 log = logging.getLogger(__name__)
 

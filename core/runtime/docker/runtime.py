@@ -12,11 +12,11 @@ import logging
 from typing import Any
 
 from core.errors import SandboxError
-from core.runtime import docker_network as N
-from core.runtime import egress as E
 from core.runtime import labels as L
 from core.runtime.base import SandboxSpec
-from core.runtime.docker_sandbox import DockerSandbox, _docker
+from core.runtime.docker import egress as E
+from core.runtime.docker import network as N
+from core.runtime.docker.sandbox import DockerSandbox, _docker
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ and the proxy is brought into it at the same ``127.0.0.1:PORT`` the harness woul
   addresses are unroutable by construction.
 
 With ``runtime.egress_allow`` the same two ways bring a second port into the sandbox, the egress proxy's
-(``core.runtime.egress``): a listener (or a forwarder port and a unix socket of its own) whose connections
+(``core.runtime.docker.egress``): a listener (or a forwarder port and a unix socket of its own) whose connections
 the run's process serves as an HTTP(S) forward proxy for the allowed names only.
 """
 
