@@ -113,7 +113,16 @@ def test_the_sampler_passes_through_to_a_plan_that_has_one_and_is_refused_by_one
     plan = SamplerPlan(harness="react")
     script().apply_recipe(plan, path)
     assert plan.sampler == "vllm"
-    bare = Plan(harness="react")
-    if not hasattr(bare, "sampler"):  # this checkout's plan has no sampler field yet: a recipe asking for vllm is refused
-        with pytest.raises(SystemExit, match="sampler = 'vllm' needs a learning plan that has sampler"):
-            script().apply_recipe(bare, path)
+    real = Plan(harness="react")  # the learning plan's own sampler (--sampler): the recipe's value reaches it
+    script().apply_recipe(real, path)
+    assert real.sampler == "vllm"
+
+    @dataclasses.dataclass
+    class OlderPlan:  # a plan without a sampler field: a recipe asking for vllm is refused, one at the default is not
+        harness: str = "react"
+
+    with pytest.raises(SystemExit, match="sampler = 'vllm' needs a learning plan that has sampler"):
+        script().apply_recipe(OlderPlan(), path)
+    plain = tmp_path / "plain.toml"
+    plain.write_text('harness = "react"\nsampler = "builtin"\n')
+    script().apply_recipe(OlderPlan(), plain)
