@@ -404,3 +404,30 @@ def test_a_run_starts_its_server_and_says_when_it_dies_keeping_what_it_recorded(
     assert calls[0][0] == "ok" and calls[0][2] > 0  # the first rollout's call, sampled before the kill, is kept
     assert any(status == "error" and "has exited (exit code -9)" in (error or "") for status, error, _ in calls[1:])
     assert vllm_children() == []
+
+
+def test_the_launcher_ends_the_server_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """forgetui killed with SIGKILL runs no cleanup: the launcher's watchdog still ends the server's process group."""
+    import psutil
+
+    from core.backends.vllm_server import LAUNCHER
+
+    server_module = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
+    server_module.mkdir(parents=True)
+    for folder in (server_module.parents[1], server_module.parent, server_module):
+        (folder / "__init__.py").write_text("")
+    (server_module / "api_server.py").write_text("import sys, time\nif __name__ == '__main__':\n    print('serving', sys.argv[1:], flush=True)\n    time.sleep(600)\n")
+    parent_code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, {str(LAUNCHER)!r}, '--port', '1'], start_new_session=True, env={{'PYTHONPATH': {str(tmp_path / 'fake')!r}}})\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    server = psutil.Process(int(parent.stdout.readline()))
+    time.sleep(1.0)
+    assert server.is_running() and server.status() != psutil.STATUS_ZOMBIE
+    parent.kill()
+    parent.wait(10)
+    gone, alive = psutil.wait_procs([server], timeout=15)
+    assert gone and not alive, "the server outlived its killed parent"
