@@ -26,6 +26,7 @@ from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
+from forgetui.tui.widgets.sql_editor import SqlEditor, completions, schema_names
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import MIN_PLOT_ROWS, TrainCurves
 from tests.tui_stores import T0, build_run
@@ -391,3 +392,62 @@ async def test_help_describes_the_token_view_keys(home: Path, tokenizer) -> None
         for words in ("Next token", "Previous token", "20 tokens on", "200 tokens back", "First token", "Last token",
                       "Next sampled"):
             assert words in shown, words
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_search_in_the_conversation_and_the_tokens(home: Path, tokenizer, size: tuple[int, int]) -> None:
+    build_run(home, "talk", tasks=1, samples=1, calls=12, tokenizer=tokenizer)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await app.push_screen(RolloutScreen(RunSource(home / "runs" / "talk"), "talk/task-0/0"))
+        screen = app.screen
+        view = screen.query_one(TokenView)
+        await until(pilot, lambda: view.sample is not None, "the rollout")
+        scroll = screen.query_one("#conv-scroll")
+        assert scroll.scroll_y == 0
+        await pilot.press("slash")
+        bar = screen.query_one("#rollout-search")
+        assert bar.has_focus
+        await pilot.press(*"step 1", "enter")  # step 1, step 10, step 11: the last far below the first screen
+        await until(pilot, lambda: bar.border_title == "match 1/3", "the first match")
+        await pilot.press("enter", "enter")
+        await until(pilot, lambda: bar.border_title == "match 3/3", "the last match")
+        await pilot.pause(0.2)
+        conv = screen.query_one("#conv", Static)
+        assert scroll.scroll_y > 0  # scrolled down to it
+        top, height = int(scroll.scroll_y), scroll.scrollable_content_region.height
+        on_screen = [conv.render_line(y).text for y in range(top, top + height)]
+        assert any("step 11:" in line for line in on_screen)
+        await pilot.press("escape")  # closes; the highlights go
+        await pilot.pause()
+        assert scroll.has_focus and not bar.display
+        # the tokens: the cursor goes to the token where the match starts
+        await pilot.press("right")
+        await pilot.pause()
+        await pilot.press("slash", *"ok 10", "enter")  # the tool result after call 11, inserted tokens
+        await until(pilot, lambda: str(bar.border_title).startswith("token match"), f"a token match ({bar.border_title})")
+        pieces = view.sample.pieces
+        assert "".join(pieces[view.cursor:view.cursor + 4]).lower().lstrip().startswith("ok 10")
+        await until(pilot, lambda: bool(cursor_lines(view)), "the match's token on screen")
+
+
+async def test_tab_completes_table_and_column_names_in_the_sql_editor(home: Path) -> None:
+    build_run(home, "sql-run", tasks=1, samples=1)
+    app = ForgetuiApp(refresh_s=60, stores_refresh_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.home_screen.in_focus is not None, "a run in focus")
+        await pilot.press("4")
+        editor = app.query_one(SqlEditor)
+        await until(pilot, lambda: editor.has_focus, "the editor")
+        editor.text = ""
+        await pilot.press(*"SELECT rollouts.rew", "tab")  # a table's column after `table.`
+        assert editor.text == "SELECT rollouts.reward"
+        await pilot.press(*", completion_l", "tab")  # one column: completion_logprobs
+        assert editor.text.endswith(", completion_logprobs")
+        await pilot.press(*" FROM rollo", "tab")  # rollouts, rollout_requests, ...: the common part, the rest listed
+        status = app.query_one("#sql-status", Static)
+        assert editor.text.endswith(" FROM rollout") and "rollouts" in status.content.plain
+        await pilot.press(*"s ", "tab")  # after a space Tab indents as before
+        assert editor.text.rstrip(" ").endswith("FROM rollouts") and editor.text.endswith("rollouts   ")
+        assert completions("SELECT st", schema_names())[1][:1] == ["started_at"]

@@ -24,8 +24,9 @@ from forgetui.tui.source import RunSource, parse_json
 from forgetui.tui.widgets.call_inspector import heading, turns_text
 from forgetui.tui.widgets.call_json import CallJson
 from forgetui.tui.widgets.key_footer import KeyFooter
+from forgetui.tui.widgets.search_bar import SearchBar
 from forgetui.tui.widgets.text_pane import TextPane
-from forgetui.tui.widgets.token_view import TokenView
+from forgetui.tui.widgets.token_view import TokenView, cursor_row
 
 FIRST_CALLS = 40  # calls shown at first: laying out a 200-call conversation blocks the screen; `m` shows all
 
@@ -105,7 +106,8 @@ class RolloutScreen(Screen):
                 Binding("q", "app.pop_screen", "Back", show=False),
                 Binding("left", "step_tab(-1)", "Tabs", key_display="←→"),
                 Binding("right", "step_tab(1)", "Next tab", show=False),
-                Binding("b", "next_branch", "Next branch"), Binding("m", "all_calls", "All calls")]
+                Binding("b", "next_branch", "Next branch"), Binding("m", "all_calls", "All calls"),
+                Binding("slash", "search", "Search", key_display="/")]
     TABS = ("tab-conv", "tab-tokens", "tab-verifier", "tab-raw")
     AUTO_FOCUS = "#conv-scroll"
 
@@ -116,6 +118,8 @@ class RolloutScreen(Screen):
         self.detail: RolloutDetail | None = None
         self.branch = 0
         self.all_shown = False
+        self.texts: dict[str, Text] = {}  # the conversation's and the verifier's text as rendered, unhighlighted
+        self._match: dict[str, int] = {}  # per pane: where the last match shown starts (characters)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -129,6 +133,7 @@ class RolloutScreen(Screen):
             with TabPane("Raw JSON", id="tab-raw"), Horizontal():
                 yield OptionList(id="raw-calls")
                 yield CallJson(id="raw-json")
+        yield SearchBar(id="rollout-search")
         yield KeyFooter()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -168,6 +173,7 @@ class RolloutScreen(Screen):
     @dropped_once_closed
     def _loaded(self, message: Loaded) -> None:
         d = self.detail = message.detail
+        self.texts = {"conv": message.conversation, "verifier": message.verifier}
         self.query_one("#conv", Static).update(message.conversation)
         self.query_one("#verifier", Static).update(message.verifier)
         self._show_branch()
@@ -193,8 +199,64 @@ class RolloutScreen(Screen):
     def action_all_calls(self) -> None:
         if self.detail is not None and len(self.detail.calls) > FIRST_CALLS:
             self.all_shown = True
-            self.query_one("#conv", Static).update(conversation_text(self.detail.calls))
+            self.texts["conv"] = conversation_text(self.detail.calls)
+            self.query_one("#conv", Static).update(self.texts["conv"])
             self.refresh_bindings()
+
+    # ------------------------------------------------------------------ search (/)
+    def action_search(self) -> None:
+        self.query_one(SearchBar).open()
+
+    @on(SearchBar.Find)
+    def _find(self, message: SearchBar.Find) -> None:
+        """The next match of the query in the tab shown: the token text moves the cursor to it; the conversation
+        and the verifier's log highlight every match and scroll to the next one."""
+        bar, tab = self.query_one(SearchBar), self.query_one("#rollout-tabs", TabbedContent).active
+        if tab == "tab-tokens":
+            view = self.query_one(TokenView)
+            found = view.find(message.query, view.cursor + 1 if view.sample is not None else 0)
+            if found is not None:
+                view.cursor = found[0]
+            bar.border_title = f"token match {found[1]}/{found[2]}" if found else f"no “{message.query}” in the tokens"
+            return
+        pane = {"tab-conv": "conv", "tab-verifier": "verifier"}.get(tab)
+        if pane is None or pane not in self.texts:
+            bar.border_title = "search works on the conversation, the tokens and the verifier's log"
+            return
+        original = self.texts[pane]
+        plain, needle = original.plain.lower(), message.query.lower()
+        hits, at = [], plain.find(needle)
+        while at >= 0:
+            hits.append(at)
+            at = plain.find(needle, at + 1)
+        if not hits:
+            bar.border_title = f"no “{message.query}” here"
+            self.query_one(f"#{pane}", Static).update(original)
+            return
+        last = self._match.get(pane, -1)
+        n = next((k for k, at in enumerate(hits) if at > last), 0)
+        self._match[pane] = hits[n]
+        shown = original.copy()
+        for k, at in enumerate(hits):
+            shown.stylize("black on yellow" if k == n else "black on rgb(120,120,0)", at, at + len(needle))
+        body = self.query_one(f"#{pane}", Static)
+        body.update(shown)
+        bar.border_title = f"match {n + 1}/{len(hits)}"
+        self.call_after_refresh(self._scroll_to_match, pane, hits[n] + len(needle))
+
+    def _scroll_to_match(self, pane: str, end: int) -> None:
+        body, scroll = self.query_one(f"#{pane}", Static), self.query_one(f"#{pane}-scroll", TextPane)
+        row = cursor_row(self.texts[pane].plain, end, body.content_region.width)
+        scroll.scroll_to(y=max(0, row - scroll.scrollable_content_region.height // 3), animate=False)
+
+    @on(SearchBar.Closed)
+    def _search_closed(self, message: SearchBar.Closed) -> None:
+        self._match.clear()
+        for pane, text in self.texts.items():
+            self.query_one(f"#{pane}", Static).update(text)
+        tab = self.query_one("#rollout-tabs", TabbedContent).active
+        self.query_one({"tab-conv": "#conv-scroll", "tab-tokens": "#tokens", "tab-verifier": "#verifier-scroll",
+                        "tab-raw": "#raw-calls"}[tab]).focus()
 
     def action_next_branch(self) -> None:
         self.branch += 1

@@ -194,6 +194,13 @@ class SqlConsole(Vertical):
         editor.insert(event.name)
         editor.focus()
 
+    @on(SqlEditor.Completions)
+    def _completions(self, event: SqlEditor.Completions) -> None:
+        event.stop()
+        shown = event.names[:12]
+        self.set_status(Text("Tab: " + "  ".join(shown) + (f"  … {len(event.names) - 12} more" if len(event.names) > 12 else ""),
+                             style="cyan"))
+
     def set_status(self, text: Text | str) -> None:
         self.query_one("#sql-status", Static).update(text)
 

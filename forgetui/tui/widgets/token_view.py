@@ -4,6 +4,7 @@ marked, a legend on top; the cursor's token shows its id, logprob, mask and call
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from rich.text import Text
@@ -197,6 +198,27 @@ class TokenView(Vertical, can_focus=True):
 
     def action_jump(self, where: int) -> None:
         self.cursor = self._clamp(where if where >= 0 else len(self.sample.token_ids) - 1 if self.sample else 0)
+
+    def find(self, query: str, after: int) -> tuple[int, int, int] | None:
+        """The first token at or past `after` (wrapping around) where `query` starts in the decoded text (case
+        ignored): (its index, which match it is, how many there are); None without a match."""
+        if self.sample is None or not query:
+            return None
+        pieces = self.sample.pieces or [f"{t} " for t in self.sample.token_ids]
+        starts, pos = [], 0
+        for piece in pieces:
+            starts.append(pos)
+            pos += len(piece)
+        text, needle = "".join(pieces).lower(), query.lower()
+        hits, at = [], text.find(needle)
+        while at >= 0:
+            hits.append(bisect.bisect_right(starts, at) - 1)
+            at = text.find(needle, at + 1)
+        hits = sorted(set(hits))
+        if not hits:
+            return None
+        n = next((k for k, i in enumerate(hits) if i >= after), 0)
+        return hits[n], n + 1, len(hits)
 
     def action_next_sampled(self, direction: int) -> None:
         """To the first token of the next (or previous) run of sampled tokens."""
