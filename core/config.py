@@ -38,7 +38,7 @@ class _Section(BaseModel):
 
 
 class EnvConfig(_Section):
-    name: str = "toy"
+    name: str = Field("toy", description="the environment by registry name (toy, claw-bench, harbor, miniwob, desktop, or a plugin's)")
     tasks: list[str] | None = Field(None, description="task ids or globs (comma-separated with --set)")
     limit: int | None = Field(None, ge=1, le=INT64_MAX, description="at most this many tasks (after filtering)")
     path: str | None = Field(None, description="a folder of tasks, for envs that load one (harbor)")
@@ -54,7 +54,7 @@ class EnvConfig(_Section):
 
 
 class HarnessConfig(_Section):
-    name: str = "react"
+    name: str = Field("react", description="the harness by registry name (react, codex, claude-code, gemini-cli, opencode, openclaw, pi, mini-swe-agent, zeroclaw, or a plugin's)")
     binary: str | None = Field(None, description="a harness binary the user provides (zeroclaw)")
     version: str | None = Field(None, description="install this published release of an npm/PyPI harness instead of the pinned one (harnesses/versions.py)")
     options: dict[str, Any] = Field(default_factory=dict, description="passed to the harness adapter, checked against its Options (an option it does not take is an error)")
@@ -74,9 +74,9 @@ class HarnessConfig(_Section):
 
 
 class PolicyConfig(_Section):
-    backend: str = Field("builtin:tiny", description="builtin:MODEL | scripted:FILE | vllm:URL | litellm:MODEL")
+    backend: str = Field("builtin:tiny", description="builtin:MODEL | scripted:FILE | vllm:URL (a server you run) | vllm:MODEL (a vLLM server the run starts) | litellm:MODEL")
     tokenizer: str | None = Field(None, description="the policy's model for tokenization (vllm:URL needs it)")
-    parser: str = "hermes"
+    parser: str = Field("hermes", description="how tool calls are read from the sampled text (a backend spec's ?parser= wins)")
     model_name: str = Field("policy", description="the model name harnesses are told to request")
     max_tokens: int | None = Field(None, ge=1, le=1 << 31, description="default completion cap when a harness asks for none")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="builtin: what the sampler computes in (auto: train.dtype when that is set, else bfloat16 on a CUDA GPU and float32 on a CPU)")
@@ -104,15 +104,15 @@ class PolicyConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    kind: Literal["auto", "docker", "kubernetes", "local"] = "auto"
-    base_image: str = "forgetui/base:bookworm"
-    cpus: float = Field(1.0, gt=0, le=4096)
-    memory: str = "2g"
-    pids_limit: int = Field(512, ge=16, le=1 << 22)
+    kind: Literal["auto", "docker", "kubernetes", "local"] = Field("auto", description="where sandboxes run (auto: docker when an engine answers, else local processes, with a warning)")
+    base_image: str = Field("forgetui/base:bookworm", description="the image env and harness layers build on (forgetui images bootstrap makes the default)")
+    cpus: float = Field(1.0, gt=0, le=4096, description="CPU limit per sandbox")
+    memory: str = Field("2g", description="memory limit per sandbox (Docker's units: 512m, 2g)")
+    pids_limit: int = Field(512, ge=16, le=1 << 22, description="processes per sandbox at most")
     network: Literal["isolated", "host", "bridge"] = Field("isolated", description="docker: isolated = the sandbox reaches the proxy and nothing else; host = the host's network (a warning); bridge = Docker's bridge")
     egress_allow: list[str] = Field(default_factory=list, description="docker, isolated: names a sandbox may reach through forgetui's egress proxy (host, host:port, *.domain; empty = nothing); Kubernetes pods take CIDRs in runtime.kubernetes.egress_allow")
     egress_allow_private: list[str] = Field(default_factory=list, description="exact names of egress_allow that may resolve to loopback/private addresses (link-local and metadata never)")
-    workdir: str = "/workspace"
+    workdir: str = Field("/workspace", description="the task's working folder inside the sandbox")
     ca_bundle: str | None = Field(None, description="CA bundle for image build steps behind a TLS-intercepting proxy")
     shared_harness: bool = Field(True, description="the harness is installed once and mounted read-only (docker: a volume, for tasks with their own image; kubernetes: from its own image, for every task) instead of a copy baked into each task image")
     registry: str | None = Field(None, description="kubernetes: the registry pods pull from (`forgetui images build CONFIG --push` pushes there)")
@@ -148,21 +148,21 @@ class RuntimeConfig(_Section):
 
 
 class ProxyConfig(_Section):
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", description="the address the proxy listens on (0.0.0.0 for pods that reach it over the network)")
     port: int = Field(0, ge=0, le=65535, description="0 = any free port")
     public_url: str | None = Field(None, description="the proxy's address as sandboxes see it (bridge networks, Kubernetes pods)")
-    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, le=1 << 40)
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, le=1 << 40, description="the largest request body the proxy accepts (larger: HTTP 413 in the caller's protocol)")
 
 
 class RunSettings(_Section):
     n_samples: int = Field(1, ge=1, le=1 << 20, description="rollouts per task (a GRPO group)")
-    concurrency: int = Field(4, ge=1, le=1 << 16)
+    concurrency: int = Field(4, ge=1, le=1 << 16, description="rollouts (sandboxes) in flight at once")
     timeout_s: float | None = Field(None, gt=0, le=WEEK_S, description="a cap on every rollout's wall clock, and the wall clock of tasks that set none (unset: no cap, 600 s for those)")
     timeout_scale: float = Field(1.0, gt=0, le=1e6, description="multiplies a task's own timeout (before the run.timeout_s cap)")
     call_timeout_s: float | None = Field(300.0, gt=0, le=WEEK_S, description="per model call")
     max_calls: int | None = Field(None, ge=1, le=INT64_MAX, description="model calls a rollout may make; the proxy refuses the next (HTTP 403 in the caller's protocol), the harness ends as it ends on a refused call and the verifier scores what it left (unset: no cap)")
     max_retries: int = Field(2, ge=0, le=1000, description="retries of infrastructure failures only")
-    seed: int = Field(0, ge=0, le=INT64_MAX)
+    seed: int = Field(0, ge=0, le=INT64_MAX, description="the run's seed: task order and SFT example order where train.seed is unset")
 
 
 class TrainConfig(_Section):
@@ -178,24 +178,24 @@ class TrainConfig(_Section):
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit (local trainer): call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
     policy_loss: str = Field("vanilla", description="veRL policy loss by registry name")
     loss_agg_mode: str = Field("token-mean", description="veRL agg_loss mode (token-mean: a rollout weighs its sampled tokens, however many branches)")
-    clip_ratio: float = Field(0.2, gt=0, le=1e6)
+    clip_ratio: float = Field(0.2, gt=0, le=1e6, description="PPO/GRPO ratio clip (ε)")
     lr: float = Field(1e-6, gt=0, le=1e6, description="AdamW learning rate (LoRA wants ~1e-5 to 1e-4)")
-    max_grad_norm: float = Field(1.0, gt=0, le=1e12)
-    warmup_steps: int = Field(0, ge=0, le=INT64_MAX)
+    max_grad_norm: float = Field(1.0, gt=0, le=1e12, description="gradients clipped to this global norm")
+    warmup_steps: int = Field(0, ge=0, le=INT64_MAX, description="optimizer steps of linear learning-rate warm-up")
     micro_batch_size: int = Field(4, ge=1, le=1 << 20, description="SFT: examples per optimizer step; veRL: samples per forward per GPU (gradient accumulation)")
     pack_samples: int = Field(32, ge=1, le=1 << 20, description="local trainer: samples per forward/backward at most (and 8,192 tokens); a GRPO step is one optimizer step over all its forwards, so this sets speed and memory only (samples that begin alike run their common beginning once per forward)")
     temperature: float = Field(1.0, gt=0, le=1e6, description="the sampling temperature the trainer recomputes logprobs at")
     kl_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: KL to the frozen starting weights")
     kl_type: str = Field("low_var_kl", description="veRL kl_penalty name")
-    entropy_coef: float = Field(0.0, ge=0, le=1e12)
+    entropy_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: an entropy bonus in the policy loss")
     lora_rank: int = Field(0, ge=0, le=1 << 20, description="0 = full fine-tuning")
-    lora_alpha: float = Field(32.0, gt=0, le=1e12)
+    lora_alpha: float = Field(32.0, gt=0, le=1e12, description="LoRA scaling (alpha / rank multiplies the adapter)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: far less memory for long samples, ~30% more time")
     share_prefix: bool = Field(True, description="samples of a micro-batch that begin alike (system prompt, a GRPO group's prompt) run that beginning once: exact, fewer tokens per forward")
     rollout_correction: Literal["auto", "token", "sequence", "off"] = Field("auto", description="veRL's truncated importance sampling of the sampler/trainer mismatch (auto: where they disagree by > 1e-3)")
     save_every: int = Field(0, ge=0, le=INT64_MAX, description="checkpoint every N steps (0 = only at the end)")
-    seed: int | None = Field(None, ge=0, le=INT64_MAX)
+    seed: int | None = Field(None, ge=0, le=INT64_MAX, description="the trainer's seed: task order, refills, example order and initialisation (unset: run.seed)")
     from_runs: list[str] = Field(default_factory=list, description="sft: earlier runs whose passing rollouts to learn from")
     min_reward: float = Field(1.0, ge=-1e12, le=1e12, description="sft: rollouts with at least this reward are the teacher's examples")
     epochs: int = Field(1, ge=1, le=1 << 20, description="sft: passes over the examples")

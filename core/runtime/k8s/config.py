@@ -40,12 +40,12 @@ class KubernetesConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    namespace: str = "default"
+    namespace: str = Field("default", description="where the run's pods and NetworkPolicy are made")
     kubeconfig: str | None = Field(None, description="path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
     context: str | None = Field(None, description="kubeconfig context (default: the current one)")
     in_cluster: bool | None = Field(None, description="use the pod's service account (default: when running in a pod)")
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    image_pull_secrets: list[str] = Field(default_factory=list)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="the pods' imagePullPolicy")
+    image_pull_secrets: list[str] = Field(default_factory=list, description="names of Secrets the pods pull their images with")
     service_account: str | None = Field(None, description="the pod's service account (its token is never mounted)")
     pod_security: Literal["baseline", "restricted"] = Field(
         "baseline",
@@ -53,11 +53,11 @@ class KubernetesConfig(BaseModel):
         "non-root, every capability dropped (namespaces under Pod Security 'restricted')",
     )
     run_as_user: int | None = Field(None, ge=0, description="uid (restricted defaults to 1000)")
-    run_as_group: int | None = Field(None, ge=0)
-    run_as_non_root: bool = False
+    run_as_group: int | None = Field(None, ge=0, description="gid (restricted defaults to 1000)")
+    run_as_non_root: bool = Field(False, description="ask the kubelet to refuse a root container (restricted sets it)")
     add_capabilities: list[str] = Field(default_factory=list, description="capabilities added to the kept set")
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, description="node labels the pods must land on")
+    tolerations: list[Toleration] = Field(default_factory=list, description="taints the pods tolerate")
     ephemeral_storage: str | None = Field("10Gi", description="scratch disk limit per pod (none: unlimited)")
     ephemeral_storage_request: str | None = Field(
         "1Gi", description="scratch disk the scheduler reserves per pod (small: a 10Gi request fits one pod per 20 GiB node)"
