@@ -270,3 +270,23 @@ def test_worked_examples_run_as_the_docs_say(tmp_path: Path):
     with duckdb.connect(harness_run["store"], read_only=True) as db:
         rows = db.execute("SELECT r.harness, count(c.call_id) FROM rollouts r JOIN calls c USING (rollout_id) GROUP BY 1").fetchall()
     assert rows == [("one-shot", 4)]  # one recorded call a rollout, under the example's harness name
+
+
+def test_every_run_config_key_says_what_it_does():
+    """A key added without a description would show a blank row on the config reference."""
+    from pydantic import BaseModel
+
+    from core.config import RunConfig
+
+    blank: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            kind = field.annotation
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                walk(kind, f"{prefix}{name}.")
+            elif not field.description:
+                blank.append(prefix + name)
+
+    walk(RunConfig, "")
+    assert not blank, f"config keys without a description (Field(..., description=...)): {blank}"
