@@ -21,6 +21,16 @@ class Status(StrEnum):
     INFRA_ERROR = "infra_error"  # image, sandbox or exec failure after every retry; excluded from scores
 
 
+
+class RunStatus(StrEnum):
+    """A run's status (the store's `runs.status`): running until it ends done, failed or interrupted."""
+
+    RUNNING = "running"
+    DONE = "done"  # every rollout ran (and, when training, every step)
+    FAILED = "failed"  # it stopped on an error: the store's meta `failure:<run_id>` says why
+    INTERRUPTED = "interrupted"  # cancelled or Ctrl-C: `forgetui run --resume` finishes it
+
+
 TERMINAL = frozenset({Status.DONE, Status.FAILED, Status.TIMEOUT, Status.INFRA_ERROR})
 TERMINAL_VALUES = frozenset(str(s) for s in TERMINAL)  # as the store holds them
 VERIFIED = (Status.DONE, Status.FAILED)  # the verifier scored the workspace: `passed` means what it says

@@ -11,6 +11,7 @@ from typing import Any
 from core.eval.report import build_report, pass_metrics, report_rows, write_plot
 from core.rollout.status import Outcome, Tally
 from core.secrets import redact_text
+from core.status import RunStatus
 from core.store.writer import Store
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class RunSummary:
     pass_at_k: dict[str, float]
     pass_hat_k: dict[str, float]
     store: str
-    status: str = "done"
+    status: str = RunStatus.DONE
     below_threshold: int = 0  # `failed` split: the harness finished under the threshold ...
     harness_failed: int = 0  # ... or the harness itself failed
     extra: dict[str, Any] = field(default_factory=dict)

@@ -12,6 +12,7 @@ from core.proxy.app import DEFAULT_MAX_BODY, ProxyApp
 from core.proxy.factory import make_policy
 from core.proxy.server import serve_forever
 from core.proxy.sessions import Session, SessionRegistry
+from core.status import RunStatus
 from core.store.writer import Store, utcnow
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ def default_store_path(run_id: str) -> Path:
 def open_adhoc_store(store_path: Path, run_id: str, config: dict) -> tuple[Store, SessionRegistry]:
     """A store with a `runs` row for this proxy, and a registry that gives each ad-hoc session a rollout row."""
     store = Store.open(store_path)
-    store.insert_run(run_id, config, status="running")
+    store.insert_run(run_id, config, status=RunStatus.RUNNING)
 
     def on_new(session: Session) -> None:
         store.upsert_rollout(
@@ -35,7 +36,7 @@ def open_adhoc_store(store_path: Path, run_id: str, config: dict) -> tuple[Store
                 "task_id": session.token,
                 "harness": None,
                 "sample_index": 0,
-                "status": "running",
+                "status": RunStatus.RUNNING,
                 "started_at": utcnow(),
                 "token": session.token,
                 "attempt": 0,

@@ -10,6 +10,7 @@ from core.config import RunConfig
 from core.eval.summary import RunSummary, summarize, write_eval_report
 from core.rollout.engine import RolloutEvent
 from core.session import RunSession
+from core.status import RunStatus
 from core.train.trainers import RunHooks, trainer_for
 
 log = logging.getLogger(__name__)
@@ -53,5 +54,5 @@ async def evaluate(config: RunConfig, *, resume: str | None, hooks: RunHooks, ks
             summary.extra["store_problems"] = problems
             log.warning("the store kept %s row(s) it could not store as given (query store_problems)", problems)
         summary.extra.update(write_eval_report(session.store, session.run_id, session.run_dir, summary, config.policy.backend, model=session.model_name))
-        session.finish("done")
+        session.finish(RunStatus.DONE)
         return summary

@@ -25,6 +25,7 @@ from core.errors import ConfigError, SandboxError
 from core.proxy.factory import token_policy
 from core.registry import load_harness
 from core.session import RunSession
+from core.status import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ async def replay_rollout(rollout_id: str, *, store: Path | None = None, image: s
             raise ConfigError(f"task {row['task_id']!r} is no longer in env {row['env']!r}")
         items, _ = session.plan([task])
         await session.run_rollouts(items)
-        session.finish("done")
+        session.finish(RunStatus.DONE)
         assert session.store is not None
         session.store.flush()
         cur = session.store.cursor().execute(

@@ -41,6 +41,7 @@ from core.session.setup import (
     proxy_url_for_sandboxes,
     select_tasks,
 )
+from core.status import RunStatus
 from core.store.query import SHARDS_DIR
 from core.store.writer import Store
 
@@ -89,7 +90,7 @@ class RunSession:
         self.image = ""
         self.ctx: RunContext | None = None
         self.max_concurrent_sandboxes = 0
-        self.status = "failed"  # what the run row says if the session ends before `finish`
+        self.status = RunStatus.FAILED  # what the run row says if the session ends before `finish`
         self.failure: str | None = None  # why it failed, recorded in the store on close
 
     async def __aenter__(self) -> RunSession:
@@ -105,15 +106,15 @@ class RunSession:
         if exc is not None:
             self._failed(exc)
         elif exc_type is not None:
-            self.status = "interrupted" if issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt) else "failed"
+            self.status = RunStatus.INTERRUPTED if issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt) else RunStatus.FAILED
         await self.close()
 
     def _failed(self, exc: BaseException) -> None:
         """The session ends on `exc`: interrupted (cancelled, Ctrl-C) or failed, and then why."""
         if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
-            self.status = "interrupted"
+            self.status = RunStatus.INTERRUPTED
         else:
-            self.status, self.failure = "failed", failure_text(exc)
+            self.status, self.failure = RunStatus.FAILED, failure_text(exc)
 
     async def open(self) -> None:
         config = self.config
@@ -127,7 +128,7 @@ class RunSession:
         self.store = Store.open(self.store_path)
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         write_pid_file(self.pid_dir, self.sandbox_scope)
-        self.store.insert_run(self.run_id, config.model_dump(), status="running")
+        self.store.insert_run(self.run_id, config.model_dump(), status=RunStatus.RUNNING)
         self.store.serve_queries()
         self.runtime = pick_runtime(config)
         await reap_dead_runs(self.runtime)
@@ -250,7 +251,7 @@ class RunSession:
         finally:
             self.max_concurrent_sandboxes = max(self.max_concurrent_sandboxes, engine.max_active)
 
-    def finish(self, status: str = "done") -> None:
+    def finish(self, status: str = RunStatus.DONE) -> None:
         """Mark the run's outcome (written on close)."""
         self.status = status
 
@@ -273,8 +274,8 @@ class RunSession:
             except Exception:  # noqa: BLE001
                 log.warning("could not reap the sandboxes of %s; `forgetui gc` will", self.sandbox_scope, exc_info=True)
         if store is not None:
-            if self.status == "failed" and self.failure or self.resuming:  # a resumed run: an earlier reason goes
-                record_failure(store, self.run_id, self.failure if self.status == "failed" else None)
+            if self.status == RunStatus.FAILED and self.failure or self.resuming:  # a resumed run: an earlier reason goes
+                record_failure(store, self.run_id, self.failure if self.status == RunStatus.FAILED else None)
             store.update_run_status(self.run_id, self.status)
             store.close()
             self.store = None

@@ -23,6 +23,7 @@ import orjson
 from core.errors import StoreError
 from core.paths import home
 from core.secrets import redact
+from core.status import RunStatus
 from core.store.behaviour import VIEW_NAMES
 from core.store.bodies import BodyDeltas
 from core.store.deadletter import dead_letter_bytes
@@ -280,7 +281,7 @@ class Store:
             raise StoreError(f"unknown column(s) for table {table}: {sorted(unknown)}; known: {list(COLUMNS[table])}")
         self._queue.put(_Op(kind, table, dict(row)))
 
-    def insert_run(self, run_id: str, config: dict[str, Any], status: str = "running") -> None:
+    def insert_run(self, run_id: str, config: dict[str, Any], status: str = RunStatus.RUNNING) -> None:
         """Create the run's row (or refresh its config and status when it already exists, e.g. on resume)."""
         self._enqueue("upsert", "runs", {"run_id": run_id, "config": redact(config), "status": status, "created_at": utcnow()})
 

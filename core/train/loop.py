@@ -29,6 +29,7 @@ from core.paths import runs_dir
 from core.proxy.factory import token_policy
 from core.rollout.status import Tally
 from core.session import RunSession, store_rows
+from core.status import RunStatus
 from core.train.advantages import compute_advantages, discount_calls
 from core.train.batches import TaskSchedule
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
@@ -232,7 +233,7 @@ class LocalTrainerRun:
             assert session.store is not None
             summary = summarize(session.store, session.run_id, session.store_path, ks or list(range(1, config.run.n_samples + 1)))
             summary.extra.update({"train_steps": config.train.steps, "checkpoint": str(final), "last_step": last, "tensorboard": str(session.run_dir / "tensorboard")})
-            session.finish("done")
+            session.finish(RunStatus.DONE)
             return summary
 
     async def _steps(self, loop: LocalTraining, schedule: TaskSchedule, first: int, hooks: RunHooks) -> dict[str, Any]:

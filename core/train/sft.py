@@ -43,6 +43,7 @@ from core.paths import runs_dir
 from core.rollout.orphans import remove_pid_file, write_pid_file
 from core.rollout.recorded import answer_message, json_value, recorded_calls, request_chat
 from core.session.setup import new_run_id
+from core.status import RunStatus
 from core.store.writer import Store
 from core.tokens.template import encode, render_chat
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
@@ -460,9 +461,9 @@ class SftTrainerRun:
             await asyncio.to_thread(trainer.load_checkpoint, found[1])
         store = Store.open(run_dir / "store.duckdb")
         write_pid_file(run_dir)
-        status = "failed"
+        status = RunStatus.FAILED
         try:
-            store.insert_run(run_id, config.model_dump(), status="running")
+            store.insert_run(run_id, config.model_dump(), status=RunStatus.RUNNING)
             training = SftTraining(run_id, run_dir, store, trainer, config)
             if hooks.on_start is not None:
                 hooks.on_start(run_id, 0)
@@ -471,9 +472,9 @@ class SftTrainerRun:
                 losses, final = await asyncio.to_thread(_train, training, steps, train.save_every)
             finally:
                 training.mirror.close()
-            status = "done"
+            status = RunStatus.DONE
         except (asyncio.CancelledError, KeyboardInterrupt):
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
             raise
         finally:
             store.update_run_status(run_id, status)

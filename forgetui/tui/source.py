@@ -22,7 +22,7 @@ from core.eval.passk import pass_at_k
 from core.eval.report import build_report
 from core.registry import model_shown_for
 from core.session.failure import KEY_PREFIX as FAILURE_PREFIX
-from core.status import IN_SANDBOX, PASSED_SQL, SCORED_SQL, TERMINAL_SQL
+from core.status import IN_SANDBOX, PASSED_SQL, SCORED_SQL, TERMINAL_SQL, RunStatus
 from core.store.bodies import REQUEST_COLUMNS_SQL, fill_requests
 from core.store.query import SHARDS_DIR, last_written, run_query
 from core.store.readonly import QueryCancel, QueryResult
@@ -220,11 +220,11 @@ class RunSource:
         infos: dict[str, RunInfo] = {}
         for row in rows:  # a store holds its own run; shards each repeat it: one line per run id
             info = self._info(row, kind, live, shards, largest_pass_k(tasks.get(str(row["run_id"]), [])))
-            if info.status != "done" and failures.get(info.run_id):  # the run's own word on why comes first
+            if info.status != RunStatus.DONE and failures.get(info.run_id):  # the run's own word on why comes first
                 info = replace(info, reason=one_line(failures[info.run_id], 300))
             infos.setdefault(info.run_id, info)
         if not infos and failures.get(self.run_id):  # it failed before it wrote its row
-            return [replace(blank, status="failed", reason=one_line(failures[self.run_id], 300))]
+            return [replace(blank, status=RunStatus.FAILED, reason=one_line(failures[self.run_id], 300))]
         if not infos:
             return [replace(blank, status="starting")]
         return [with_launch(i, launch) for i in infos.values()]
@@ -276,7 +276,7 @@ class RunSource:
         model = str((config.get("policy") or {}).get("backend") or "")
         rollouts = [rollout_row(r) for r in lines]
         status = text(runs[0]["status"])
-        recorded = self.failures().get(run_id) if status != "done" else None
+        recorded = self.failures().get(run_id) if status != RunStatus.DONE else None
         return RunDetail(
             run_id=run_id, status=status, config=config, report=build_report(lines, list(ks), model),
             train_steps=steps, rollouts=rollouts,

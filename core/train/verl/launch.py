@@ -26,6 +26,7 @@ from core.eval.summary import RunSummary, summarize
 from core.models.resolve import resolve_model
 from core.paths import home, runs_dir
 from core.session.setup import new_run_id
+from core.status import RunStatus
 from core.store.writer import Store
 from core.train.trainers import RunHooks
 from core.train.verl.dataset import AGENT_NAME, write_dataset
@@ -245,7 +246,7 @@ class VerlTrainerRun:
         summary = _store_summary(plan.run_id, store, ks)
         summary.extra.update({"trainer": "verl", "command": plan.command_line(), "folder": str(plan.folder), "exit_code": code, "dry_run": self.dry_run})
         if code:
-            summary.status = "failed"
+            summary.status = RunStatus.FAILED
         return summary
 
 

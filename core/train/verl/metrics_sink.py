@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from core.errors import StoreError
+from core.status import RunStatus
 from core.store.writer import Store
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ class MetricsSink:
 
     def begin(self) -> None:
         """The run's row (running); rows for what an earlier launch logged; that file set aside, so veRL starts a fresh one."""
-        self.poll(status="running")
+        self.poll(status=RunStatus.RUNNING)
         if self.path.exists() and not self.pending:
             self.path.replace(self.path.with_name(f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
             self.pos = FilePosition()
@@ -211,7 +212,7 @@ def run_recording_metrics(
 ) -> int:
     """Run veRL's command to its end while `sink` records its step metrics; its exit status."""
     sink.begin()
-    status = "failed"
+    status = RunStatus.FAILED
     try:
         with subprocess.Popen(command, env=env) as proc:
             try:
@@ -219,10 +220,10 @@ def run_recording_metrics(
             except BaseException:
                 proc.kill()  # as subprocess.call does: no veRL outlives its launcher
                 raise
-        status = "done" if code == 0 else "failed"
+        status = RunStatus.DONE if code == 0 else RunStatus.FAILED
         return code
     except KeyboardInterrupt:
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         raise
     finally:
         try:

@@ -29,6 +29,7 @@ from core.registry import load_env
 from core.rollout.attempt import RolloutItem, RolloutResult
 from core.session import RunSession
 from core.session.setup import new_run_id
+from core.status import RunStatus
 from core.store.query import SHARDS_DIR
 from core.train.samples import samples_for_run
 from core.train.types import Sample
@@ -173,7 +174,7 @@ async def close_worker_run() -> None:
     global _worker, _opening
     worker, _worker, _opening = _worker, None, None
     if worker is not None:
-        worker.session.finish("done")
+        worker.session.finish(RunStatus.DONE)
         await worker.session.close()
 
 
