@@ -30,7 +30,7 @@ from starlette.routing import Route
 from core.backends.base import GenerationContext, SamplingParams, TokenBackend, TokenChunk
 from core.backends.builtin import BuiltinBackend
 from core.chat import ChatRequest
-from core.errors import ContextLengthError, ForgetuiError
+from core.errors import ContextLengthError, ForgetuiError, status_of
 from core.proxy.server import serve_forever
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,12 @@ def _error(
     return JSONResponse(
         {"error": {"message": message, "type": kind, "param": param, "code": status}}, status_code=status
     )
+
+
+def _error_type(exc: BaseException) -> str:
+    """The error's `type` field: its kind, or vLLM's ``internal_error`` for a server fault."""
+    kind = exc.kind if isinstance(exc, ForgetuiError) else "server"
+    return "internal_error" if status_of(kind) >= 500 and kind == "server" else kind
 
 
 def _prompt_ids(backend: TokenBackend, prompt: Any) -> list[int]:
@@ -293,10 +299,10 @@ class ModelRoutes:
                     lps += chunk.logprobs
                     finish = chunk.finish_reason or finish
         except ContextLengthError as exc:
-            return _error(400, str(exc))
-        except ForgetuiError as exc:
+            return _error(exc.status, str(exc))
+        except ForgetuiError as exc:  # its kind's status, from the one table (a full batch is 503, a bad request 400, ...)
             log.exception("generation failed")
-            return _error(500, str(exc), "internal_error")
+            return _error(status_of(exc.kind), str(exc), _error_type(exc))
         return JSONResponse(
             job.envelope(job.choice(ids, lps, finish or "length", True), job.usage(len(ids)), True)
         )
@@ -314,7 +320,8 @@ class ModelRoutes:
                     yield f"data: {json.dumps(event)}\n\n"
         except Exception as exc:  # the stream has begun: report in-band, like vLLM
             log.exception("generation failed mid-stream")
-            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'internal_error', 'code': 500}})}\n\n"
+            kind = exc.kind if isinstance(exc, ForgetuiError) else "server"
+            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': _error_type(exc), 'code': status_of(kind)}})}\n\n"
             return
         if job.include_usage:
             yield f"data: {json.dumps(job.envelope({}, job.usage(count), False) | {'choices': []})}\n\n"
