@@ -14,7 +14,6 @@ import pytest
 
 from core.backends.base import GenerationContext, SamplingParams, TokenChunk
 from core.backends.builtin import BuiltinBackend
-from core.backends.kinds import build_token_backend
 from core.backends.scripted import (
     ScriptedBackend,
     find_shell_tool,
@@ -23,7 +22,7 @@ from core.backends.scripted import (
     shell_call,
     write_call,
 )
-from core.backends.spec import PolicySpec
+from core.backends.spec import PolicySpec, build_token_backend
 from core.backends.vllm import VllmBackend
 from core.chat import ChatRequest
 from core.errors import BackendError, ConfigError, ContextLengthError
@@ -183,8 +182,7 @@ async def test_builtin_reload_weights(tiny_dir: Path) -> None:
 async def test_builtin_dtype_and_prefix_cache_come_from_the_spec(tiny_dir: Path) -> None:
     import torch
 
-    from core.backends.kinds import build_token_backend
-    from core.backends.spec import PolicySpec
+    from core.backends.spec import PolicySpec, build_token_backend
     from core.config import PolicyConfig
 
     default = build_token_backend(PolicySpec.parse(f"builtin:{tiny_dir}?device=cpu"))

@@ -40,7 +40,7 @@ def test_the_sampler_dtype_holds_for_an_auto_trainer(overrides: list[str]) -> No
 def test_the_trainer_dtype_holds_for_an_auto_sampler() -> None:
     import torch
 
-    from core.backends.kinds import build_token_backend
+    from core.backends.spec import build_token_backend
 
     config = load_config(None, ["train.dtype=bfloat16", 'policy.backend="builtin:tiny?device=cpu&prefix_cache_mb=0"'])
     assert config.policy.dtype == "bfloat16" and config.policy.spec.options["dtype"] == "bfloat16"

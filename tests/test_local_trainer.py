@@ -529,8 +529,7 @@ def test_checkpoint_and_reload_weights_give_the_trainers_logprobs(
     tmp_path, backend, prompt, completions, kw
 ) -> None:
     from core.backends.builtin import BuiltinBackend
-    from core.backends.kinds import build_token_backend
-    from core.backends.spec import PolicySpec
+    from core.backends.spec import PolicySpec, build_token_backend
 
     t = trainer(lr=3e-3, **kw)
     t.step(pair(prompt, completions))

@@ -159,8 +159,7 @@ def teacher_samples(store: str, run_id: str) -> list[Any]:
 # ----------------------------------------------------------------------------- SFT
 @pytest.mark.docker
 def test_sft_on_a_scripted_teacher_learns_its_answers(scripted_teacher) -> None:
-    from core.backends.kinds import build_token_backend
-    from core.backends.spec import PolicySpec
+    from core.backends.spec import PolicySpec, build_token_backend
 
     teacher = teacher_samples(scripted_teacher.store, scripted_teacher.run_id)
     summary = run(sft_config([scripted_teacher.run_id]))

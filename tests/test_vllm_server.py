@@ -23,8 +23,7 @@ import httpx
 import pytest
 
 from core.backends.base import GenerationContext, SamplingParams
-from core.backends.kinds import build_backend
-from core.backends.spec import PolicySpec
+from core.backends.spec import PolicySpec, build_backend
 from core.backends.vllm import VllmBackend
 from core.backends.vllm_server import PYTHON_ENV, ServerSettings, VllmServer, VllmServerError, vllm_python
 from core.chat import ChatRequest

@@ -17,8 +17,7 @@ import pytest
 
 import tests.loopback as loopback
 from core.backends.builtin import BuiltinBackend
-from core.backends.kinds import build_backend
-from core.backends.spec import PolicySpec
+from core.backends.spec import PolicySpec, build_backend
 from core.backends.vllm import VllmBackend
 from core.errors import ConfigError
 from core.models.tiny import ensure_tiny_model

@@ -9,13 +9,10 @@ A built backend also carries `Capabilities` (`backend.capabilities`), which can 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from core.errors import ConfigError
 from core.plugins import Registry, import_target
-
-if TYPE_CHECKING:
-    from core.backends.spec import PolicySpec
 
 
 @dataclass(frozen=True)
@@ -87,14 +84,3 @@ def backend_kind(name: str) -> BackendKind:
         raise ConfigError(f"the backend entry point {name!r} must name a BackendKind, not {type(kind).__name__}")
     return kind
 
-
-def build_backend(spec: PolicySpec, *, tokenizer: str | None = None) -> Any:
-    """The backend a spec names, built (its model loaded, its server connected)."""
-    return spec.declared.builder()(spec, tokenizer=tokenizer)
-
-
-def build_token_backend(spec: PolicySpec, *, tokenizer: str | None = None) -> Any:
-    """The token backend of a spec (what a trainer holds to swap its weights); ConfigError for a passthrough."""
-    if spec.declared.path != "token":
-        raise ConfigError(f"{spec.shown!r} is a passthrough backend: it returns text, not the token ids and logprobs training needs; use builtin:MODEL or vllm:URL")
-    return build_backend(spec, tokenizer=tokenizer)

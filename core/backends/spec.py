@@ -177,3 +177,15 @@ def spec_or_none(spec: Any) -> PolicySpec | None:
         return PolicySpec.parse(spec)
     except ConfigError:
         return None
+
+
+def build_backend(spec: PolicySpec, *, tokenizer: str | None = None) -> Any:
+    """The backend a spec names, built (its model loaded, its server connected)."""
+    return spec.declared.builder()(spec, tokenizer=tokenizer)
+
+
+def build_token_backend(spec: PolicySpec, *, tokenizer: str | None = None) -> Any:
+    """The token backend of a spec (what a trainer holds to swap its weights); ConfigError for a passthrough."""
+    if spec.declared.path != "token":
+        raise ConfigError(f"{spec.shown!r} is a passthrough backend: it returns text, not the token ids and logprobs training needs; use builtin:MODEL or vllm:URL|MODEL")
+    return build_backend(spec, tokenizer=tokenizer)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 
 from core.backends.base import TokenBackend
-from core.backends.kinds import build_backend
-from core.backends.spec import PolicySpec
+from core.backends.spec import PolicySpec, build_backend
 from core.models.resolve import declared_max_tokens
 from core.proxy.policy import PassthroughPolicy, Policy, TokenPolicy
 

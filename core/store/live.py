@@ -31,8 +31,9 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import duckdb
 import orjson
 
 from core.errors import BodyTooLargeError, ForgetuiError, ProtocolError, StoreError, status_of
@@ -61,8 +62,15 @@ from core.store.readonly import (
 from core.store.schema import BEHAVIOUR_VIEWS, SCHEMA_SQL, VIEWS_SQL
 from core.store.sidecar import sidecar_path
 
-if TYPE_CHECKING:
-    from core.store.writer import Store
+
+class LiveStore(Protocol):
+    """What the live endpoint needs of the store it serves (`core.store.writer.Store` is one): the endpoint does
+    not import the writer that starts it."""
+
+    path: Path
+    query_token: str
+
+    def cursor(self) -> duckdb.DuckDBPyConnection: ...
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +121,7 @@ def parse_request(body: bytes, max_rows_cap: int) -> tuple[str, int]:
     return req["sql"], min(max_rows, max_rows_cap)
 
 
-def handle_query(store: Store, sql: str, max_rows: int | None = None, timeout_s: float | None = 60.0) -> dict[str, Any]:
+def handle_query(store: LiveStore, sql: str, max_rows: int | None = None, timeout_s: float | None = 60.0) -> dict[str, Any]:
     """Run read-only `sql` in this process on a fresh cursor of the writer's connection (code's own reads, not a client's)."""
     cur = store.cursor()
     timer = None
@@ -129,7 +137,7 @@ def handle_query(store: Store, sql: str, max_rows: int | None = None, timeout_s:
         cur.close()
 
 
-def limit_database(store: Store, limits: dict[str, Any]) -> None:
+def limit_database(store: LiveStore, limits: dict[str, Any]) -> None:
     """Set DuckDB's global `limits` on the writer's database while its configuration can still change."""
     cur = store.cursor()
     try:
@@ -165,7 +173,7 @@ def _dumps(data: Any) -> bytes:
 class QueryRunner:
     """Runs live queries on the writer's connection: a few at a time, planned first in a child, each time- and size-bounded."""
 
-    def __init__(self, store: Store, planner: Planner, timeout_s: float | None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+    def __init__(self, store: LiveStore, planner: Planner, timeout_s: float | None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.store = store
         self.planner = planner
         self.timeout_s = timeout_s
@@ -230,7 +238,7 @@ async def _disconnected(receive: Receive) -> None:
 class LiveApp:
     """The ASGI app of the live endpoint (routes: GET / and POST /, with the token)."""
 
-    def __init__(self, store: Store, runner: QueryRunner, max_rows: int) -> None:
+    def __init__(self, store: LiveStore, runner: QueryRunner, max_rows: int) -> None:
         self.store = store
         self.runner = runner
         self.max_rows = max_rows
@@ -370,7 +378,7 @@ class LiveServer:
 
     def __init__(
         self,
-        store: Store,
+        store: LiveStore,
         host: str = "127.0.0.1",
         port: int = 0,
         max_rows: int = DEFAULT_MAX_ROWS,

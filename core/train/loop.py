@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.backends.base import TokenBackend
-from core.backends.kinds import build_token_backend
+from core.backends.spec import build_token_backend
 from core.config import RunConfig
 from core.env import Task, is_held_out
 from core.errors import ConfigError

@@ -11,13 +11,21 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core.status import TERMINAL_VALUES, Outcome, Status, outcome_of
+from forgetui.tui.launcher import LaunchRecord
 
-if TYPE_CHECKING:
-    from forgetui.tui.launcher import LaunchRecord
-    from forgetui.tui.source import RunSource
+
+class RunLocation(Protocol):
+    """Where a run's data lives (`forgetui.tui.source.RunSource` is one): rows need only this, so they do not
+    import the source that builds them."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    @property
+    def store_file(self) -> Path | None: ...
 
 ERROR_CHARS = 160  # an error cell's length in a table (the whole text is on the rollout's screen)
 
@@ -87,7 +95,7 @@ class RunInfo:
 
     run_id: str
     kind: str  # "run", "proxy" or "launch" (a process started here that stopped before it created its run)
-    source: RunSource
+    source: RunLocation
     status: str = ""
     created_at: str = ""
     env: str = ""
