@@ -13,11 +13,14 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 
 from forgetui.tui import heap, launcher, settings
+from forgetui.tui.messages import OpenCell, OpenRollout
 from forgetui.tui.progress import ACTIVE, LiveState
+from forgetui.tui.screens.cell_viewer import CellViewer
 from forgetui.tui.screens.confirm import Confirm
 from forgetui.tui.screens.home import HomeScreen
 from forgetui.tui.screens.learning import LearningScreen
 from forgetui.tui.screens.prompt import Prompt
+from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.source import RunCatalog
 from forgetui.tui.widgets.live_run import LiveRun
 
@@ -69,6 +72,17 @@ class ForgetuiApp(App[int]):
 
     def get_default_screen(self) -> HomeScreen:
         return self.home_screen
+
+    @on(OpenRollout)
+    def _open_rollout(self, message: OpenRollout) -> None:
+        """A widget asked for a rollout: its screen opens on top of whatever is showing."""
+        message.stop()
+        self.push_screen(RolloutScreen(message.source, message.rollout_id))
+
+    @on(OpenCell)
+    def _open_cell(self, message: OpenCell) -> None:
+        message.stop()
+        self.push_screen(CellViewer(message.column, message.value))
 
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, lambda theme: self.settings.save_theme(theme.name))

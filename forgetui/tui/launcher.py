@@ -2,7 +2,7 @@
 running when the TUI quits; the TUI re-attaches by reading its store. Stopping signals the store's writer.
 
 Each launch has a record, `FORGETUI_HOME/tui/launched/<stamp>.json`, beside its output (`<stamp>.log`): this
-process writes the command and the start time; the launched process (`forgetui.tui.launched_run`) adds its
+process writes the command and the start time; the launched process (`forgetui.launched_run`) adds its
 pid, the run it created, and when it ends its exit code and the errors it logged. That is how a run that failed
 says why on its Run screen and in the Runs list, and how a launch refused before it created a run still shows.
 """
@@ -115,7 +115,7 @@ def launch(args: list[str], home: Path) -> Launched:
     stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S-%f}"
     log_path, record_path = folder / f"{stamp}.log", folder / f"{stamp}.json"
     write_record(record_path, {"args": list(args), "log": str(log_path), "started_at": dt.datetime.now().timestamp()})
-    argv = [sys.executable, "-m", "forgetui.tui.launched_run", *args]
+    argv = [sys.executable, "-m", "forgetui.launched_run", *args]
     # one log record per line (a wide console: rich wraps at 80 columns when its output is a file)
     env = {**os.environ, "FORGETUI_HOME": str(home), RECORD_ENV: str(record_path), "COLUMNS": "400"}
     with open(log_path, "wb") as out:

@@ -12,8 +12,8 @@ from textual.message import Message
 
 from core.errors import ForgetuiError
 from forgetui.tui.closing import dropped_once_closed
+from forgetui.tui.messages import OpenRollout
 from forgetui.tui.rows import CallDetail, CallRow
-from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.source import RunSource
 from forgetui.tui.widgets.call_inspector import CallInspector
 from forgetui.tui.widgets.calls_table import CallsTable
@@ -131,7 +131,7 @@ class CallsPane(Vertical):
         """Enter on a call: its rollout, on its own screen (conversation, decoded tokens, verifier)."""
         event.stop()
         if self.source is not None and event.row.rollout_id:
-            self.app.push_screen(RolloutScreen(self.source, event.row.rollout_id))
+            self.post_message(OpenRollout(self.source, event.row.rollout_id))
 
     @on(Failed)
     @dropped_once_closed

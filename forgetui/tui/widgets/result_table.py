@@ -9,8 +9,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from core.store.readonly import QueryResult
+from forgetui.tui.messages import OpenCell
 from forgetui.tui.rows import cell_text
-from forgetui.tui.screens.cell_viewer import CellViewer
 from forgetui.tui.widgets.windowed_table import WindowedTable
 
 CELL_CHARS = 60
@@ -57,4 +57,4 @@ class ResultTable(WindowedTable):
         if self.result is None:
             return
         row, col = self.window_start + event.coordinate.row, event.coordinate.column
-        self.app.push_screen(CellViewer(self.result.columns[col], self.result.rows[row][col]))
+        self.post_message(OpenCell(self.result.columns[col], self.result.rows[row][col]))

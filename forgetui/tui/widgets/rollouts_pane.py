@@ -12,8 +12,8 @@ from textual.message import Message
 
 from core.errors import ForgetuiError
 from forgetui.tui.closing import dropped_once_closed
+from forgetui.tui.messages import OpenRollout
 from forgetui.tui.rows import RolloutRow
-from forgetui.tui.screens.rollout_screen import RolloutScreen
 from forgetui.tui.source import RunSource
 from forgetui.tui.widgets.filter_bar import FilterBar
 from forgetui.tui.widgets.line_table import LineTable
@@ -99,4 +99,4 @@ class RolloutsPane(Vertical):
     def _open(self, event: LineTable.Selected) -> None:
         event.stop()
         if self.source is not None:
-            self.app.push_screen(RolloutScreen(self.source, event.row.rollout_id))
+            self.post_message(OpenRollout(self.source, event.row.rollout_id))

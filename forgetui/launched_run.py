@@ -2,7 +2,7 @@
 became of it written to its launch record (`forgetui.tui.launcher`): this pid, the run it created, and when it
 ends its exit code and every error it logged. The TUI shows them; nothing here changes what the run does.
 
-    python -m forgetui.tui.launched_run run CONFIG.toml --no-ui
+    python -m forgetui.launched_run run CONFIG.toml --no-ui
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from core import paths
+from forgetui.cli import main as cli_main
 from forgetui.tui.launcher import RECORD_ENV, write_record
 
 # a run's store path as core's log lines name it (the live-query endpoint's line comes first, right after the
@@ -75,8 +76,6 @@ def _resume_of(args: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from forgetui.cli import main as cli_main
-
     # plain lines, one per record: set before the CLI's own setup, which then leaves the root logger alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     recorder = LaunchRecorder(Path(os.environ[RECORD_ENV]), paths.home())
