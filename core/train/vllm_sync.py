@@ -3,7 +3,8 @@
 After an update the trainer's weights (LoRA merged in, plain-model names) are written as one
 ``model.safetensors`` under ``run_dir/weights/step-NNNNN``. Then, on the server:
 
-1. ``POST /pause?mode=wait``: new requests wait, requests in flight finish (none, between the local loop's steps);
+1. ``POST /pause?mode=wait&clear_cache=false``: new requests wait, requests in flight finish (none, between the local
+   loop's steps); the caches are reset after the reload, in step 3 (pause's own clearing is deprecated in vLLM 0.32);
 2. ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": FOLDER}}``: every worker loads the
    folder's tensors into its model in place (vLLM's ``reload_weights``, the same loader as at start-up);
 3. ``POST /reset_prefix_cache``: cached KV blocks were computed by the old weights, so a later prompt sharing a prefix
@@ -133,7 +134,7 @@ def check_server(trainer: Any, backend: Any) -> None:
 def reload_from(base_url: str, folder: Path, version: str, headers: dict[str, str] | None = None) -> None:
     """The server's weights replaced by `folder`'s, its prefix cache reset and its weight version set, while paused."""
     headers = headers or {}
-    _ok(_post(base_url, "/pause", headers, params={"mode": "wait"}), base_url, "pause")
+    _ok(_post(base_url, "/pause", headers, params={"mode": "wait", "clear_cache": "false"}), base_url, "pause")
     try:
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
         _ok(_post(base_url, "/collective_rpc", headers, json=body), base_url, f"reload its weights from {folder} (check its log; it may need a restart)")
