@@ -172,7 +172,7 @@ class TrainConfig(_Section):
     trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
     tasks_per_step: int | None = Field(None, ge=1, le=INT64_MAX, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
     shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
-    max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's tasks so far have rewards that differ, run up to this many more batches of unused tasks in the same step")
+    max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's first batch has tasks have rewards that differ, run up to this many refills of unused tasks in the same step, each sized by the share of groups with signal so far (at most twice the batch)")
     estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
     norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit (local trainer): call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
