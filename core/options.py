@@ -15,6 +15,19 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from core.errors import ConfigError, InvalidConfigError
 
+YES, NO = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def yes_no(options: Mapping[str, str], key: str, where: str) -> bool | None:
+    """A yes/no option of a spec's query string (``1``/``true``/``yes`` or ``0``/``false``/``no``, any case); None when
+    it is not given; a ConfigError naming `where` for anything else."""
+    raw = options.get(key)
+    if raw is None:
+        return None
+    if raw.lower() in YES or raw.lower() in NO:
+        return raw.lower() in YES
+    raise ConfigError(f"{key}={raw!r} in {where} must be 1 or 0 (true or false)")
+
 M = TypeVar("M", bound=BaseModel)
 
 

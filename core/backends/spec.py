@@ -19,13 +19,13 @@ from core.backends.kinds import BACKENDS, BackendKind, backend_kind
 from core.backends.vllm_server import ServerSettings, is_url
 from core.errors import ConfigError
 from core.models.precision import DTYPES
+from core.options import yes_no
 from core.secrets import REDACTED, key_from_env, redact_text
 from core.tokens.reasoning import check_reasoning_name
 
 log = logging.getLogger(__name__)
 
 DEFAULT_UPSTREAM_TIMEOUT_S = 600.0
-TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
 @dataclass(frozen=True)
@@ -96,14 +96,7 @@ class PolicySpec:
 
     def flag(self, key: str) -> bool | None:
         """A yes/no option (``1``/``true``/``yes`` or ``0``/``false``/``no``); None when it is not given."""
-        raw = self.options.get(key)
-        if raw is None:
-            return None
-        if raw.lower() in TRUE:
-            return True
-        if raw.lower() in FALSE:
-            return False
-        raise ConfigError(f"{key}={raw!r} in the backend spec must be 1 or 0 (true or false)")
+        return yes_no(self.options, key, "the backend spec")
 
     @property
     def timeout_s(self) -> float:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from core.errors import BackendError, ConfigError
 from core.models.resolve import resolve_model
+from core.options import yes_no
 from core.paths import sub
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ DEFAULT_READY_TIMEOUT_S = 600.0  # ~30 s on 2 idle cores; a busy machine or a fi
 STOP_GRACE_S = 15.0
 TAIL_LINES = 20
 SERVER_OPTIONS = ("dtype", "max_model_len", "lora", "max_lora_rank", "max_loras", "kv_cache", "args", "log", "ready_timeout")
-_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
 class VllmServerError(BackendError):
@@ -83,7 +83,7 @@ class ServerSettings:
             served_name=options.get("model") or Path(model).name or None,
             dtype="float32" if dtype == "auto" else dtype,  # auto on a CPU is float32 in the project too
             max_model_len=_number(options, "max_model_len", int),
-            enable_lora=_flag(options, "lora"),
+            enable_lora=bool(yes_no(options, "lora", "the vllm spec")),
             max_lora_rank=_number(options, "max_lora_rank", int) or 16,
             max_loras=_number(options, "max_loras", int),
             kv_cache_gib=_number(options, "kv_cache", float),
@@ -119,13 +119,6 @@ class ServerSettings:
         if local_model:  # a local folder: nothing to fetch, and a test must never reach a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
         return {**env, **self.env}
-
-
-def _flag(options: Mapping[str, str], key: str) -> bool:
-    raw = options.get(key, "0").lower()
-    if raw in _TRUE or raw in _FALSE:
-        return raw in _TRUE
-    raise ConfigError(f"{key}={options[key]!r} in the vllm spec must be 1 or 0 (true or false)")
 
 
 def _number(options: Mapping[str, str], key: str, kind: type[int] | type[float]) -> int | float | None:
