@@ -375,24 +375,21 @@ class ProxyApp:
 
     def _store_blobs(self, call: CallInFlight) -> None:
         """Each image this proxy has not stored yet, once (a resent screenshot is the same hash)."""
-        record = getattr(self.store, "record_blob", None)
+        if self.store is None:
+            return
         for image in call.images:
-            if record is None or image.sha256 in self._blobs_seen:
+            if image.sha256 in self._blobs_seen:
                 continue
             self._blobs_seen.add(image.sha256)
-            record({"sha256": image.sha256, "media_type": image.media_type, "bytes": len(image.data), "data": image.data, "first_call_id": call.call_id, "created_at": call.started_wall})
+            self.store.record_blob({"sha256": image.sha256, "media_type": image.media_type, "bytes": len(image.data), "data": image.data, "first_call_id": call.call_id, "created_at": call.started_wall})
 
     def store_health(self) -> dict[str, Any]:
         """The store's state for /health: ok, degraded (rows held for a full disk) or refusing (new calls get 507)."""
-        health = getattr(self.store, "health", None)
-        if self.store is None:
-            return {"state": "none"}
-        return health() if callable(health) else {"state": "ok"}
+        return {"state": "none"} if self.store is None else self.store.health()
 
     def store_refusal(self) -> str | None:
         """Why a new call must be refused (its store cannot record it), or None."""
-        refusing = getattr(self.store, "refusing", None)
-        return refusing() if callable(refusing) else None
+        return None if self.store is None else self.store.refusing()
 
     def _record(self, call: CallInFlight, status: str, completion: Completion | None, response: Any, error: str | None) -> None:
         if self.store is None:

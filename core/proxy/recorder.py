@@ -38,7 +38,15 @@ def prompt_columns(prompt: Any, trace: CallTrace, session: Session) -> dict[str,
 
 
 class CallSink(Protocol):
+    """Where the proxy records (`core.store.writer.Store` is one): calls, image blobs, and whether it can take more."""
+
     def record_call(self, row: dict[str, Any]) -> None: ...
+
+    def record_blob(self, row: dict[str, Any]) -> None: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def refusing(self) -> str | None: ...
 
 
 @dataclass
