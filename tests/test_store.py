@@ -529,3 +529,19 @@ def test_close_while_readers_keep_asking_for_cursors(tmp_path):
         assert unexpected == []
         with pytest.raises(StoreError, match="closed"):
             store.cursor()
+
+
+def test_set_meta_writes_replaces_and_removes_one_key_after_the_queue(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.duckdb")
+    try:
+        store.insert_run("r1", {"a": 1})  # queued before: committed first
+        store.set_meta("failure:r1", "boom")
+        store.set_meta("failure:r1", "boom again")  # one row per key, the newer value
+        rows = store.cursor().execute("SELECT value FROM meta WHERE key = 'failure:r1'").fetchall()
+        assert rows == [("boom again",)]
+        assert store.cursor().execute("SELECT count(*) FROM runs WHERE run_id = 'r1'").fetchone() == (1,)
+        store.set_meta("failure:r1", None)
+        assert store.cursor().execute("SELECT count(*) FROM meta WHERE key = 'failure:r1'").fetchone() == (0,)
+        assert store.cursor().execute("SELECT count(*) FROM meta WHERE key = 'schema_version'").fetchone() == (1,)
+    finally:
+        store.close()

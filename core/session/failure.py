@@ -29,21 +29,9 @@ def failure_text(exc: BaseException) -> str:
 
 
 def record_failure(store: Store, run_id: str, reason: str | None) -> None:
-    """Write `reason` (None: forget an earlier one, a resumed run's) under `failure:<run_id>` once the writer's queue is flushed (the writer has no call for
-    meta rows, and this is the run's last write before it closes: its connection, one transaction)."""
+    """Write `reason` (None: forget an earlier one, a resumed run's) under `failure:<run_id>`: the run's last write
+    before its store closes."""
     try:
-        store.flush()
-        cur = store.cursor()
-        try:
-            cur.execute("BEGIN")
-            cur.execute("DELETE FROM meta WHERE key = ?", [failure_key(run_id)])  # meta has no key constraint
-            if reason is not None:
-                cur.execute("INSERT INTO meta VALUES (?, ?)", [failure_key(run_id), reason])
-            cur.execute("COMMIT")
-        except duckdb.Error:
-            cur.execute("ROLLBACK")
-            raise
-        finally:
-            cur.close()
+        store.set_meta(failure_key(run_id), reason)
     except (duckdb.Error, ForgetuiError) as exc:  # the run's status still gets written; its log has the reason
         log.warning("could not record why run %s failed in its store: %s", run_id, exc)

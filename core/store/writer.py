@@ -309,6 +309,23 @@ class Store:
     def insert_train_step(self, row: dict[str, Any]) -> None:
         self._enqueue("insert", "train_steps", {"created_at": utcnow(), **row})
 
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Set one `meta` row (None: remove it) once everything queued before is committed: meta rows are few and
+        rare, so they skip the batch queue and commit in one transaction of their own on the writer's connection."""
+        self.flush()
+        cur = self.cursor()
+        try:
+            cur.execute("BEGIN")
+            cur.execute("DELETE FROM meta WHERE key = ?", [key])  # meta has no key constraint
+            if value is not None:
+                cur.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+            cur.execute("COMMIT")
+        except duckdb.Error:
+            cur.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until everything queued before this call is committed (or dead-lettered)."""
         if self._thread_error is not None:
