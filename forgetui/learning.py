@@ -33,6 +33,7 @@ from core.train.selection import BestCheckpoint
 from envs.toy import solution_script
 from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning_report import paired_gain, pass_interval, plot, split_line
+from forgetui.learning_sampler import SharedVllm
 
 SFT_FLOOR, GRPO_FLOOR = 0.4, 0.1
 HARNESSES = ("react", "mini-swe-agent", "pi")
@@ -52,6 +53,7 @@ HARNESS_OPTIONS: dict[str, dict[str, Any]] = {
     "pi": {"max_tokens": 96},
 }
 
+RUNTIME_FIELDS = ("timings", "shared")  # a Plan's fields that are its run's state, not its schedule
 Report = Callable[[str], None]
 Emit = Callable[[dict[str, Any]], None]  # a structured event (forgetui.learning_events): what the TUI's Learning screen shows
 
@@ -110,9 +112,12 @@ class Plan:
     select_eval_n: int = 5
     select_samples: int = 2
     timings: dict[str, float] = field(default_factory=dict)
+    # with sampler "vllm": the one server every sampling stage of this learning run uses (`learning_curve` starts it);
+    # None: each stage's run starts its own
+    shared: SharedVllm | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "timings"}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k not in RUNTIME_FIELDS}
 
 
 # What `forgetui demo` shows in a few minutes: the tiny model in react on `hello`, its eval set the train task itself
@@ -124,11 +129,14 @@ DEMO = Plan(model="tiny", eval_splits=("train",), train_n=0, eval_samples=8, sft
             train_tasks=["hello"], eval_tasks=["hello"], teacher_samples=2, teacher_mistakes=True, runtime="auto")
 
 
-def policy(plan: Plan, model: str, *, sampling: bool = True) -> str:
+def policy(plan: Plan, model: str, *, sampling: bool = True, load: bool = True) -> str:
     """The backend spec serving `model` (a built-in name or a checkpoint folder) in this plan's runs: the built-in backend, or
-    with `plan.sampler = "vllm"` a vLLM server the run starts for it (`sampling=False`: a run that only trains, SFT)."""
+    with `plan.sampler = "vllm"` the learning run's shared vLLM server holding `model` (`load=False`: a trainer loads it),
+    else a server the run starts for it (`sampling=False`: a run that only trains, SFT)."""
     if plan.sampler not in SAMPLERS:
         raise ValueError(f"sampler {plan.sampler!r}: one of {', '.join(SAMPLERS)}")
+    if sampling and plan.sampler == "vllm" and plan.shared is not None:
+        return plan.shared.spec(model, load=load)
     if sampling and plan.sampler == "vllm":
         return f"vllm:{model}?{plan.vllm_options}" if plan.vllm_options else f"vllm:{model}"
     rows = plan.max_batch if plan.max_batch is not None else max(plan.concurrency, DEFAULT_MAX_BATCH)
@@ -313,7 +321,8 @@ def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
 
 def grpo_config(plan: Plan, start: str) -> Any:
     """The GRPO stage's run: from checkpoint `start` on the train split, the plan's schedule and sampling temperature."""
-    config = base_config(plan, policy(plan, start), "train", plan.train_n, plan.train_tasks)
+    # the trainer gives a shared server its starting weights itself (vllm_sync.check_server): no load here
+    config = base_config(plan, policy(plan, start, load=False), "train", plan.train_n, plan.train_tasks)
     config.run.n_samples = plan.grpo_samples
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
@@ -402,6 +411,26 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
     started = time.monotonic()
     events({"event": "start", "harness": plan.harness, "model": plan.model, "seed": plan.seed, "splits": list(plan.eval_splits),
             "plan": plan.describe(), "out": str(out)})
+    if plan.sampler != "vllm" or plan.shared is not None:
+        return _stages(plan, out, report, reuse, events, started)
+    plan.shared = SharedVllm.for_model(plan.model, plan.vllm_options, out / "vllm-server.log")
+    try:
+        events({"event": "phase", "phase": "vLLM server", "state": "running"})
+        plan.timings["vllm-start"] = plan.shared.start()
+        report(f"  vLLM server for the whole run at {plan.shared.base_url} (ready in {plan.timings['vllm-start']:.0f} s; log {out / 'vllm-server.log'})")
+        events({"event": "phase", "phase": "vLLM server", "state": "done", "seconds": plan.timings["vllm-start"]})
+        result = _stages(plan, out, report, reuse, events, started)
+    finally:
+        plan.shared.stop()
+        plan.timings["vllm-reloads"] = sum(plan.shared.reload_s)
+        plan.shared = None
+    result["timings_s"] = plan.timings
+    (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
+def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None, events: Emit, started: float) -> dict[str, Any]:
+    """`learning_curve`'s stages, in order, with whatever sampler the plan holds."""
 
     def phase(name: str, label: str, work: Callable[[], Any]) -> Any:
         events({"event": "phase", "phase": name, "state": "running"})

@@ -21,6 +21,7 @@ from core.backends.spec import PolicySpec, build_backend
 from core.backends.vllm import VllmBackend
 from core.errors import ConfigError
 from core.models.tiny import ensure_tiny_model
+from core.paths import sub
 from core.proxy.model_server import build_model_app
 from core.run import execute_run
 from core.train import lora_push, vllm_sync
@@ -229,3 +230,39 @@ def test_lora_grpo_against_vllm_still_agrees_every_step(managed: VllmBackend, do
     assert weight_info(managed) == vllm_sync.BASE_VERSION  # an earlier full-weight run's weights were given back first
     cards = [c["id"] for c in CLIENT.get(f"{managed.base_url}/v1/models").json()["data"]]
     assert f"forgetui-{summary.run_id}-step-1" in cards
+
+
+@pytest.mark.skipif(SKIP_REASON is not None, reason=f"real vLLM: {SKIP_REASON}")
+def test_one_server_serves_each_stage_of_a_learning_run_by_reloading_its_checkpoint(managed: VllmBackend, tmp_path: Path) -> None:
+    """The learning run's shared server (forgetui.learning_sampler): a checkpoint folder's weights reach it in place,
+    tied output layer included, and it reloads only when something else replaced what it loaded."""
+    from forgetui.learning_sampler import SharedVllm
+
+    assert managed.server is not None
+    model_dir = managed.server.model_dir
+    lora_push.check_push(LocalTrainer(model_dir), managed)  # an earlier test's sync undone: the start weights
+    shared = SharedVllm(managed.server, model_dir)
+    prompt = prompt_ids(managed)
+    base = served(managed, prompt)
+    spec = PolicySpec.parse(shared.spec(model_dir))
+    assert shared.reload_s == [] and not spec.managed and spec.target == managed.base_url  # holds the base already: nothing loaded
+    assert (spec.options["model"], spec.options["tokenizer"]) == (managed.model_name, model_dir)
+
+    trainer = perturbed(model_dir, 3)  # the embedding moved: a checkpoint folder without lm_head.weight must still tie it
+    checkpoint = trainer.save_checkpoint(tmp_path / "step-00000")
+    shared.spec(str(checkpoint))
+    assert len(shared.reload_s) == 1 and weight_info(managed) == shared.loaded[1] != vllm_sync.BASE_VERSION
+    ids, after = served(managed, prompt)
+    assert after == pytest.approx(trainer_logprobs(trainer, prompt, ids), abs=1e-3)
+    assert not list((tmp_path / "step-00000").glob("*.tmp")) and list(sub("cache").glob("vllm-weights/learning-*")) == []
+
+    shared.spec(str(checkpoint))  # still held: no reload
+    assert len(shared.reload_s) == 1
+    other = perturbed(model_dir, 4)
+    vllm_sync.push_full_weights(other, managed, tmp_path / "run", 0)  # a trainer's sync replaced it (GRPO's stage)
+    shared.spec(str(checkpoint))
+    assert len(shared.reload_s) == 2 and served(managed, prompt)[1] == pytest.approx(after, abs=1e-4)
+
+    shared.spec(model_dir)  # back to the base model
+    assert served(managed, prompt) == (base[0], pytest.approx(base[1], abs=1e-4))
+    lora_push.check_push(LocalTrainer(model_dir), managed)  # leave the start weights' version for the tests after

@@ -22,6 +22,7 @@ previous step's folder is removed once the server holds the new one (SmolLM2-135
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -51,19 +52,45 @@ def weights_dir(run_dir: Path, step: int) -> Path:
 
 def save_weights(trainer: Any, path: Path) -> int:
     """The trainer's full weights (LoRA merged in) as `path`/model.safetensors, written whole before it appears; the tensor count."""
+    config = W.base_model(trainer.model).config
+    return write_reloadable(trainer.state_dict_for_backend(), path, tied=bool(getattr(config, "tie_word_embeddings", False)))
+
+
+def write_reloadable(state: dict[str, Any], path: Path, *, tied: bool) -> int:
+    """`state` as `path`/model.safetensors, written whole before it appears, the way vLLM's in-place reload needs it; the tensor count."""
     from safetensors.torch import save_file
 
-    state = trainer.state_dict_for_backend()
-    config = W.base_model(trainer.model).config
-    if getattr(config, "tie_word_embeddings", False) and "lm_head.weight" not in state and EMBEDDING in state:
+    if tied and "lm_head.weight" not in state and EMBEDDING in state:
         # the tied output layer written out too: vLLM 0.32's in-place reload leaves lm_head with the OLD embedding when
         # the file has no lm_head.weight (measured: logprobs off by up to 1.3 after an embedding-only change; 3e-5 with it)
-        state["lm_head.weight"] = state[EMBEDDING].clone()
+        state = {**state, "lm_head.weight": state[EMBEDDING].clone()}
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / (FILE + ".tmp")
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
     tmp.replace(path / FILE)
     return len(state)
+
+
+def reloadable_copy(model_dir: Path, path: Path) -> int:
+    """A model folder's weights (a checkpoint, a built-in model) as `path`/model.safetensors for vLLM's in-place reload; the tensor count."""
+    config_file = model_dir / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    return write_reloadable(W.read_weights(model_dir), path, tied=bool(config.get("tie_word_embeddings")))
+
+
+def load_model(base_url: str, model_dir: Path, version: str, scratch: Path, headers: dict[str, str] | None = None) -> float:
+    """A running server's weights replaced by a model folder's (a checkpoint of this model's architecture), under
+    `version`; the copy it reads is written in `scratch` and removed after. The seconds it took."""
+    started = time.perf_counter()
+    folder = scratch.resolve()
+    try:
+        check_folder(folder, reloadable_copy(model_dir, folder))
+        reload_from(base_url, folder, version, headers)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    took = time.perf_counter() - started
+    log.info("vLLM at %s now holds %s (version %r), reloaded in %.1f s", base_url, model_dir, version, took)
+    return took
 
 
 def check_folder(path: Path, expected: int | None = None) -> None:
