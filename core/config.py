@@ -19,6 +19,7 @@ from pydantic import (
 
 from core.backends.spec import PolicySpec
 from core.errors import ConfigError
+from core.models.precision import DTYPES
 from core.options import validated
 from core.runtime.docker.egress import EgressPolicy
 from core.runtime.k8s.config import KubernetesConfig, migrate_legacy
@@ -31,6 +32,12 @@ log = logging.getLogger(__name__)
 # on every section), and each field has a range it can work in (tests/test_bounds.py walks the models for a field without one)
 INT64_MAX = 2**63 - 1
 WEEK_S = 7 * 24 * 3600.0
+
+
+# The allowed values of the config's choices, declared once (core.train.local takes its tuples from these).
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+RolloutCorrection = Literal["auto", "token", "sequence", "off"]
+Dtype = Literal[DTYPES]  # what a model computes in: core.models.precision names the choices, policy.dtype and train.dtype take them
 
 
 class _Section(BaseModel):
@@ -79,7 +86,7 @@ class PolicyConfig(_Section):
     parser: str = Field("hermes", description="how tool calls are read from the sampled text (a backend spec's ?parser= wins)")
     model_name: str = Field("policy", description="the model name harnesses are told to request")
     max_tokens: int | None = Field(None, ge=1, le=1 << 31, description="default completion cap when a harness asks for none")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="builtin: what the sampler computes in (auto: train.dtype when that is set, else bfloat16 on a CUDA GPU and float32 on a CPU)")
+    dtype: Dtype = Field("auto", description="builtin: what the sampler computes in (auto: train.dtype when that is set, else bfloat16 on a CUDA GPU and float32 on a CPU)")
     _spec: PolicySpec = PrivateAttr()
 
     @model_validator(mode="after")
@@ -165,40 +172,61 @@ class RunSettings(_Section):
     seed: int = Field(0, ge=0, le=INT64_MAX, description="the run's seed: task order and SFT example order where train.seed is unset")
 
 
-class TrainConfig(_Section):
-    """Training: `steps` > 0 turns a run into a trainer (see core.train)."""
+class UpdateSettings(_Section):
+    """How the weights are updated (every trainer: local, sft, verl)."""
 
-    steps: int = Field(0, ge=0, le=INT64_MAX, description="0 = evaluate only")
-    trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
-    tasks_per_step: int | None = Field(None, ge=1, le=INT64_MAX, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
-    shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
-    max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's first batch has tasks have rewards that differ, run up to this many refills of unused tasks in the same step, each sized by the share of groups with signal so far (at most twice the batch)")
-    estimator: str = Field("grpo", description="veRL advantage estimator by registry name (grpo, rloo, reinforce_plus_plus, ...)")
-    norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
-    call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit (local trainer): call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
-    policy_loss: str = Field("vanilla", description="veRL policy loss by registry name")
-    loss_agg_mode: str = Field("token-mean", description="veRL agg_loss mode (token-mean: a rollout weighs its sampled tokens, however many branches)")
-    clip_ratio: float = Field(0.2, gt=0, le=1e6, description="PPO/GRPO ratio clip (ε)")
     lr: float = Field(1e-6, gt=0, le=1e6, description="AdamW learning rate (LoRA wants ~1e-5 to 1e-4)")
     max_grad_norm: float = Field(1.0, gt=0, le=1e12, description="gradients clipped to this global norm")
     warmup_steps: int = Field(0, ge=0, le=INT64_MAX, description="optimizer steps of linear learning-rate warm-up")
-    micro_batch_size: int = Field(4, ge=1, le=1 << 20, description="SFT: examples per optimizer step; veRL: samples per forward per GPU (gradient accumulation)")
-    pack_samples: int = Field(32, ge=1, le=1 << 20, description="local trainer: samples per forward/backward at most (and 8,192 tokens); a GRPO step is one optimizer step over all its forwards, so this sets speed and memory only (samples that begin alike run their common beginning once per forward)")
-    temperature: float = Field(1.0, gt=0, le=1e6, description="the sampling temperature the trainer recomputes logprobs at")
-    kl_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: KL to the frozen starting weights")
-    kl_type: str = Field("low_var_kl", description="veRL kl_penalty name")
-    entropy_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: an entropy bonus in the policy loss")
     lora_rank: int = Field(0, ge=0, le=1 << 20, description="0 = full fine-tuning")
     lora_alpha: float = Field(32.0, gt=0, le=1e12, description="LoRA scaling (alpha / rank multiplies the adapter)")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
+    seed: int | None = Field(None, ge=0, le=INT64_MAX, description="the trainer's seed: task order, refills, example order and initialisation (unset: run.seed)")
+
+
+class PolicyLossSettings(_Section):
+    """The policy-gradient loss, computed by veRL's functions (the local and verl trainers)."""
+
+    temperature: float = Field(1.0, gt=0, le=1e6, description="the sampling temperature the trainer recomputes logprobs at")
+    policy_loss: str = Field("vanilla", description="the policy loss by name in veRL's registry (vanilla, gspo, ...)")
+    loss_agg_mode: LossAggMode = Field("token-mean", description="how the loss sums over tokens (veRL's agg_loss; token-mean: a rollout weighs its sampled tokens, however many branches)")
+    clip_ratio: float = Field(0.2, gt=0, le=1e6, description="PPO/GRPO ratio clip (ε)")
+    kl_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: KL to the frozen starting weights")
+    kl_type: str = Field("low_var_kl", description="the KL estimator by veRL's kl_penalty name (kl, abs, mse, low_var_kl, with + variants)")
+    entropy_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: an entropy bonus in the policy loss")
+
+
+class InProcessSettings(_Section):
+    """The in-process trainer (core.train.local: the local and sft trainers)."""
+
+    pack_samples: int = Field(32, ge=1, le=1 << 20, description="samples per forward/backward at most (and 8,192 tokens); a GRPO step is one optimizer step over all its forwards, so this sets speed and memory only (samples that begin alike run their common beginning once per forward)")
+    dtype: Dtype = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: far less memory for long samples, ~30% more time")
     share_prefix: bool = Field(True, description="samples of a micro-batch that begin alike (system prompt, a GRPO group's prompt) run that beginning once: exact, fewer tokens per forward")
-    rollout_correction: Literal["auto", "token", "sequence", "off"] = Field("auto", description="veRL's truncated importance sampling of the sampler/trainer mismatch (auto: where they disagree by > 1e-3)")
-    save_every: int = Field(0, ge=0, le=INT64_MAX, description="checkpoint every N steps (0 = only at the end)")
-    seed: int | None = Field(None, ge=0, le=INT64_MAX, description="the trainer's seed: task order, refills, example order and initialisation (unset: run.seed)")
-    from_runs: list[str] = Field(default_factory=list, description="sft: earlier runs whose passing rollouts to learn from")
-    min_reward: float = Field(1.0, ge=-1e12, le=1e12, description="sft: rollouts with at least this reward are the teacher's examples")
-    epochs: int = Field(1, ge=1, le=1 << 20, description="sft: passes over the examples")
+    rollout_correction: RolloutCorrection = Field("auto", description="truncated importance sampling of the sampler/trainer mismatch, veRL's (auto: where they disagree by > 1e-3)")
+
+
+class GroupSettings(_Section):
+    """What each step samples and how its rollouts' advantages are computed (the local and verl trainers)."""
+
+    tasks_per_step: int | None = Field(None, ge=1, le=INT64_MAX, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
+    estimator: str = Field("grpo", description="advantage estimator by name in veRL's registry (grpo, rloo, reinforce_plus_plus, ...)")
+    norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
+
+
+class LocalGrpoSettings(_Section):
+    """GRPO on this machine (the local trainer)."""
+
+    shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
+    max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's first batch has tasks have rewards that differ, run up to this many refills of unused tasks in the same step, each sized by the share of groups with signal so far (at most twice the batch)")
+    call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
+
+
+class SftSettings(_Section):
+    """Fine-tuning on earlier runs' passing rollouts (the sft trainer)."""
+
+    from_runs: list[str] = Field(default_factory=list, description="earlier runs whose passing rollouts to learn from")
+    min_reward: float = Field(1.0, ge=-1e12, le=1e12, description="rollouts with at least this reward are the teacher's examples")
+    epochs: int = Field(1, ge=1, le=1 << 20, description="passes over the examples")
 
     @field_validator("from_runs", mode="before")
     @classmethod
@@ -206,6 +234,25 @@ class TrainConfig(_Section):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+
+class RunTrainingSettings(_Section):
+    """Whether a run trains, with which trainer, its checkpoints and micro-batches (every trainer; micro_batch_size: sft and verl)."""
+
+    steps: int = Field(0, ge=0, le=INT64_MAX, description="0 = evaluate only")
+    trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
+    save_every: int = Field(0, ge=0, le=INT64_MAX, description="checkpoint every N steps (0 = only at the end)")
+    micro_batch_size: int = Field(4, ge=1, le=1 << 20, description="sft: examples per optimizer step; verl: samples per forward per GPU (gradient accumulation); the local trainer packs by pack_samples instead")
+
+
+class TrainConfig(SftSettings, LocalGrpoSettings, GroupSettings, InProcessSettings, PolicyLossSettings, UpdateSettings, RunTrainingSettings):
+    """Training: `steps` > 0 turns a run into a trainer (see core.train).
+
+    One flat [train] table made of settings groups, each field declared once in one group and each group saying
+    which trainers read it (the config reference shows them apart). The groups live here rather than in the trainers'
+    modules because the config sits a floor below the trainers (pyproject's layers) and most are shared by two or
+    three trainers; the local trainer's own options (core.train.local.LocalTrainerConfig) are built from three of them.
+    """
 
 
 class RunConfig(_Section):

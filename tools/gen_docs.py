@@ -114,24 +114,40 @@ def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, type[BaseM
         yield key, None, row
 
 
+def _groups(model: type[BaseModel]) -> list[type[BaseModel]]:
+    """The settings groups a section is made of (its bases that declare fields, as [train]'s), in field order; [] for one model."""
+    bases = [b for b in model.__bases__ if issubclass(b, BaseModel) and b.model_fields]
+    return list(reversed(bases)) if len(bases) > 1 else []
+
+
 def _model_table(model: type[BaseModel], prefix: str, level: int, title: str, out: list[str]) -> None:
     nested: list[tuple[str, type[BaseModel]]] = []
-    rows = []
+    rows: dict[str, str] = {}
     for key, sub, row in _rows(model, prefix):
         if sub is not None:
             nested.append((key, sub))
         else:
-            rows.append(row)
+            rows[key.removeprefix(prefix)] = row
     out += ["#" * level + f" {title}", ""]
     doc = (model.__doc__ or "").strip().splitlines()
     if doc and not doc[0].startswith(("The options one adapter takes", "A base class")):
         out += [doc[0], ""]
-    if rows:
-        out += ["| key | type | default | bounds | description |", "|---|---|---|---|---|", *rows, ""]
-    else:
-        out += ["No options.", ""]
+    groups = _groups(model)
+    grouped = {name for group in groups for name in group.model_fields}
+    own = [row for name, row in rows.items() if name not in grouped]
+    if own or not groups:
+        out += _table(own)
+    for group in groups:  # a section made of groups (each saying which trainers read it): a table per group
+        out += ["#" * min(level + 1, 4) + f" {title}: {(group.__doc__ or group.__name__).strip().splitlines()[0].rstrip('.')}", ""]
+        out += _table([rows[name] for name in group.model_fields])
     for key, sub in nested:
         _model_table(sub, key + ".", level + 1 if level < 3 else level, f"`[{key}]`", out)
+
+
+def _table(rows: list[str]) -> list[str]:
+    if not rows:
+        return ["No options.", ""]
+    return ["| key | type | default | bounds | description |", "|---|---|---|---|---|", *rows, ""]
 
 
 def config_page() -> str:

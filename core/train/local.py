@@ -8,45 +8,49 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, get_args
+
+from pydantic import Field
 
 from core.chat import ImagePart
+from core.config import (
+    InProcessSettings,
+    LossAggMode,
+    PolicyLossSettings,
+    RolloutCorrection,
+    TrainConfig,
+    UpdateSettings,
+)
 from core.errors import ConfigError, TrainingDataError
-from core.models.precision import DTYPES, resolve_dtype
+from core.models.precision import resolve_dtype
+from core.options import validated
 from core.tokens.vision import forward_inputs, vision_prompt
 from core.train import weights as W
 from core.train.checkpoints import TRAINER_STATE
 from core.train.logprobs import Batch, collate, pack, token_logprobs
 from core.train.types import Sample
 
-if TYPE_CHECKING:
-    from core.config import TrainConfig
-
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-OLD_LOGPROBS = ("recorded", "recomputed")
-ROLLOUT_CORRECTIONS = ("auto", "token", "sequence", "off")
+OldLogprobs = Literal["recorded", "recomputed"]
+# the choices as tuples, from the one declaration of each (the config's Literals and OldLogprobs)
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
+OLD_LOGPROBS: tuple[str, ...] = get_args(OldLogprobs)
+ROLLOUT_CORRECTIONS: tuple[str, ...] = get_args(RolloutCorrection)
 AGREEMENT = 1e-3  # |recorded − recomputed| logprob beyond which "auto" applies the rollout correction
 
 
-@dataclass
-class LocalTrainerConfig:
+class LocalTrainerConfig(UpdateSettings, PolicyLossSettings, InProcessSettings):
     """Hyperparameters of `LocalTrainer`; the defaults are chosen for on-policy RL on agent trajectories.
+
+    The settings a run config gives it are the three [train] groups it is built from (core.config: declared and
+    checked there, once); the fields below are the ones only code sets (benchmarks, tests, a library caller).
 
     loss_agg_mode="token-mean": every trainable token in the step weighs the same. A rollout may
     arrive as several branch samples (the harness compacted or rewrote its history) and a sample
@@ -87,59 +91,22 @@ class LocalTrainerConfig:
     layer's activations in the backward pass (memory per step grows far slower with sample length).
     """
 
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    warmup_steps: int = 0  # linear warm-up of the lr over this many optimizer steps
-    # samples per forward/backward at most: many, so a GRPO step's samples under one system prompt run it
-    # once per forward (react's 28 samples of ~740 tokens: 6,765 tokens run in rows of 4, 3,705 in one row)
-    pack_samples: int = 32
-    pack_tokens: int = 8192  # tokens per forward at most (a longer sample runs alone)
-    gradient_checkpointing: bool = False
-    share_prefix: bool = True
-    temperature: float = 1.0  # the sampler's temperature: logprobs are log_softmax(logits / temperature)
-    policy_loss: str = "vanilla"  # veRL's policy-loss registry
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
-    loss_agg_mode: str = "token-mean"
-    old_logprobs: str = "recorded"
-    kl_coef: float = 0.0  # > 0: KL to a frozen reference (the starting weights)
-    kl_type: str = (
-        "low_var_kl"  # veRL's kl_penalty name: kl/k1, abs, mse/k2, low_var_kl/k3, with "+" variants
-    )
-    entropy_coef: float = 0.0  # > 0: entropy bonus
-    lora_rank: int = 0  # 0: full fine-tuning
-    lora_alpha: float = 32.0
-    lora_target_modules: str | list[str] = "all-linear"
-    lora_dropout: float = 0.0
-    rollout_correction: str = "auto"
-    rollout_is_threshold: float = 2.0  # truncation of the importance weights (veRL's default)
-    device: str = "auto"
-    dtype: str = "auto"
-    seed: int | None = None  # seeds torch before LoRA init
+    weight_decay: float = Field(0.0, description="AdamW's decoupled weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decay rates")
+    eps: float = Field(1e-8, description="AdamW's epsilon")
+    pack_tokens: int = Field(8192, ge=1, description="tokens per forward at most (a longer sample runs alone)")
+    clip_ratio_low: float | None = Field(None, description="the lower ratio clip (unset: clip_ratio)")
+    clip_ratio_high: float | None = Field(None, description="the upper ratio clip (unset: clip_ratio)")
+    clip_ratio_c: float = Field(3.0, description="dual-clip bound for negative advantages")
+    old_logprobs: OldLogprobs = Field("recorded", description="what the PPO ratio is taken against")
+    lora_target_modules: str | list[str] = Field("all-linear", description="the modules LoRA adapts (peft's target_modules)")
+    lora_dropout: float = Field(0.0, description="LoRA's dropout")
+    rollout_is_threshold: float = Field(2.0, gt=1, description="truncation of the rollout correction's importance weights (veRL's default)")
+    device: str = Field("auto", description="where the model trains (auto: CUDA when there is one, else the CPU)")
 
-    def validate(self) -> None:
-        """Raise ConfigError on values no step could use."""
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            raise ConfigError(f"loss_agg_mode {self.loss_agg_mode!r}: use one of {', '.join(LOSS_AGG_MODES)}")
-        if self.old_logprobs not in OLD_LOGPROBS:
-            raise ConfigError(f"old_logprobs {self.old_logprobs!r}: use one of {', '.join(OLD_LOGPROBS)}")
-        if self.rollout_correction not in ROLLOUT_CORRECTIONS:
-            raise ConfigError(f"rollout_correction {self.rollout_correction!r}: use one of {', '.join(ROLLOUT_CORRECTIONS)}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
-        if self.pack_tokens < 1 or self.rollout_is_threshold <= 1.0:
-            raise ConfigError("pack_tokens must be >= 1 and rollout_is_threshold > 1")
-        if self.lr <= 0 or self.pack_samples < 1 or self.max_grad_norm <= 0:
-            raise ConfigError("lr and max_grad_norm must be > 0 and pack_samples >= 1")
-        if self.temperature <= 0:
-            raise ConfigError("temperature must be > 0 (use 1.0 for samples drawn greedily)")
-        if self.kl_coef < 0 or self.entropy_coef < 0 or self.lora_rank < 0:
-            raise ConfigError("kl_coef, entropy_coef and lora_rank must be >= 0")
+
+# the [train] groups a run config gives the local trainer (the rest of LocalTrainerConfig only code sets)
+FROM_TRAIN: tuple[type, ...] = LocalTrainerConfig.__bases__
 
 
 class LocalTrainer:
@@ -156,12 +123,9 @@ class LocalTrainer:
         """`model`: a built-in name ("tiny"), a local HF folder, or an already-loaded transformers model."""
         import torch
 
-        try:
-            self.config = dataclasses.replace(config or LocalTrainerConfig(), **overrides)
-        except TypeError as exc:
-            raise ConfigError(f"LocalTrainer: {exc}") from None
+        base = config or LocalTrainerConfig()
+        self.config = validated(LocalTrainerConfig, {**base.model_dump(), **overrides}) if overrides else base
         cfg = self.config
-        cfg.validate()
         self._torch = torch
         self.device = W.pick_device(cfg.device)
         self.compute_dtype = resolve_dtype(cfg.dtype, self.device)
@@ -518,7 +482,7 @@ class LocalTrainer:
             "updates": self.updates,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "config": dataclasses.asdict(self.config),
+            "config": self.config.model_dump(),
             "lora": lora,
         }
         tmp = path / (TRAINER_STATE + ".tmp")
@@ -579,24 +543,5 @@ def _metric(metrics: dict[str, Any], name: str) -> float:
 
 
 def trainer_settings(train: TrainConfig) -> dict[str, Any]:
-    """LocalTrainerConfig fields from the run config's [train] section."""
-    return {
-        "lr": train.lr,
-        "max_grad_norm": train.max_grad_norm,
-        "warmup_steps": train.warmup_steps,
-        "pack_samples": train.pack_samples,
-        "temperature": train.temperature,
-        "policy_loss": train.policy_loss,
-        "clip_ratio": train.clip_ratio,
-        "loss_agg_mode": train.loss_agg_mode,
-        "kl_coef": train.kl_coef,
-        "kl_type": train.kl_type,
-        "entropy_coef": train.entropy_coef,
-        "lora_rank": train.lora_rank,
-        "lora_alpha": train.lora_alpha,
-        "dtype": train.dtype,
-        "gradient_checkpointing": train.gradient_checkpointing,
-        "share_prefix": train.share_prefix,
-        "rollout_correction": train.rollout_correction,
-        "seed": train.seed,
-    }
+    """The LocalTrainerConfig fields a run config's [train] section sets: every field of the groups in FROM_TRAIN."""
+    return {name: getattr(train, name) for group in FROM_TRAIN for name in group.model_fields}
