@@ -50,7 +50,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--split", default="both", choices=["eval-phrasing", "eval", "both"], help="held-out split(s) to evaluate on")
     parser.add_argument("--model", default=None, help="built-in model or local folder (default smollm2-135m; `tiny` to try the pipeline)")
     parser.add_argument("--sampler", default=None, choices=["builtin", "vllm"], help="where the stages sample: the built-in backend "
-                        "(default) or a vLLM server each run starts (`make vllm`; GRPO's full-parameter updates reach it by reload)")
+                        "(default) or one vLLM server the learning run starts, each stage's checkpoint reloaded into it (`make vllm`; GRPO's full-parameter updates reach it by reload)")
     parser.add_argument("--vllm-options", default=None, help="the vLLM server's spec options (default max_model_len=8192&kv_cache=4)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/learning_curve"))
     parser.add_argument("--reuse", type=Path, default=None, help="an earlier learning_curve.json of the same plan up to SFT: "
