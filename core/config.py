@@ -172,8 +172,13 @@ class RunSettings(_Section):
     seed: int = Field(0, ge=0, le=INT64_MAX, description="the run's seed: task order and SFT example order where train.seed is unset")
 
 
-class UpdateSettings(_Section):
-    """How the weights are updated (every trainer: local, sft, verl)."""
+class TrainSettingsGroup(_Section):
+    """A group of [train] settings. Each trainer names the groups it reads (`Trainer.settings`, core.train.trainers),
+    and TrainConfig is every group together: one flat table, each key declared in one group."""
+
+
+class UpdateSettings(TrainSettingsGroup):
+    """How the weights are updated."""
 
     lr: float = Field(1e-6, gt=0, le=1e6, description="AdamW learning rate (LoRA wants ~1e-5 to 1e-4)")
     max_grad_norm: float = Field(1.0, gt=0, le=1e12, description="gradients clipped to this global norm")
@@ -183,8 +188,8 @@ class UpdateSettings(_Section):
     seed: int | None = Field(None, ge=0, le=INT64_MAX, description="the trainer's seed: task order, refills, example order and initialisation (unset: run.seed)")
 
 
-class PolicyLossSettings(_Section):
-    """The policy-gradient loss, computed by veRL's functions (the local and verl trainers)."""
+class PolicyLossSettings(TrainSettingsGroup):
+    """The policy-gradient loss, computed by veRL's functions."""
 
     temperature: float = Field(1.0, gt=0, le=1e6, description="the sampling temperature the trainer recomputes logprobs at")
     policy_loss: str = Field("vanilla", description="the policy loss by name in veRL's registry (vanilla, gspo, ...)")
@@ -195,8 +200,8 @@ class PolicyLossSettings(_Section):
     entropy_coef: float = Field(0.0, ge=0, le=1e12, description="> 0: an entropy bonus in the policy loss")
 
 
-class InProcessSettings(_Section):
-    """The in-process trainer (core.train.local: the local and sft trainers)."""
+class InProcessSettings(TrainSettingsGroup):
+    """The in-process trainer (core.train.local)."""
 
     pack_samples: int = Field(32, ge=1, le=1 << 20, description="samples per forward/backward at most (and 8,192 tokens); a GRPO step is one optimizer step over all its forwards, so this sets speed and memory only (samples that begin alike run their common beginning once per forward)")
     dtype: Dtype = Field("auto", description="what the trainer computes in, weights kept float32 (auto: the builtin sampler's dtype when policy.dtype or its spec's dtype= sets one, else bfloat16 on a CUDA GPU and float32 on a CPU: exact logprob agreement)")
@@ -205,24 +210,24 @@ class InProcessSettings(_Section):
     rollout_correction: RolloutCorrection = Field("auto", description="truncated importance sampling of the sampler/trainer mismatch, veRL's (auto: where they disagree by > 1e-3)")
 
 
-class GroupSettings(_Section):
-    """What each step samples and how its rollouts' advantages are computed (the local and verl trainers)."""
+class GroupSettings(TrainSettingsGroup):
+    """What each step samples and how its rollouts' advantages are computed."""
 
     tasks_per_step: int | None = Field(None, ge=1, le=INT64_MAX, description="tasks in each step's batch (each run.n_samples times: a GRPO group); default all")
     estimator: str = Field("grpo", description="advantage estimator by name in veRL's registry (grpo, rloo, reinforce_plus_plus, ...)")
     norm_adv_by_std: bool = Field(True, description="GRPO's std normalisation; false = Dr.GRPO")
 
 
-class LocalGrpoSettings(_Section):
-    """GRPO on this machine (the local trainer)."""
+class LocalGrpoSettings(TrainSettingsGroup):
+    """GRPO on this machine: task order, refills, per-call credit."""
 
     shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
     max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's first batch has tasks have rewards that differ, run up to this many refills of unused tasks in the same step, each sized by the share of groups with signal so far (at most twice the batch)")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
 
 
-class SftSettings(_Section):
-    """Fine-tuning on earlier runs' passing rollouts (the sft trainer)."""
+class SftSettings(TrainSettingsGroup):
+    """Fine-tuning on earlier runs' passing rollouts."""
 
     from_runs: list[str] = Field(default_factory=list, description="earlier runs whose passing rollouts to learn from")
     min_reward: float = Field(1.0, ge=-1e12, le=1e12, description="rollouts with at least this reward are the teacher's examples")
@@ -236,8 +241,8 @@ class SftSettings(_Section):
         return value
 
 
-class RunTrainingSettings(_Section):
-    """Whether a run trains, with which trainer, its checkpoints and micro-batches (every trainer; micro_batch_size: sft and verl)."""
+class RunTrainingSettings(TrainSettingsGroup):
+    """Whether a run trains, with which trainer, its checkpoints and micro-batches."""
 
     steps: int = Field(0, ge=0, le=INT64_MAX, description="0 = evaluate only")
     trainer: str = Field("local", description="a trainer by registry name (core.train.trainers): local GRPO on one node, sft on earlier runs, verl on GPUs")
@@ -248,10 +253,11 @@ class RunTrainingSettings(_Section):
 class TrainConfig(SftSettings, LocalGrpoSettings, GroupSettings, InProcessSettings, PolicyLossSettings, UpdateSettings, RunTrainingSettings):
     """Training: `steps` > 0 turns a run into a trainer (see core.train).
 
-    One flat [train] table made of settings groups, each field declared once in one group and each group saying
-    which trainers read it (the config reference shows them apart). The groups live here rather than in the trainers'
-    modules because the config sits a floor below the trainers (pyproject's layers) and most are shared by two or
-    three trainers; the local trainer's own options (core.train.local.LocalTrainerConfig) are built from three of them.
+    One flat [train] table made of settings groups, each key declared once in one group; each trainer names the
+    groups it reads (`Trainer.settings`) and the config reference shows a table per group with its trainers. The
+    groups live here rather than in the trainers' modules because the config sits a floor below the trainers
+    (pyproject's layers) and most are shared by two or three trainers; the local trainer's own options
+    (core.train.local.LocalTrainerConfig) are built from three of them.
     """
 
 

@@ -8,7 +8,16 @@ import typing
 import pytest
 from pydantic import BaseModel
 
-from core.config import PolicyConfig, TrainConfig, dump_toml, load_config
+from core.config import (
+    InProcessSettings,
+    LocalGrpoSettings,
+    PolicyConfig,
+    PolicyLossSettings,
+    SftSettings,
+    TrainConfig,
+    dump_toml,
+    load_config,
+)
 from core.errors import InvalidConfigError
 from core.models.precision import DTYPES
 from core.options import validated
@@ -97,3 +106,16 @@ def test_a_bad_local_trainer_option_is_a_config_error_naming_it() -> None:
         with pytest.raises(InvalidConfigError) as exc:
             validated(LocalTrainerConfig, bad)
         assert [loc for loc, _ in exc.value.problems] == [key]
+
+
+def test_each_trainer_names_the_groups_it_reads_and_every_group_has_a_reader() -> None:
+    from core.train.trainers import TRAINERS
+
+    groups = set(_groups(TrainConfig))
+    read = {name: set(TRAINERS.load(name).settings) for name in ("local", "sft", "verl")}
+    for name, settings in read.items():
+        assert settings <= groups, f"{name} names settings groups TrainConfig is not made of"
+    assert set().union(*read.values()) == groups, "a [train] group no trainer reads"
+    assert set(FROM_TRAIN) <= read["local"] and set(FROM_TRAIN) - read["sft"] == {PolicyLossSettings}  # sft_step takes no policy loss
+    assert read["local"] - read["verl"] == {InProcessSettings, LocalGrpoSettings}  # veRL's check() refuses call_discount
+    assert read["sft"] - read["local"] == {SftSettings}

@@ -138,10 +138,26 @@ def _model_table(model: type[BaseModel], prefix: str, level: int, title: str, ou
     if own or not groups:
         out += _table(own)
     for group in groups:  # a section made of groups (each saying which trainers read it): a table per group
-        out += ["#" * min(level + 1, 4) + f" {title}: {(group.__doc__ or group.__name__).strip().splitlines()[0].rstrip('.')}", ""]
+        about = (group.__doc__ or group.__name__).strip().splitlines()[0].rstrip(".")
+        out += ["#" * min(level + 1, 4) + f" {title}: {about}", "", *_readers(group)]
         out += _table([rows[name] for name in group.model_fields])
     for key, sub in nested:
         _model_table(sub, key + ".", level + 1 if level < 3 else level, f"`[{key}]`", out)
+
+
+def _readers(group: type[BaseModel]) -> list[str]:
+    """For a [train] settings group, a line naming the trainers that read it (each trainer's `settings`); else nothing."""
+    from core.config import TrainSettingsGroup
+    from core.train.trainers import TRAINERS
+
+    if not issubclass(group, TrainSettingsGroup):
+        return []
+    names = [name for name in TRAINERS.names() if group in TRAINERS.load(name).settings]
+    if not names:
+        return ["No trainer reads these.", ""]
+    shown = [f"`{n}`" for n in names]
+    listed = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    return [f"Read by the {listed} trainer{'s' if len(names) > 1 else ''}.", ""]
 
 
 def _table(rows: list[str]) -> list[str]:

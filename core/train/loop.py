@@ -21,7 +21,15 @@ from typing import Any
 
 from core.backends.base import TokenBackend
 from core.backends.spec import build_token_backend
-from core.config import RunConfig
+from core.config import (
+    GroupSettings,
+    InProcessSettings,
+    LocalGrpoSettings,
+    PolicyLossSettings,
+    RunConfig,
+    RunTrainingSettings,
+    UpdateSettings,
+)
 from core.env import Task, is_held_out
 from core.errors import ConfigError
 from core.eval.summary import RunSummary, summarize
@@ -200,6 +208,7 @@ class LocalTrainerRun:
 
     name = "local"
     runs_rollouts = True
+    settings = (RunTrainingSettings, UpdateSettings, PolicyLossSettings, InProcessSettings, GroupSettings, LocalGrpoSettings)
 
     def trains(self, config: RunConfig) -> bool:
         return config.train.steps > 0

@@ -35,7 +35,14 @@ from typing import Any
 import duckdb
 
 from core.backends.spec import spec_or_none
-from core.config import RunConfig, dump_toml
+from core.config import (
+    InProcessSettings,
+    RunConfig,
+    RunTrainingSettings,
+    SftSettings,
+    UpdateSettings,
+    dump_toml,
+)
 from core.errors import ConfigError, ModelError, TrainingDataError
 from core.eval.summary import RunSummary
 from core.models.resolve import load_tokenizer, resolve_model
@@ -439,6 +446,7 @@ class SftTrainerRun:
 
     name = "sft"
     runs_rollouts = False
+    settings = (RunTrainingSettings, UpdateSettings, InProcessSettings, SftSettings)
 
     def trains(self, config: RunConfig) -> bool:
         return True  # `train.steps` does not apply: `train.epochs` passes over the examples

@@ -18,7 +18,7 @@ from core.errors import ConfigError
 from core.plugins import Registry
 
 if TYPE_CHECKING:
-    from core.config import RunConfig
+    from core.config import RunConfig, TrainSettingsGroup
     from core.eval.summary import RunSummary
     from core.rollout.engine import RolloutEvent
 
@@ -37,6 +37,7 @@ class Trainer(Protocol):
 
     name: ClassVar[str]
     runs_rollouts: ClassVar[bool]  # whether it samples rollouts itself (SFT learns from recorded ones)
+    settings: ClassVar[tuple[type[TrainSettingsGroup], ...]]  # the [train] settings groups it reads (core.config; the reference lists them)
 
     def trains(self, config: RunConfig) -> bool:
         """Whether this config trains at all (a `local` config with `train.steps = 0` is an eval)."""

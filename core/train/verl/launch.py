@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config import RunConfig, dump_toml
+from core.config import (
+    GroupSettings,
+    PolicyLossSettings,
+    RunConfig,
+    RunTrainingSettings,
+    UpdateSettings,
+    dump_toml,
+)
 from core.errors import ConfigError
 from core.eval.summary import RunSummary, summarize
 from core.models.resolve import resolve_model
@@ -217,6 +224,7 @@ class VerlTrainerRun:
 
     name = "verl"
     runs_rollouts = True
+    settings = (RunTrainingSettings, UpdateSettings, PolicyLossSettings, GroupSettings)  # not LocalGrpoSettings: check() refuses call_discount
 
     def __init__(self, dry_run: bool = False, on_plan: Callable[[VerlPlan], None] | None = None, **cluster: Any) -> None:
         self.dry_run = dry_run
