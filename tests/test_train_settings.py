@@ -119,3 +119,15 @@ def test_each_trainer_names_the_groups_it_reads_and_every_group_has_a_reader() -
     assert set(FROM_TRAIN) <= read["local"] and set(FROM_TRAIN) - read["sft"] == {PolicyLossSettings}  # sft_step takes no policy loss
     assert read["local"] - read["verl"] == {InProcessSettings, LocalGrpoSettings}  # veRL's check() refuses call_discount
     assert read["sft"] - read["local"] == {SftSettings}
+
+
+def test_the_local_trainer_refuses_an_unknown_estimator_before_any_rollout() -> None:
+    """veRL's trainer takes any name its registry has; the local one takes ESTIMATORS: checked by its check(), not at step 0."""
+    from core.errors import ConfigError
+    from core.train.loop import LocalTrainerRun
+
+    LocalTrainerRun().check(load_config(None, ["train.steps=1", "train.estimator=rloo"]))
+    with pytest.raises(ConfigError, match="estimator 'nope'"):
+        LocalTrainerRun().check(load_config(None, ["train.steps=1", "train.estimator=nope"]))
+    with pytest.raises(ConfigError, match="norm_by_std"):
+        LocalTrainerRun().check(load_config(None, ["train.steps=1", "train.estimator=rloo", "train.norm_adv_by_std=false"]))

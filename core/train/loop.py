@@ -38,7 +38,7 @@ from core.proxy.factory import token_policy
 from core.rollout.status import Tally
 from core.session import RunSession, store_rows
 from core.status import RunStatus
-from core.train.advantages import compute_advantages, discount_calls
+from core.train.advantages import compute_advantages, discount_calls, resolve_estimator
 from core.train.batches import TaskSchedule
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
 from core.train.dynamic_sampling import informative_groups, plan_refill
@@ -215,6 +215,7 @@ class LocalTrainerRun:
 
     def check(self, config: RunConfig) -> None:
         check_trainable(config)
+        resolve_estimator(config.train.estimator, config.train.norm_adv_by_std)  # else a bad name fails after step 0's rollouts
 
     async def train(self, config: RunConfig, *, resume: str | None, hooks: RunHooks, ks: list[int] | None) -> RunSummary:
         """Train for `train.steps` steps (or resume a run); the summary covers every rollout, plus the training."""
