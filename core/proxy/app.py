@@ -35,7 +35,10 @@ from core.protocols.body import load_json
 from core.protocols.checks import check_nesting
 from core.protocols.images import Image, extract_images
 from core.protocols.registry import get_protocol
-from core.protocols.serving import (
+from core.proxy.policy import DeferredPolicy, Policy, ready_policy
+from core.proxy.recorder import CallInFlight, CallSink
+from core.proxy.sessions import SessionRegistry
+from core.serving import (
     SSE_HEADERS,
     ClientGone,
     Receive,
@@ -46,9 +49,6 @@ from core.protocols.serving import (
     send_bytes,
     send_json,
 )
-from core.proxy.policy import DeferredPolicy, Policy, ready_policy
-from core.proxy.recorder import CallInFlight, CallSink
-from core.proxy.sessions import SessionRegistry
 from core.tokens.continuation import tools_key
 
 log = logging.getLogger(__name__)
@@ -222,6 +222,7 @@ class ProxyApp:
             backend=policy.name,
             images=images,
         )
+        call.trace.seed = session.call_seed(call.seq)
         self._store_blobs(call)
         response_id = _ID_PREFIX[api] + uuid.uuid4().hex[:24]
         events = policy.stream(request, session, call.call_id, call.trace)

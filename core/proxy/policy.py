@@ -43,6 +43,7 @@ class CallTrace:
     partial_text: str = ""
     backend_finish: str | None = None
     weights_version: int | None = None
+    seed: int | None = None  # the sampler's seed for this call (run.seed's draws, `Session.call_seed`); None: unseeded
 
 
 class Policy(Protocol):
@@ -144,6 +145,7 @@ class TokenPolicy:
             temperature=self._temperature(request),
             top_p=1.0 if request.top_p is None else request.top_p,
             stop_token_ids=[self.eos_id] if self.eos_id is not None else [],
+            seed=trace.seed,
         )
         visible = VisibleTextStream(self.open_tag)
         thinking = ReasoningStream(self.think) if self.think is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class Session:
     tools_hash: str | None = None  # of the tools the harness offered on its first call
     max_calls: int | None = None  # run.max_calls: model calls this rollout may make (None: no cap)
     refused: int = 0  # calls refused past that cap
+    seed: int | None = None  # where this rollout's sampling draws start (`draw_seed`); None: unseeded
     _continuations: dict[int, Continuation] = field(default_factory=dict)
 
     def admit(self) -> None:
@@ -37,6 +39,10 @@ class Session:
         seq = self.calls
         self.calls += 1
         return seq
+
+    def call_seed(self, seq: int) -> int | None:
+        """The sampler's seed for this rollout's call number `seq` (None when the rollout is unseeded)."""
+        return None if self.seed is None else draw_seed(self.seed, str(seq))
 
     def turn_ids(self, call_id: str) -> list[int] | None:
         """The prompt + completion ids this session's continuation holds for an answered call, if any."""
@@ -53,6 +59,13 @@ class Session:
         return cont
 
 
+def draw_seed(seed: int, *key: str) -> int:
+    """A 63-bit seed for the sampler from a run's seed and what names one draw (task, step, sample, attempt, call):
+    the same run seed gives the same draws for the same rollout, whatever order or batch the rollouts run in."""
+    digest = hashlib.blake2b("\x1f".join((str(seed), *key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 def new_token() -> str:
     return "ftr_" + secrets.token_urlsafe(18)
 
@@ -60,15 +73,19 @@ def new_token() -> str:
 class SessionRegistry:
     """Tokens → sessions. In a run unknown tokens are refused; a standalone proxy makes ad-hoc sessions."""
 
-    def __init__(self, run_id: str, adhoc: bool, on_new_adhoc: Callable[[Session], None] | None = None, max_calls: int | None = None) -> None:
+    def __init__(self, run_id: str, adhoc: bool, on_new_adhoc: Callable[[Session], None] | None = None, max_calls: int | None = None,
+                 seed: int | None = None) -> None:
         self.run_id = run_id
+        self.seed = seed  # run.seed: each registered rollout's draws are seeded from it and the rollout's draw key
         self.adhoc = adhoc
         self.max_calls = max_calls  # every registered rollout's cap (run.max_calls)
         self.on_new_adhoc = on_new_adhoc
         self._by_token: dict[str, Session] = {}
 
-    def register(self, rollout_id: str, token: str | None = None, attempt: int = 0) -> Session:
-        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id, attempt=attempt, max_calls=self.max_calls)
+    def register(self, rollout_id: str, token: str | None = None, attempt: int = 0, draw_key: tuple[str, ...] | None = None) -> Session:
+        """A session for a rollout attempt; `draw_key` (task, step, sample, attempt) seeds its sampling when the run has a seed."""
+        seed = None if self.seed is None or draw_key is None else draw_seed(self.seed, *draw_key)
+        session = Session(token=token or new_token(), rollout_id=rollout_id, run_id=self.run_id, attempt=attempt, max_calls=self.max_calls, seed=seed)
         self._by_token[session.token] = session
         return session
 

@@ -141,7 +141,7 @@ class RunSession:
             self.policy = DeferredPolicy(  # loads while the sandboxes start; the first model call waits for it
                 lambda: make_policy(config.policy.spec.with_server_log(self.run_dir), parser=config.policy.parser, tokenizer=config.policy.tokenizer, default_max_tokens=config.policy.max_tokens)
             )
-        sessions = SessionRegistry(run_id=self.run_id, adhoc=False, max_calls=config.run.max_calls)
+        sessions = SessionRegistry(run_id=self.run_id, adhoc=False, max_calls=config.run.max_calls, seed=config.run.seed)
         app = ProxyApp(self.policy, sessions, self.store, max_body_bytes=config.proxy.max_body_bytes, call_timeout_s=config.run.call_timeout_s, served_model=config.policy.model_name)
         self.server = BackgroundServer(app, host=config.proxy.host, port=config.proxy.port)
         await asyncio.to_thread(self.server.start)
