@@ -169,7 +169,7 @@ class RunSettings(_Section):
     call_timeout_s: float | None = Field(300.0, gt=0, le=WEEK_S, description="per model call")
     max_calls: int | None = Field(None, ge=1, le=INT64_MAX, description="model calls a rollout may make; the proxy refuses the next (HTTP 403 in the caller's protocol), the harness ends as it ends on a refused call and the verifier scores what it left (unset: no cap)")
     max_retries: int = Field(2, ge=0, le=1000, description="retries of infrastructure failures only")
-    seed: int = Field(0, ge=0, le=INT64_MAX, description="the run's seed: task order and SFT example order where train.seed is unset")
+    seed: int = Field(0, ge=0, le=INT64_MAX, description="the run's seed: the sampler's draws (each rollout's calls seeded from it and the rollout's task, step, sample and attempt: the same seed samples the same tokens), and task order and SFT example order where train.seed is unset")
 
 
 class TrainSettingsGroup(_Section):
