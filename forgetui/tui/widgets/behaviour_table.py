@@ -9,6 +9,10 @@ class BehaviourTable(DataTable):
     """Mean and 95% bootstrap interval of each behaviour metric per group, as `forgetui analyze RUN` prints them."""
 
     BORDER_TITLE = "behaviour"
+    DEFAULT_CSS = """
+    BehaviourTable { border: round $primary-darken-1; }
+    BehaviourTable:focus { border: round $accent; }
+    """
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]

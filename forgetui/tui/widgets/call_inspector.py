@@ -98,6 +98,10 @@ class CallInspector(VerticalScroll):
     """Sections for the header, request, response and tokens; filled by `show_call`."""
 
     BORDER_TITLE = "Call"
+    DEFAULT_CSS = """
+    CallInspector { border: round $primary-darken-1; height: 1fr; padding: 0 1; }
+    CallInspector .section { margin-top: 1; }
+    """
 
     def compose(self) -> ComposeResult:
         yield Static(Text("select a call", style="dim"), id="call-header")

@@ -22,6 +22,9 @@ class CallJson(TextArea):
     """Read-only JSON; `y` puts the whole text on the clipboard (OSC 52, through the terminal)."""
 
     BINDINGS = [Binding("y", "copy_all", "Copy JSON")]
+    DEFAULT_CSS = """
+    CallJson { width: 1fr; height: 1fr; }
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("", language="json", read_only=True, soft_wrap=False, **kwargs)

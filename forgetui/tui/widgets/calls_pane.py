@@ -27,6 +27,10 @@ class CallsPane(Vertical):
     """`source` comes from the screen (attributes down); `shown` says whether its tab is on screen, and only
     then are the calls read (each refresh reads up to a thousand)."""
 
+    DEFAULT_CSS = """
+    CallsPane { height: 1fr; }
+    """
+
     class Loaded(Message):
         def __init__(self, source: RunSource, calls: list[CallRow], stamp: float) -> None:
             super().__init__()

@@ -103,8 +103,12 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
                                              "line-table--empty"}
     DEFAULT_CSS = """
     LineTable {
+        border: round $primary-darken-1;
+        height: 1fr;
+        min-height: 4;
         background: $surface;
         color: $foreground;
+        &:focus { border: round $accent; }
         & > .line-table--header { text-style: bold; background: $panel; color: $foreground; }
         & > .line-table--even { background: $surface-lighten-1 50%; }
         & > .line-table--empty { color: $text-muted; }

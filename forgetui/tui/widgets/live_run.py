@@ -79,6 +79,17 @@ def summary_text(summary: RunSummary) -> Text:
 class LiveRun(Vertical):
     """Runs `config` (or resumes `resume`); `state`, `exit_code` and `progress` say where it is."""
 
+    DEFAULT_CSS = """
+    LiveRun { height: 1fr; padding: 0 1; }
+    LiveRun #live-header { height: auto; margin-bottom: 1; }
+    LiveRun #live-progress { height: 1; }
+    LiveRun #live-bar { width: 32; }
+    LiveRun #live-counts { width: 1fr; margin-left: 2; }
+    LiveRun #live-throughput { height: 1; margin-bottom: 1; }
+    LiveRun #live-rollouts { min-height: 6; }
+    LiveRun #live-summary { height: auto; max-height: 8; }
+    """
+
     class Started(Message):
         """The engine planned the run: its id, store and number of rollouts (finished ones of a resume included)."""
 

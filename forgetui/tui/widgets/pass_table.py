@@ -41,6 +41,9 @@ class PassTable(Static):
     """pass@k (unbiased) and pass^k per k; a k with too few samples per task shows -."""
 
     BORDER_TITLE = "pass@k / pass^k"
+    DEFAULT_CSS = """
+    PassTable { border: round $primary-darken-1; width: auto; height: auto; padding: 0 1; }
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(Text("no scored rollouts yet", style="dim"), **kwargs)

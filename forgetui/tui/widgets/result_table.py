@@ -26,6 +26,11 @@ def short_cell(value: object) -> Text:
 class ResultTable(WindowedTable):
     """`show_result` replaces everything; `clear_result` empties it (an error replaces the old result)."""
 
+    DEFAULT_CSS = """
+    ResultTable { border: round $primary-darken-1; }
+    ResultTable:focus { border: round $accent; }
+    """
+
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="cell", zebra_stripes=True, **kwargs)
         self.result: QueryResult | None = None

@@ -45,6 +45,11 @@ class RewardChart(Vertical):
     """A label and the running mean reward (one point per finished rollout, squeezed to the width)."""
 
     BORDER_TITLE = "Reward (running mean, 0..1)"
+    DEFAULT_CSS = """
+    RewardChart { border: round $primary-darken-1; height: 7; padding: 0 1; }
+    RewardChart #reward-label { height: 1; }
+    RewardChart #reward-bars { height: 4; }
+    """
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]

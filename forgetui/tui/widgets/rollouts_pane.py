@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 class RolloutsPane(Vertical):
     """`source` and `run_id` come from the screen; read only while the tab is shown."""
 
+    DEFAULT_CSS = """
+    RolloutsPane { height: 1fr; }
+    """
+
     class Loaded(Message):
         def __init__(self, source: RunSource, run_id: str, rows: list[RolloutRow], stamp: float) -> None:
             super().__init__()

@@ -13,6 +13,11 @@ from core.store.schema import BEHAVIOUR_VIEWS, TABLES, VIEWS
 class SchemaTree(Tree[str]):
     """Tables → columns; Enter on a table or column inserts its name into the editor."""
 
+    DEFAULT_CSS = """
+    SchemaTree { border: round $primary-darken-1; }
+    SchemaTree:focus { border: round $accent; }
+    """
+
     class Picked(Message):
         """A table or column name was chosen."""
 

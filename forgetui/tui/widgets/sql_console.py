@@ -36,6 +36,23 @@ HINT = "F5 / Ctrl+R run · Esc cancels · Ctrl+↑↓ history · Ctrl+A all · E
 class SqlConsole(Vertical):
     """Runs the editor's query on `source` (set by the screen: the run in focus) on a worker thread."""
 
+    # not scoped: the narrow layout's rules start at the Screen (-narrow comes from the app's HORIZONTAL_BREAKPOINTS)
+    SCOPED_CSS = False
+    DEFAULT_CSS = """
+    SqlConsole { height: 1fr; }
+    SqlConsole #sql-top { height: 11; }
+    Screen.-narrow SqlConsole #sql-top { height: 8; }
+    SqlConsole #sql-edit { width: 1fr; }
+    SqlConsole #sql-input { height: 1fr; }
+    SqlConsole #sql-bar { height: 3; }
+    SqlConsole #sql-run { margin-right: 2; }
+    SqlConsole #sql-hint { width: 1fr; height: 3; content-align: left middle; color: $text-muted; }
+    SqlConsole #sql-schema { width: 44; height: 1fr; }
+    Screen.-narrow SqlConsole #sql-schema { width: 26; }
+    SqlConsole #sql-status { height: auto; max-height: 6; padding: 0 1; }
+    SqlConsole #sql-result { height: 1fr; }
+    """
+
     class Finished(Message):
         """A query finished: a result, or the error to show; `seq` says which run of the console it answers."""
 

@@ -114,6 +114,13 @@ class TokenView(Vertical, can_focus=True):
     """←/→ move one token, ↑/↓ a line's worth, PgUp/PgDn 200, Home/End, n/p the next/previous sampled token."""
 
     BORDER_TITLE = "Tokens"
+    DEFAULT_CSS = """
+    TokenView { border: round $primary-darken-1; height: 1fr; }
+    TokenView:focus { border: round $accent; }
+    TokenView #token-legend { height: auto; padding: 0 1; }
+    TokenView #token-cursor { height: auto; padding: 0 1; background: $boost; }
+    TokenView #token-scroll { height: 1fr; padding: 0 1; }
+    """
     BINDINGS = [
         Binding("right,l", "move(1)", "Next token", show=False),
         Binding("left,h", "move(-1)", "Previous token", show=False),

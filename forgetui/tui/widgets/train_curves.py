@@ -54,6 +54,12 @@ class TrainCurves(Vertical, can_focus=True):
     `show_steps` redraws them from train_steps rows."""
 
     BORDER_TITLE = "Training (per step)"
+    DEFAULT_CSS = """
+    TrainCurves { border: round $primary-darken-1; height: 1fr; }
+    TrainCurves:focus { border: round $accent; }
+    TrainCurves #curve-grid { grid-size: 3 2; grid-gutter: 0 1; height: 1fr; }
+    TrainCurves #curve-lines { height: auto; padding: 0 1; }
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
