@@ -25,6 +25,7 @@ from forgetui.tui.widgets.calls_table import CallsTable
 from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
 from tests.conftest import HARNESS_REQUESTS  # noqa: E402
+from tests.tui_helpers import text_of
 
 FIXTURES = HARNESS_REQUESTS
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
@@ -77,12 +78,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         fill(s, "run-b", {"ro-a": 2, "ro-b": 1})
     os.utime(old, (1_000_000, 1_000_000))
     return tmp_path
-
-
-def text_of(widget: Static) -> str:
-    content = widget.content
-    return getattr(content, "plain", None) or str(content)
-
 
 
 async def settle(app: ForgetuiApp, pilot, cond, tries: int = 300, show=lambda: "") -> None:
@@ -542,9 +537,10 @@ async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_pat
         await pilot.press("home", "enter")
         await pilot.pause()
         assert lines.cursor == 0 and lines.scroll_offset.y == 0 and opened == ["r0"]
-        await pilot.click(RolloutLines, offset=(5, 3))  # the row under the pointer: header, then r0, r1, r2
+        # the row under the pointer: the border (the widget's own DEFAULT_CSS), the header, then r0, r1, r2
+        await pilot.click(RolloutLines, offset=(5, 4))
         assert lines.cursor == 2 and opened == ["r0"]
-        await pilot.click(RolloutLines, offset=(5, 3))  # again: it opens
+        await pilot.click(RolloutLines, offset=(5, 4))  # again: it opens
         await pilot.pause()
         assert opened == ["r0", "r2"]
         lines.show_lines([line(i, "running") for i in range(2)])  # fewer rows: the cursor stays inside

@@ -29,6 +29,7 @@ from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_editor import SqlEditor, completions, schema_names
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import MIN_PLOT_ROWS, TrainCurves
+from tests.tui_helpers import text_of, until
 from tests.tui_stores import T0, build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
@@ -45,14 +46,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "models").symlink_to(ensure_tiny_model(SESSION_HOME / "models").parent, target_is_directory=True)
     monkeypatch.setenv("FORGETUI_HOME", str(tmp_path))
     return tmp_path
-
-
-async def until(pilot, cond, what: str, tries: int = 400) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"the TUI never reached: {what}")
 
 
 def cursor_lines(view: TokenView) -> list[int]:
@@ -106,7 +99,7 @@ async def test_training_curves_read_honestly_at_any_size(home: Path, size: tuple
         lines = curves.query_one("#curve-lines", Static)
         if size == (80, 24):  # each plot would get a few rows: the numbers instead, every metric on its own line
             assert not any(p.display and p.size.height for p in plots) or not curves.query_one("#curve-grid").display
-            text = lines.content.plain
+            text = text_of(lines)
             assert lines.display and lines.size.height >= 5
             assert "reward" in text and "0.25 → 0.85" in text and "min 0.25 · max 0.85" in text
             assert "loss" in text and "0.5 → 0.125" in text
@@ -143,9 +136,9 @@ async def test_a_headless_run_that_failed_before_any_rollout_says_why(home: Path
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen), "its Run screen")
         summary = app.screen.query_one("#run-summary-text", Static)
-        await until(pilot, lambda: "why: no task of env 'toy' matches ['no-such-task']" in summary.content.plain,
+        await until(pilot, lambda: "why: no task of env 'toy' matches ['no-such-task']" in text_of(summary),
                     "the reason on the Run screen")
-        assert "recorded no reason" not in summary.content.plain
+        assert "recorded no reason" not in text_of(summary)
 
 
 # ---------------------------------------------------------------- 6. 80 columns: names get the width; wide/narrow, sideways
@@ -283,9 +276,9 @@ async def test_a_rollout_whose_harness_failed_but_passed_says_both(home: Path, s
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RolloutScreen), "the rollout")
         verifier = app.screen.query_one("#verifier", Static)
-        await until(pilot, lambda: "passed:" in verifier.content.plain, "the verifier tab")
-        assert "the verifier passed the workspace, though the harness failed" in verifier.content.plain
-        assert "status failed · passed True" not in verifier.content.plain
+        await until(pilot, lambda: "passed:" in text_of(verifier), "the verifier tab")
+        assert "the verifier passed the workspace, though the harness failed" in text_of(verifier)
+        assert "status failed · passed True" not in text_of(verifier)
 
 
 async def test_a_cancelled_call_header_names_no_none(home: Path) -> None:
@@ -302,8 +295,8 @@ async def test_a_cancelled_call_header_names_no_none(home: Path) -> None:
         await until(pilot, lambda: app.home_screen.in_focus is not None, "the run in focus")
         await pilot.press("2")
         header = app.query_one(CallInspector).query_one("#call-header", Static)
-        await until(pilot, lambda: "c0" in header.content.plain, "the call's header")
-        assert "None" not in header.content.plain and "no tokens recorded" in header.content.plain
+        await until(pilot, lambda: "c0" in text_of(header), "the call's header")
+        assert "None" not in text_of(header) and "no tokens recorded" in text_of(header)
 
 
 async def test_a_refresh_that_fails_keeps_the_run_header(home: Path) -> None:
@@ -317,9 +310,9 @@ async def test_a_refresh_that_fails_keeps_the_run_header(home: Path) -> None:
         await until(pilot, lambda: screen.detail is not None, "the run")
         screen.post_message(RunScreen.Failed("run", 'IO Error: Could not set lock on file "/x/store.duckdb": '
                                                     "Conflicting lock is held in /usr/bin/python3 (PID 1)"))
-        await until(pilot, lambda: "refresh failed" in summary.content.plain, "the note")
-        assert summary.content.plain.startswith("steady")  # the header stays
-        assert "locked by its writer" in summary.content.plain and "Could not set lock" not in summary.content.plain
+        await until(pilot, lambda: "refresh failed" in text_of(summary), "the note")
+        assert text_of(summary).startswith("steady")  # the header stays
+        assert "locked by its writer" in text_of(summary) and "Could not set lock" not in text_of(summary)
 
 
 # ---------------------------------------------------------------- 9. what users of k9s, lazygit and Harlequin expect
@@ -447,7 +440,7 @@ async def test_tab_completes_table_and_column_names_in_the_sql_editor(home: Path
         assert editor.text.endswith(", completion_logprobs")
         await pilot.press(*" FROM rollo", "tab")  # rollouts, rollout_requests, ...: the common part, the rest listed
         status = app.query_one("#sql-status", Static)
-        assert editor.text.endswith(" FROM rollout") and "rollouts" in status.content.plain
+        assert editor.text.endswith(" FROM rollout") and "rollouts" in text_of(status)
         await pilot.press(*"s ", "tab")  # after a space Tab indents as before
         assert editor.text.rstrip(" ").endswith("FROM rollouts") and editor.text.endswith("rollouts   ")
         assert completions("SELECT st", schema_names())[1][:1] == ["started_at"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
-from textual.css.query import NoMatches
 
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.compare_screen import CompareScreen
@@ -26,6 +26,7 @@ from forgetui.tui.widgets.result_table import ResultTable
 from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.token_view import TokenView
+from tests.tui_helpers import until as until_shown
 from tests.tui_stores import build_run
 
 HOLD_LIVE = """
@@ -66,15 +67,7 @@ def shown_keys(app: ForgetuiApp) -> set[str]:
     return {b.binding.key for b in app.screen.active_bindings.values() if b.binding.show and b.enabled}
 
 
-async def until(pilot, cond: Callable[[], object], what: str, tries: int = 600) -> None:
-    for _ in range(tries):
-        try:
-            if cond():
-                return
-        except NoMatches:
-            pass
-        await pilot.pause(0.02)
-    raise AssertionError(f"the TUI never reached: {what}")
+until = partial(until_shown, tries=600)
 
 
 Check = Callable[[], Awaitable[None]]

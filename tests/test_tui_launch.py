@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import unicodedata
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,8 @@ from forgetui.tui.screens.new_run import NewRunScreen
 from forgetui.tui.screens.run_screen import RunScreen
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
+from tests.tui_helpers import text_of
+from tests.tui_helpers import until as until_shown
 from tests.tui_stores import build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
@@ -39,17 +42,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def text_of(widget: Static) -> str:
-    content = widget.content
-    return getattr(content, "plain", None) or str(content)
-
-
-async def until(pilot, cond, what: str, tries: int = 600, step: float = 0.1) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(step)
-    raise AssertionError(f"the TUI never reached: {what}")
+until = partial(until_shown, tries=600, step=0.1)  # a launch starts a process: up to a minute
 
 
 async def fill(pilot, screen: NewRunScreen, values: dict[str, str]) -> None:

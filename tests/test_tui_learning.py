@@ -10,19 +10,7 @@ from textual.widgets import DataTable, Static
 from forgetui.learning_events import EventLog
 from forgetui.tui.app import ForgetuiApp
 from forgetui.tui.screens.learning import LearningScreen
-
-
-def text_of(widget: Static) -> str:
-    content = widget.content
-    return getattr(content, "plain", None) or str(content)
-
-
-async def until(pilot, cond, what: str, tries: int = 400) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"the TUI never reached: {what}")
+from tests.tui_helpers import text_of, until
 
 
 def stage(name: str, rate: float, passed: int, lo: float, hi: float, split: str = "eval-phrasing") -> dict:

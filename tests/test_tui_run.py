@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from forgetui.tui.widgets.live_run import LiveRun
 from forgetui.tui.widgets.reward_chart import RewardChart, block_chart
 from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
+from tests.tui_helpers import text_of, until
 from tests.tui_stores import build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])  # conftest's shared home, where the tiny model is built once
@@ -51,18 +53,7 @@ def make_config(command: str, n_samples: int = 2):
     return config
 
 
-def text_of(widget: Static) -> str:
-    content = widget.content
-    return getattr(content, "plain", None) or str(content)
-
-
-async def wait_for(pilot, cond, what: str, tries: int = 600, step: float = 0.05) -> None:
-    """Let the app work until `cond()` holds (bounded; no wall-clock assertion)."""
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(step)
-    raise AssertionError(f"the TUI never reached: {what}")
+wait_for = partial(until, tries=600, step=0.05)  # a run starts sandboxes: up to 30 s
 
 
 def sandbox_pids(run_id: str) -> list[int]:

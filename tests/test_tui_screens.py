@@ -25,6 +25,7 @@ from forgetui.tui.widgets.rollout_lines import RolloutLines
 from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import TrainCurves
+from tests.tui_helpers import text_of, until
 from tests.tui_stores import build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
@@ -43,19 +44,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer) -> Path:
     build_run(tmp_path, "eval-run", tasks=3, samples=2, tokenizer=tokenizer)
     build_run(tmp_path, "train-run", tasks=2, samples=4, steps=3, tokenizer=tokenizer)
     return tmp_path
-
-
-def text_of(widget: Static) -> str:
-    content = widget.content
-    return getattr(content, "plain", None) or str(content)
-
-
-async def until(pilot, cond, what: str, tries: int = 400) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"the TUI never reached: {what}")
 
 
 def cells(table: DataTable) -> list[list[str]]:

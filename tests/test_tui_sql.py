@@ -19,6 +19,7 @@ from forgetui.tui.widgets.result_table import CELL_CHARS, ResultTable
 from forgetui.tui.widgets.schema_tree import SchemaTree
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.windowed_table import WINDOW
+from tests.tui_helpers import until
 from tests.tui_stores import build_run
 
 
@@ -32,14 +33,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def status_of(console: SqlConsole) -> str:
     content = console.query_one("#sql-status", Static).content
     return getattr(content, "plain", None) or str(content)
-
-
-async def until(pilot, cond, what: str, tries: int = 400) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"the TUI never reached: {what}")
 
 
 async def open_console(app: ForgetuiApp, pilot) -> tuple[SqlConsole, ResultTable]:
