@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from core.backends.spec import PolicySpec
 from core.config import RunConfig
 from core.proxy.factory import default_max_tokens_for
+from core.proxy.policy import TokenPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,6 +35,11 @@ def test_replay_and_verl_worker_take_the_specs_cap() -> None:
     """A run config's `?max_tokens=` reaches every place a policy is built (replay and veRL ignored it before)."""
     config = RunConfig.model_validate({"policy": {"backend": "builtin:tiny?max_tokens=256"}})
     assert default_max_tokens_for(config.policy.spec, config.policy.max_tokens) == 256
+
+
+def test_the_token_policy_has_no_cap_of_its_own() -> None:
+    """The cap comes from the rule above: TokenPolicy itself declares no default (it had 1024, a second rule)."""
+    assert inspect.signature(TokenPolicy).parameters["default_max_tokens"].default is inspect.Parameter.empty
 
 
 def test_only_the_factory_constructs_a_token_policy() -> None:
