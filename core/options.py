@@ -28,6 +28,22 @@ def yes_no(options: Mapping[str, str], key: str, where: str) -> bool | None:
         return raw.lower() in YES
     raise ConfigError(f"{key}={raw!r} in {where} must be 1 or 0 (true or false)")
 
+
+def positive(options: Mapping[str, str], key: str, kind: type[int] | type[float], where: str, unit: str = "") -> int | float | None:
+    """A number option of a spec's query string that must be > 0 (`kind` int or float); None when it is not given; a
+    ConfigError naming `where` (and the `unit`, "seconds") for anything else."""
+    raw = options.get(key)
+    if raw is None:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        noun = "whole number" if kind is int else "number"
+        raise ConfigError(f"{key}={raw!r} in {where} must be a {noun}{' of ' + unit if unit else ''} > 0")
+    return value
+
 M = TypeVar("M", bound=BaseModel)
 
 

@@ -19,7 +19,7 @@ from core.backends.kinds import BACKENDS, BackendKind, backend_kind
 from core.backends.vllm_server import ServerSettings, is_url
 from core.errors import ConfigError
 from core.models.precision import DTYPES
-from core.options import yes_no
+from core.options import positive, yes_no
 from core.secrets import REDACTED, key_from_env, redact_text
 from core.tokens.reasoning import check_reasoning_name
 
@@ -101,16 +101,8 @@ class PolicySpec:
     @property
     def timeout_s(self) -> float:
         """Seconds an upstream may stay silent before the call fails (`timeout=`; default 600)."""
-        raw = self.options.get("timeout")
-        if raw is None:
-            return DEFAULT_UPSTREAM_TIMEOUT_S
-        try:
-            value = float(raw)
-        except ValueError:
-            value = 0.0
-        if not value > 0:
-            raise ConfigError(f"timeout={raw!r} in the backend spec must be a number of seconds > 0")
-        return value
+        value = positive(self.options, "timeout", float, "the backend spec", unit="seconds")
+        return DEFAULT_UPSTREAM_TIMEOUT_S if value is None else float(value)
 
     def api_key(self) -> str | None:
         """The upstream's key: from the environment variable `api_key_env` names, else an inline `api_key` (discouraged)."""

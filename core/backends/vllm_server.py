@@ -32,7 +32,7 @@ from pathlib import Path
 
 from core.errors import BackendError, ConfigError
 from core.models.resolve import resolve_model
-from core.options import yes_no
+from core.options import positive, yes_no
 from core.paths import sub
 
 log = logging.getLogger(__name__)
@@ -122,16 +122,8 @@ class ServerSettings:
 
 
 def _number(options: Mapping[str, str], key: str, kind: type[int] | type[float]) -> int | float | None:
-    raw = options.get(key)
-    if raw is None:
-        return None
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = 0
-    if not value > 0:
-        raise ConfigError(f"{key}={raw!r} in the vllm spec must be a number > 0")
-    return value
+    """A server option that must be a number > 0 (the same reader as the backend spec's `timeout=`)."""
+    return positive(options, key, kind, "the vllm spec")
 
 
 def vllm_python() -> str:
