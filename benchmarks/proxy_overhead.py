@@ -100,7 +100,7 @@ def _fake_frames(include_usage: bool) -> list[bytes]:
 def _fake_app() -> Any:
     import orjson
 
-    from core.protocols.serving import read_body
+    from core.serving import read_body
 
     answer = orjson.dumps(
         {

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from core.protocols.serving import read_body
 from core.proxy.server import BackgroundServer
+from core.serving import read_body
 
 pytestmark = pytest.mark.docker
 

@@ -16,7 +16,7 @@ from core.backends.litellm_backend import LiteLLMBackend
 from core.backends.openai_compat import OpenAICompatBackend
 from core.chat import ChatRequest, Finished, TextDelta
 from core.errors import BackendError, ContextLengthError
-from core.protocols.serving import read_body
+from core.serving import read_body
 
 CHAT = "/v1/chat/completions"
 PIECES = ["Hel", "lo, ", "world", "!"]

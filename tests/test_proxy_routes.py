@@ -97,8 +97,8 @@ def test_a_request_not_sent_in_whole_is_dropped_at_its_deadline(live_proxy, scri
     """No read deadline held half-sent requests for 30 s and more: headers get a 408, a body the connection closed."""
     import time
 
-    from core.protocols.serving import Hardening
     from core.proxy.server import PROXY_HARDENING, BackgroundServer
+    from core.serving import Hardening
 
     proxy = live_proxy(f"scripted:{script_file([{'text': 'ok'}])}")
     quick = Hardening(request_timeout_s=1.0, max_connections=None, bad_request=PROXY_HARDENING.bad_request)

@@ -20,8 +20,8 @@ from core.chat import ChatRequest, Completion, ToolCall
 from core.config import RunConfig, load_config
 from core.errors import ConfigError, TrainingDataError
 from core.protocols.registry import get_protocol
-from core.protocols.serving import read_body
 from core.proxy.server import BackgroundServer
+from core.serving import read_body
 from core.train.sft import answer_message, same_tokenizer, teacher_tokenizer_name
 
 SCRIPT = [{"tool": "shell", "command": "echo hi > hello.txt"}, {"text": "Done."}]

@@ -20,8 +20,8 @@ from core.backends.openai_compat import wire_messages
 from core.chat import ImagePart, exported_message
 from core.errors import BackendError
 from core.protocols.registry import get_protocol
-from core.protocols.serving import read_body
 from core.proxy.server import BackgroundServer
+from core.serving import read_body
 from tests.test_gui_images import b64, png
 from tests.test_passthrough import CHAT
 

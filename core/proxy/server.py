@@ -1,4 +1,4 @@
-"""Run the proxy with uvicorn, hardened (core.protocols.serving): in the foreground (CLI) or on a background thread (tests, runs)."""
+"""Run the proxy with uvicorn, hardened (core.serving): in the foreground (CLI) or on a background thread (tests, runs)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from core.protocols import serving
-from core.protocols.serving import Hardening, new_event_loop
+from core import serving
+from core.serving import Hardening, new_event_loop
 
 __all__ = ["PROXY_HARDENING", "BackgroundServer", "new_event_loop", "serve_forever"]
 

@@ -5,7 +5,7 @@ The one live query server (`LiveServer`): `GET /` says which store it serves, `P
 A reader shares the writer's process and DuckDB database, so everything a query may cost is bounded
 before it costs it (the writer, and the proxy feeding it, must outlive any query):
 
-- HTTP: uvicorn on its own thread and event loop (core.protocols.serving), not a thread per
+- HTTP: uvicorn on its own thread and event loop (core.serving), not a thread per
   connection; each request in whole within 10 s; wrong paths, methods, framing and tokens answered
   in JSON. A connection counts against `MAX_CONNECTIONS` only once its headers carried the token
   (`LiveProtocol`): until then it is one of at most `MAX_PENDING` (the oldest is cut for a new one)
@@ -38,7 +38,7 @@ import orjson
 
 from core.errors import BodyTooLargeError, ForgetuiError, ProtocolError, StoreError, status_of
 from core.protocols.body import load_json
-from core.protocols.serving import (
+from core.serving import (
     BackgroundServer,
     ClientGone,
     HardenedProtocol,

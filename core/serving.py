@@ -5,7 +5,8 @@ itself has no deadline for a request that is never finished (a client sending ha
 its connection forever), answers bad framing with a plain-text 400, and takes any number of
 connections; `Hardening` adds a deadline for reading each request, a JSON body for bad framing and a
 cap on open connections, in a subclass of uvicorn's own httptools protocol (no framework in the hot
-path: the proxy's added latency is a benchmark floor).
+path: the proxy's added latency is a benchmark floor). It sits on core's bottom floors, below both the proxy and the
+store that serve with it; it is no wire protocol.
 """
 
 from __future__ import annotations
