@@ -2,7 +2,7 @@
 infra_error), what a finished one counts as (its outcome), and the same sets as SQL for queries on the store.
 
 Every consumer (run summaries, eval reports, samples, behaviour views, the TUI) imports these instead of restating
-them; `core.rollout.status` holds the state machine's legal moves."""
+them; `core.rollout.transitions` holds the state machine's legal moves."""
 
 from __future__ import annotations
 

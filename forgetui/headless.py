@@ -14,9 +14,9 @@ from rich.table import Table
 from core.config import RunConfig
 from core.eval.summary import RunSummary
 from core.rollout.engine import RolloutEvent
-from core.rollout.status import Tally
 from core.run import execute_run
 from core.run.signals import cancel_on_signals
+from core.status import Tally
 
 _STYLE = {"done": "green", "failed": "red", "timeout": "yellow", "infra_error": "magenta"}
 

@@ -8,7 +8,7 @@ import pytest
 
 from core.eval.report import build_report
 from core.eval.summary import summarize
-from core.rollout.status import Outcome, Tally, outcome_of
+from core.status import Outcome, Tally, outcome_of
 from core.store.writer import Store
 
 # (status, passed, reward): a harness that exited non-zero but left a passing workspace is passed

@@ -17,8 +17,8 @@ import pytest
 from core.config import load_config
 from core.errors import ModelError
 from core.paths import runs_dir
-from core.rollout.status import Status
 from core.run import execute_run
+from core.status import Status
 
 pytestmark = pytest.mark.docker
 SOLVE_HELLO = "if [ {task} = hello ]; then echo hi > hello.txt; fi"

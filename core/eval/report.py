@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.eval.passk import pass_at_k, pass_hat_k
-from core.rollout.status import Outcome, Tally, outcome_of
+from core.status import Outcome, Tally, outcome_of
 
 BREAKDOWN_KEYS = ("level", "domain", "family", "split", "category", "difficulty", "tags")
 

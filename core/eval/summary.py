@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from core.eval.report import build_report, pass_metrics, report_rows, write_plot
-from core.rollout.status import Outcome, Tally
 from core.secrets import redact_text
-from core.status import RunStatus
+from core.status import Outcome, RunStatus, Tally
 from core.store.writer import Store
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from core.errors import SandboxError
 from core.harness import Endpoint, Harness
 from core.proxy.sessions import Session, SessionRegistry
 from core.rollout import trajectory_formats
-from core.rollout.status import Status, can_move
+from core.rollout.transitions import can_move
 from core.runtime.base import Entry, Runtime, SandboxFile, SandboxSpec, as_bytes
+from core.status import Status
 from core.store.writer import utcnow
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.rollout.attempt import Attempt, InfraError, RolloutItem, RolloutResult, RunContext
-from core.rollout.status import Status
+from core.status import Status
 from core.store.writer import utcnow
 
 log = logging.getLogger(__name__)

@@ -1,36 +1,9 @@
-"""The rollout status machine: which moves between statuses are legal (the vocabulary itself is `core.status`)."""
+"""Kept only for `core/train/loop.py`'s `Tally` import while the trainers are refactored (issue 46): the vocabulary
+lives in `core.status`, the state machine in `core.rollout.transitions`. Delete this module once loop.py imports
+`Tally` from `core.status`."""
 
 from __future__ import annotations
 
-from core.status import (
-    FAILED_OUTCOMES,
-    OUTCOME_SQL,
-    PASSED_SQL,
-    SCORED,
-    SCORED_SQL,
-    TERMINAL,
-    TERMINAL_SQL,
-    TERMINAL_VALUES,
-    VERIFIED,
-    VERIFIED_SQL,
-    Outcome,
-    Status,
-    Tally,
-    outcome_of,
-    sql_list,
-)
+from core.status import Tally
 
-_NEXT: dict[Status, frozenset[Status]] = {
-    Status.PENDING: frozenset({Status.STARTING, Status.INFRA_ERROR}),
-    Status.STARTING: frozenset({Status.RUNNING, Status.PENDING, Status.INFRA_ERROR}),
-    Status.RUNNING: frozenset({Status.VERIFYING, Status.TIMEOUT, Status.PENDING, Status.INFRA_ERROR}),
-    Status.VERIFYING: frozenset({Status.DONE, Status.FAILED, Status.PENDING, Status.INFRA_ERROR}),
-}
-
-
-def can_move(current: Status, new: Status) -> bool:
-    """Whether `current → new` is a legal step (PENDING again means: retry or interrupted)."""
-    return new in _NEXT.get(current, frozenset())
-
-
-__all__ = ["FAILED_OUTCOMES", "OUTCOME_SQL", "PASSED_SQL", "SCORED", "SCORED_SQL", "TERMINAL", "TERMINAL_SQL", "TERMINAL_VALUES", "VERIFIED", "VERIFIED_SQL", "Outcome", "Status", "Tally", "outcome_of", "sql_list", "can_move"]
+__all__ = ["Tally"]

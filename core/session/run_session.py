@@ -29,7 +29,6 @@ from core.registry import calls_model, load_env, load_harness, model_shown
 from core.rollout.attempt import RolloutItem, RolloutResult, RunContext
 from core.rollout.engine import RolloutEngine, RolloutEvent
 from core.rollout.orphans import reap_dead_runs, remove_pid_file, write_pid_file
-from core.rollout.status import TERMINAL_VALUES, Status
 from core.rollout.trajectory import recorded_trajectory
 from core.runtime.base import Runtime
 from core.session.failure import failure_text, record_failure
@@ -41,7 +40,7 @@ from core.session.setup import (
     proxy_url_for_sandboxes,
     select_tasks,
 )
-from core.status import RunStatus
+from core.status import TERMINAL_VALUES, RunStatus, Status
 from core.store.query import SHARDS_DIR
 from core.store.writer import Store
 
