@@ -12,7 +12,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from textual.css.query import NoMatches
 
 from core.models.resolve import load_tokenizer, resolve_model
 from core.models.tiny import ensure_tiny_model
@@ -31,6 +30,7 @@ from forgetui.tui.widgets.runs_table import RunsTable
 from forgetui.tui.widgets.sql_console import SqlConsole
 from forgetui.tui.widgets.token_view import TokenView
 from forgetui.tui.widgets.train_curves import TrainCurves
+from tests.tui_helpers import until as until_shown
 from tests.tui_stores import T0, build_run
 
 SESSION_HOME = Path(os.environ["FORGETUI_HOME"])
@@ -76,20 +76,12 @@ def runs_listed(app: ForgetuiApp) -> bool:
 
 async def until(pilot, cond) -> None:
     """Until `cond()` holds, then until the screen has settled (tables size their columns on a later refresh)."""
-    for _ in range(500):
-        try:
-            met = cond()
-        except NoMatches:  # the screen is still composing
-            met = False
-        if met:
-            await pilot.pause(0.3)
-            for editor in pilot.app.screen.query("Input, TextArea"):  # a blinking cursor would be on or off by chance
-                editor.cursor_blink = False
-            await pilot.wait_for_scheduled_animations()
-            await pilot.pause(0.2)
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("the TUI never loaded its data")
+    await until_shown(pilot, cond, "the TUI loaded its data", tries=500)
+    await pilot.pause(0.3)
+    for editor in pilot.app.screen.query("Input, TextArea"):  # a blinking cursor would be on or off by chance
+        editor.cursor_blink = False
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause(0.2)
 
 
 @pytest.mark.parametrize("size", SIZES)
