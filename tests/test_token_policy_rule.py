@@ -39,7 +39,8 @@ def test_replay_and_verl_worker_take_the_specs_cap() -> None:
 
 def test_the_token_policy_has_no_cap_of_its_own() -> None:
     """The cap comes from the rule above: TokenPolicy itself declares no default (it had 1024, a second rule)."""
-    assert inspect.signature(TokenPolicy).parameters["default_max_tokens"].default is inspect.Parameter.empty
+    params = inspect.signature(TokenPolicy).parameters
+    assert params["default_max_tokens"].default is params["parser"].default is inspect.Parameter.empty
 
 
 def test_only_the_factory_constructs_a_token_policy() -> None:

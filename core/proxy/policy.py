@@ -102,11 +102,11 @@ class TokenPolicy:
     """Renders the prompt with the policy's tokenizer, samples token ids, splits off reasoning and parses tool calls from the text.
 
     `reasoning` names the reasoning parser ("qwen3", "none"); by default it is on for a tokenizer whose
-    template renders ``<think>`` blocks (`core.tokens.reasoning.reasoning_tags`). `default_max_tokens` has no default
-    here: `core.proxy.factory.default_max_tokens_for` is the one rule for it.
+    template renders ``<think>`` blocks (`core.tokens.reasoning.reasoning_tags`). `parser` and `default_max_tokens`
+    have no default here: `core.proxy.factory.token_policy` decides both (the cap by `default_max_tokens_for`).
     """
 
-    def __init__(self, backend: TokenBackend, parser: str = "hermes", *, default_max_tokens: int, temperature: float | None = None, reasoning: str | None = None) -> None:
+    def __init__(self, backend: TokenBackend, *, parser: str, default_max_tokens: int, temperature: float | None = None, reasoning: str | None = None) -> None:
         self.backend = backend
         self.temperature = temperature  # when set, it wins over the harness's: a trainer recomputes logprobs at it
         self.name = backend.name
