@@ -35,7 +35,7 @@ from core.errors import ConfigError
 from core.eval.summary import RunSummary, summarize
 from core.paths import runs_dir
 from core.proxy.factory import token_policy
-from core.rollout.status import Tally
+from core.status import Tally
 from core.session import RunSession, store_rows
 from core.status import RunStatus
 from core.train.advantages import compute_advantages, discount_calls, resolve_estimator
