@@ -185,6 +185,25 @@ def test_each_protocol_records_the_servers_token_ids_and_logprobs(managed: VllmB
     assert logprobs == pytest.approx(model_logprobs(managed.server.model_dir, list(prompt), list(ids)), abs=2e-3)
 
 
+@needs_vllm
+def test_logprobs_are_of_the_distribution_sampled_from_at_any_temperature(managed: VllmBackend) -> None:
+    """A managed server reports each token's logprob after temperature (vLLM's default is the raw model's): what the
+    built-in backend records and what the trainer recomputes at train.temperature."""
+    import torch
+
+    prompt = managed.tokenizer("The capital of France is")["input_ids"]
+    body = {"model": managed.model_name, "prompt": prompt, "max_tokens": 8, "temperature": 1.5, "seed": 3, "logprobs": 0, "return_token_ids": True}
+    choice = CLIENT.post(f"{managed.base_url}/v1/completions", json=body).json()["choices"][0]
+    ids, logprobs = choice["token_ids"], choice["logprobs"]["token_logprobs"]
+    seq = prompt + ids
+    with torch.no_grad():
+        logits = reference_model(managed.server.model_dir)(torch.tensor([seq])).logits[0].float()
+    at_t = [float((logits[i - 1] / 1.5).log_softmax(-1)[seq[i]]) for i in range(len(prompt), len(seq))]
+    raw = [float(logits[i - 1].log_softmax(-1)[seq[i]]) for i in range(len(prompt), len(seq))]
+    assert logprobs == pytest.approx(at_t, abs=2e-3)
+    assert max(abs(a - b) for a, b in zip(at_t, raw, strict=True)) > 0.05  # the two really differ here: the test can fail
+
+
 def randomize_lora(trainer, seed: int) -> None:
     """Draw the trainer's LoRA B matrices at random: an adapter that is not the identity, as after some updates."""
     import torch

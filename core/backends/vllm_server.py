@@ -43,6 +43,7 @@ LAUNCHER = Path(__file__).with_name("vllm_launch.py")
 DEFAULT_READY_TIMEOUT_S = 600.0  # ~30 s on 2 idle cores; a busy machine or a first start (kernels, compile caches) takes longer
 STOP_GRACE_S = 15.0
 TAIL_LINES = 20
+LOGPROBS_FLAG = "--logprobs-mode"
 SERVER_OPTIONS = ("dtype", "max_model_len", "lora", "max_lora_rank", "max_loras", "kv_cache", "args", "log", "ready_timeout")
 
 
@@ -95,6 +96,11 @@ class ServerSettings:
     def command(self, python: str, model_dir: str, port: int) -> list[str]:
         """The child's command line: the launcher (parent watchdog) running vLLM's OpenAI server."""
         cmd = [python, str(LAUNCHER), "--model", model_dir, "--host", self.host, "--port", str(port), "--dtype", self.dtype]
+        if not any(a == LOGPROBS_FLAG or a.startswith(LOGPROBS_FLAG + "=") for a in self.extra_args):
+            # the logprob of each sampled token under the distribution it was sampled from (temperature applied), as the
+            # built-in backend records it and the trainer recomputes it at train.temperature; vLLM's default is the
+            # raw model's (temperature 1), which at GRPO's 1.5 put sampler and trainer up to 7 nats apart
+            cmd += [LOGPROBS_FLAG, "processed_logprobs"]
         if self.served_name:
             cmd += ["--served-model-name", self.served_name]
         if self.max_model_len:
