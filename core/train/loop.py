@@ -35,9 +35,8 @@ from core.errors import ConfigError
 from core.eval.summary import RunSummary, summarize
 from core.paths import runs_dir
 from core.proxy.factory import token_policy
-from core.status import Tally
 from core.session import RunSession, store_rows
-from core.status import RunStatus
+from core.status import RunStatus, Tally
 from core.train.advantages import compute_advantages, discount_calls, resolve_estimator
 from core.train.batches import TaskSchedule
 from core.train.checkpoints import checkpoint_dir, last_checkpoint
