@@ -136,7 +136,9 @@ def policy(plan: Plan, model: str, *, sampling: bool = True, load: bool = True) 
     if plan.sampler not in SAMPLERS:
         raise ValueError(f"sampler {plan.sampler!r}: one of {', '.join(SAMPLERS)}")
     if sampling and plan.sampler == "vllm" and plan.shared is not None:
-        return plan.shared.spec(model, load=load)
+        spec = plan.shared.spec(model, load=load)
+        plan.timings["vllm-reloads"] = sum(plan.shared.reload_s)
+        return spec
     if sampling and plan.sampler == "vllm":
         return f"vllm:{model}?{plan.vllm_options}" if plan.vllm_options else f"vllm:{model}"
     rows = plan.max_batch if plan.max_batch is not None else max(plan.concurrency, DEFAULT_MAX_BATCH)
@@ -419,14 +421,10 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
         plan.timings["vllm-start"] = plan.shared.start()
         report(f"  vLLM server for the whole run at {plan.shared.base_url} (ready in {plan.timings['vllm-start']:.0f} s; log {out / 'vllm-server.log'})")
         events({"event": "phase", "phase": "vLLM server", "state": "done", "seconds": plan.timings["vllm-start"]})
-        result = _stages(plan, out, report, reuse, events, started)
+        return _stages(plan, out, report, reuse, events, started)
     finally:
         plan.shared.stop()
-        plan.timings["vllm-reloads"] = sum(plan.shared.reload_s)
         plan.shared = None
-    result["timings_s"] = plan.timings
-    (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))
-    return result
 
 
 def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None, events: Emit, started: float) -> dict[str, Any]:
@@ -447,7 +445,8 @@ def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None,
     else:
         reusable(plan, reuse)
         stages, sft_ckpt = [s for s in reuse["stages"] if s["stage"] in ("base", "sft")], reuse["checkpoints"]["sft"]
-        plan.timings.update({k: v for k, v in reuse["timings_s"].items() if not k.startswith("grpo")})
+        # its stages' times, not its vLLM server's (this run started its own, timed as it ran)
+        plan.timings.update({k: v for k, v in reuse["timings_s"].items() if not k.startswith(("grpo", "vllm"))})
         lent = sum(plan.timings.values())
         for stage in stages:
             for split, r in stage["splits"].items():

@@ -11,8 +11,6 @@ and its updates itself (`vllm_sync.check_server`, `push_full_weights`), so its s
 from __future__ import annotations
 
 import itertools
-import logging
-import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
@@ -20,8 +18,6 @@ from core.backends.vllm_server import ServerSettings, VllmServer
 from core.models.resolve import resolve_model
 from core.paths import sub
 from core.train import vllm_sync
-
-log = logging.getLogger(__name__)
 
 SERVED_NAME = "policy"  # the one name every stage's requests use: the weights behind it change, its weight version says which
 
@@ -50,10 +46,9 @@ class SharedVllm:
 
     def start(self) -> float:
         """Start the server with the base model; the seconds until it was ready."""
-        began = time.monotonic()
         self.server.start()
         self.loaded = (self.model, vllm_sync.BASE_VERSION)
-        return time.monotonic() - began
+        return self.server.startup_s or 0.0
 
     def stop(self) -> None:
         self.server.stop()

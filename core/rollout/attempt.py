@@ -119,7 +119,7 @@ class Attempt:
     async def run(self) -> RolloutResult:
         ctx, task = self.ctx, self.item.task
         item = self.item
-        draw_key = (item.task.id, str(item.step), str(item.sample_index), str(self.attempt_no))  # no two rollouts of a run draw alike
+        draw_key = (task.id, str(item.step), str(item.sample_index), str(self.attempt_no))  # no two rollouts of a run draw alike
         session = ctx.sessions.register(item.rollout_id, attempt=self.attempt_no, draw_key=draw_key)
         timeout = rollout_timeout(task.timeout_s, ctx.timeout_s, ctx.timeout_scale)
         clock = Stopwatch()
