@@ -28,7 +28,6 @@ from core.run.signals import cancel_on_signals
 from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
-from core.train.checkpoints import checkpoint_dir
 from core.train.selection import BestCheckpoint
 from envs.toy import solution_script
 from envs.toy.families import FAMILIES, template_indices
@@ -111,6 +110,8 @@ class Plan:
     select_every: int = 0
     select_eval_n: int = 5
     select_samples: int = 2
+    # early stopping: GRPO ends once this many eval-split scores in a row have not beaten the best (None: every step runs)
+    select_patience: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     # with sampler "vllm": the one server every sampling stage of this learning run uses (`learning_curve` starts it);
     # None: each stage's run starts its own
@@ -159,10 +160,10 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
     })
 
 
-def run(config: Any, label: str, plan: Plan, on_step: Callable[[dict[str, Any]], None] | None = None) -> Any:
-    """One stage's run through the engine, timed into `plan.timings[label]`."""
+def run(config: Any, label: str, plan: Plan, on_step: Callable[[dict[str, Any]], None] | None = None, resume: str | None = None) -> Any:
+    """One stage's run through the engine (or the rest of run `resume`, up to `config.train.steps`), timed into `plan.timings[label]`."""
     started = time.monotonic()
-    summary = asyncio.run(cancel_on_signals(execute_run(config, on_step=on_step)))  # a killed stage removes its sandboxes
+    summary = asyncio.run(cancel_on_signals(execute_run(config, resume=resume, on_step=on_step)))  # a killed stage removes its sandboxes
     plan.timings[label] = plan.timings.get(label, 0.0) + time.monotonic() - started
     return summary
 
@@ -339,8 +340,14 @@ def grpo_config(plan: Plan, start: str) -> Any:
     return config
 
 
-def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) -> tuple[str, list[dict[str, Any]]]:
-    """GRPO from `start` on the train split; returns the final checkpoint and each step's metrics."""
+def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
+    """GRPO from `start` on the train split; returns the checkpoint it keeps, each step's metrics and the selection (None without one).
+
+    With `select_every`, training pauses at each of `select_steps` and that step's checkpoint is scored on the
+    `eval` split; the best is kept, and with `select_patience` training stops once that many scores in a row
+    did not beat it (the rest of the schedule never runs). Each pause ends a segment of one run: the next
+    resumes it from that checkpoint (weights, optimizer and schedule), so a stopped run is the run so far.
+    """
     config = grpo_config(plan, start)
     steps: list[dict[str, Any]] = []
 
@@ -353,8 +360,37 @@ def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) 
                f"{m.get('reused_tokens', 0):.0f} prompt tokens reused, {m.get('accepted_tokens', 0):.0f} of "
                f"{m.get('decode_tokens', 0):.0f} answer tokens from accepted drafts), update {m.get('update_s', 0):.0f} s")
 
-    summary = run(config, "grpo-train", plan, on_step)
-    return summary.extra["checkpoint"], steps
+    def train_to(end: int, resume: str | None) -> tuple[str, str]:
+        config.train.steps = end
+        summary = run(config, "grpo-train", plan, on_step, resume)
+        return summary.run_id, summary.extra["checkpoint"]
+
+    if plan.select_every <= 0:
+        return train_to(plan.grpo_steps, None)[1], steps, None
+    best = BestCheckpoint(patience=plan.select_patience)
+    run_id: str | None = None
+    final = start
+    for step in select_steps(plan):
+        run_id, final = train_to(step + 1, run_id)
+        try:
+            scored = score_checkpoint(plan, step, final, report, events)
+        except Exception as exc:  # noqa: BLE001 - an optional choice must not cost the run's GRPO stage: the last step stands, said
+            report(f"  selection failed ({type(exc).__name__}: {exc}): training to the last step and keeping it")
+            if step + 1 < plan.grpo_steps:
+                final = train_to(plan.grpo_steps, run_id)[1]
+            return final, steps, {"error": f"{type(exc).__name__}: {exc}", "best_path": final, **best.as_dict()}
+        better = best.offer(step, final, scored["pass_rate"])
+        events({"event": "select", "step": step, "pass_rate": scored["pass_rate"], "ci": scored["ci"], "best": better})
+        if best.stop and step + 1 < plan.grpo_steps:
+            assert best.best is not None
+            report(f"  early stop after step {step}: {best.since_best} eval-split scores in a row without beating step {best.best.step}'s "
+                   f"{best.best.score:.3f}; steps {step + 1}-{plan.grpo_steps - 1} not run")
+            events({"event": "early_stop", "step": step, "best_step": best.best.step})
+            break
+    assert best.best is not None
+    report(f"  selection on {SELECT_SPLIT}: " + ", ".join(f"step {c.step} {c.score:.3f}" for c in best.seen) + f"; kept step {best.best.step}")
+    return best.best.path, steps, {**best.as_dict(), "stopped_after": steps[-1]["step"] if steps else None,
+                                   "early_stop": steps[-1]["step"] < plan.grpo_steps - 1 if steps else False}
 
 
 STEP_KEYS = ("step", "reward_mean", "pass_rate", "samples", "samples_trained", "groups", "zero_variance_groups", "informative_groups",
@@ -368,20 +404,12 @@ def select_steps(plan: Plan) -> list[int]:
     return sorted({*range(plan.select_every - 1, plan.grpo_steps, plan.select_every), plan.grpo_steps - 1})
 
 
-def select_checkpoint(plan: Plan, final: str, report: Report = print, events: Emit = _quiet) -> tuple[str, dict[str, Any]]:
-    """The GRPO checkpoint (of `select_steps`, beside `final`, the last) with the best pass rate on the `eval` split."""
-    run_dir = Path(final).parents[1]  # runs/<id>/checkpoints/step-NNNNN
-    best = BestCheckpoint()
+def score_checkpoint(plan: Plan, step: int, path: str, report: Report = print, events: Emit = _quiet) -> dict[str, Any]:
+    """GRPO step `step`'s checkpoint's result on the `eval` split (select_eval_n tasks a family, select_samples rollouts each)."""
     one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=plan.select_eval_n, eval_samples=plan.select_samples,
                   eval_tasks=None, timings=plan.timings)
-    for step in select_steps(plan):
-        path = final if step == plan.grpo_steps - 1 else str(checkpoint_dir(run_dir, step))
-        r = evaluate(one, policy(plan, path), f"select step {step}", report, events)["splits"][SELECT_SPLIT]
-        better = best.offer(step, path, r["pass_rate"])
-        events({"event": "select", "step": step, "pass_rate": r["pass_rate"], "ci": r["ci"], "best": better})
-    assert best.best is not None
-    report(f"  selection on {SELECT_SPLIT}: " + ", ".join(f"step {c.step} {c.score:.3f}" for c in best.seen) + f"; kept step {best.best.step}")
-    return best.best.path, best.as_dict()
+    result: dict[str, Any] = evaluate(one, policy(plan, path), f"select step {step}", report, events)["splits"][SELECT_SPLIT]
+    return result
 
 
 # The plan fields the base, teacher and SFT stages depend on: a result whose plan agrees on them can lend those stages.
@@ -452,14 +480,7 @@ def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None,
             for split, r in stage["splits"].items():
                 report(split_line(stage["stage"], split, r) + "  (from the earlier run)")
                 events({"event": "stage", "stage": stage["stage"], "split": split, "reused": True, **{k: r.get(k) for k in STAGE_KEYS}})
-    grpo_ckpt, steps = phase("GRPO", "grpo-train", lambda: grpo(plan, sft_ckpt, report, events))
-    selection = None
-    if plan.select_every > 0:
-        try:
-            grpo_ckpt, selection = select_checkpoint(plan, grpo_ckpt, report, events)
-        except Exception as exc:  # noqa: BLE001 - an optional choice must not cost the run's GRPO stage: the last step stands, said
-            selection = {"error": f"{type(exc).__name__}: {exc}", "best_path": grpo_ckpt}
-            report(f"  selection failed ({selection['error']}): keeping the last GRPO checkpoint")
+    grpo_ckpt, steps, selection = phase("GRPO", "grpo-train", lambda: grpo(plan, sft_ckpt, report, events))
     stages.append(evaluate(plan, policy(plan, grpo_ckpt), "grpo", report, events))
     result = {"plan": plan.describe(), "seed": plan.seed, "stages": stages, "grpo_steps": steps,
               "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt}, "timings_s": plan.timings,

@@ -85,6 +85,7 @@ class LearningState:
     stages: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     selection: list[dict[str, Any]] = field(default_factory=list)
+    early_stop: dict[str, Any] | None = None  # GRPO stopped before its last step: the step, the best one kept
     done: dict[str, Any] | None = None
     failed: str | None = None
 
@@ -103,6 +104,8 @@ class LearningState:
             self.steps.append(event)
         elif kind == "select":
             self.selection.append(event)
+        elif kind == "early_stop":
+            self.early_stop = event
         elif kind == "done":
             self.done, self.running = event, None
         elif kind == "failed":

@@ -68,6 +68,8 @@ class SelectPart(_Part):
     every: int = Field(0, ge=0, description="checkpoint and score every N GRPO steps (the last step always counts); 0: keep the last")
     eval_n: int = Field(5, ge=1, description="eval-split tasks per family the selection scores")
     samples: int = Field(2, ge=1, description="rollouts per task in the selection")
+    patience: int | None = Field(None, ge=1, description="early stopping: GRPO ends once this many scores in a row have not beaten "
+                                 "the best (the steps after are not run); unset: every step runs")
 
 
 class Recipe(_Part):
@@ -89,6 +91,8 @@ class Recipe(_Part):
         if self.select.every > self.grpo.steps:
             raise ValueError(f"select.every ({self.select.every}) is more than grpo.steps ({self.grpo.steps}): "
                              "no checkpoint before the last would be scored; lower it or set 0")
+        if self.select.patience is not None and self.select.every == 0:
+            raise ValueError("select.patience needs select.every > 0: early stopping stops on the selection's scores")
         return self
 
     def plan_fields(self) -> dict[str, Any]:
@@ -101,7 +105,7 @@ class Recipe(_Part):
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
             "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "select_every": self.select.every,
-            "select_eval_n": self.select.eval_n, "select_samples": self.select.samples,
+            "select_eval_n": self.select.eval_n, "select_samples": self.select.samples, "select_patience": self.select.patience,
         }
 
 

@@ -14,9 +14,9 @@ from core.train.types import Sample
 from forgetui.learning import (
     Plan,
     base_config,
+    grpo,
     grpo_config,
     reusable,
-    select_checkpoint,
     select_steps,
     split_result,
 )
@@ -73,29 +73,108 @@ def test_the_best_checkpoint_is_kept_ties_keep_the_earlier_and_patience_stops() 
         best.offer(1, "/ck/1", 1.5)
 
 
+class FakeEngine:
+    """`forgetui.learning.run` for GRPO: each call trains from where run `resume` stopped up to `config.train.steps`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, str | None]] = []  # (first step, train.steps, resumed run)
+        self.done = 0
+
+    def __call__(self, config, label, plan, on_step=None, resume=None):
+        from types import SimpleNamespace
+
+        assert label == "grpo-train" and (resume is None) == (self.done == 0)
+        first = self.done
+        self.calls.append((first, config.train.steps, resume))
+        for step in range(first, config.train.steps):
+            on_step({"step": step, "reward_mean": 0.5, "samples": 24, "samples_trained": 16})
+        self.done = config.train.steps
+        return SimpleNamespace(run_id="g", extra={"checkpoint": f"/runs/g/checkpoints/step-{config.train.steps - 1:05d}"})
+
+
+def scored_at(rates: dict[int, float], seen: list) -> object:
+    """`forgetui.learning.evaluate` scoring each checkpoint by its step; records what it was asked."""
+
+    def fake_evaluate(plan: Plan, backend: str, label: str, report=print, events=None) -> dict:
+        seen.append((plan.eval_splits, plan.eval_n, plan.eval_samples, backend))
+        step = int(Path(backend.split(":", 1)[1].split("?")[0]).name.removeprefix("step-"))
+        passed = round(rates[step] * 20)
+        per_task = {f"t{i}": {"family": "write-file", "passed": 2 if i < passed // 2 else 0, "scored": 2, "reward": 0.0} for i in range(10)}
+        return {"splits": {"eval": split_result(per_task, "r")}}
+
+    return fake_evaluate
+
+
 def test_selection_scores_every_kth_and_the_last_checkpoint_on_the_eval_split_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training pauses at steps 3, 7, 11, each checkpoint scored on `eval` (never eval-phrasing), the best kept; one run resumed."""
     import forgetui.learning as learning
 
     assert select_steps(Plan(grpo_steps=12, select_every=4)) == [3, 7, 11]
     assert select_steps(Plan(grpo_steps=4, select_every=3)) == [2, 3] and select_steps(Plan(select_every=0)) == []
-    rates = {"step-00003": 0.4, "step-00007": 0.7, "step-00011": 0.6}
-    seen: list[tuple[tuple[str, ...], int, int, str]] = []
-
-    def fake_evaluate(plan: Plan, backend: str, label: str, report=print, events=None) -> dict:
-        seen.append((plan.eval_splits, plan.eval_n, plan.eval_samples, backend))
-        passed = round(rates[Path(backend.split(":", 1)[1].split("?")[0]).name] * 20)
-        per_task = {f"t{i}": {"family": "write-file", "passed": 2 if i < passed // 2 else 0, "scored": 2, "reward": 0.0} for i in range(10)}
-        return {"splits": {"eval": split_result(per_task, "r")}}
-
-    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    seen: list = []
+    engine = FakeEngine()
+    monkeypatch.setattr(learning, "evaluate", scored_at({3: 0.4, 7: 0.7, 11: 0.6}, seen))
+    monkeypatch.setattr(learning, "run", engine)
     events: list[dict] = []
     plan = Plan(grpo_steps=12, select_every=4, select_eval_n=2, select_samples=2, eval_splits=("eval-phrasing",))
-    path, selection = select_checkpoint(plan, "/runs/r1/checkpoints/step-00011", lambda _: None, events.append)
-    assert path == "/runs/r1/checkpoints/step-00007" and selection["best_step"] == 7
+    path, steps, selection = grpo(plan, "/ck/sft", lambda _: None, events.append)
+    assert path == "/runs/g/checkpoints/step-00007" and selection["best_step"] == 7 and not selection["early_stop"]
+    assert engine.calls == [(0, 4, None), (4, 8, "g"), (8, 12, "g")] and [m["step"] for m in steps] == list(range(12))
     assert {s[:3] for s in seen} == {(("eval",), 2, 2)}  # the eval split, never eval-phrasing
-    assert [s[3] for s in seen] == [f"builtin:/runs/r1/checkpoints/step-{n:05d}" for n in (3, 7, 11)]
-    assert [(e["step"], e["best"]) for e in events] == [(3, True), (7, True), (11, False)]
+    assert [s[3] for s in seen] == [f"builtin:/runs/g/checkpoints/step-{n:05d}" for n in (3, 7, 11)]
+    assert [(e["step"], e["best"]) for e in events if e["event"] == "select"] == [(3, True), (7, True), (11, False)]
     assert plan.eval_splits == ("eval-phrasing",)  # the plan itself is left as it was
+
+
+def test_patience_stops_grpo_the_steps_after_never_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """select_patience 1: step 7 does not beat step 3, so steps 8-15 are not trained and step 3's checkpoint is kept."""
+    import forgetui.learning as learning
+
+    engine = FakeEngine()
+    monkeypatch.setattr(learning, "evaluate", scored_at({3: 0.6, 7: 0.6, 11: 0.9, 15: 0.9}, []))
+    monkeypatch.setattr(learning, "run", engine)
+    events: list[dict] = []
+    lines: list[str] = []
+    plan = Plan(grpo_steps=16, select_every=4, select_patience=1)
+    path, steps, selection = grpo(plan, "/ck/sft", lines.append, events.append)
+    assert engine.calls == [(0, 4, None), (4, 8, "g")] and [m["step"] for m in steps] == list(range(8))
+    assert path.endswith("step-00003") and selection["early_stop"] and selection["stopped_after"] == 7
+    assert [c["step"] for c in selection["scores"]] == [3, 7]
+    assert [e for e in events if e["event"] == "early_stop"] == [{"event": "early_stop", "step": 7, "best_step": 3}]
+    assert any("early stop after step 7" in line and "steps 8-15 not run" in line for line in lines)
+    # without patience the same scores run every step and keep step 11 (a tie keeps the earlier)
+    engine = FakeEngine()
+    monkeypatch.setattr(learning, "run", engine)
+    path, steps, selection = grpo(Plan(grpo_steps=16, select_every=4), "/ck/sft", lambda _: None)
+    assert len(steps) == 16 and path.endswith("step-00011") and not selection["early_stop"]
+
+
+def test_a_failed_score_trains_to_the_end_and_keeps_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    import forgetui.learning as learning
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("sandbox engine gone")
+
+    engine = FakeEngine()
+    monkeypatch.setattr(learning, "evaluate", broken)
+    monkeypatch.setattr(learning, "run", engine)
+    lines: list[str] = []
+    path, steps, selection = grpo(Plan(grpo_steps=12, select_every=4, select_patience=1), "/ck/sft", lines.append)
+    assert engine.calls == [(0, 4, None), (4, 12, "g")] and len(steps) == 12
+    assert path.endswith("step-00011") and selection["error"] == "RuntimeError: sandbox engine gone"
+    assert any("selection failed" in line for line in lines)
+
+
+def test_a_recipe_refuses_patience_without_scores(tmp_path: Path) -> None:
+    from core.errors import ConfigError
+    from forgetui.learning_recipe import load_recipe
+
+    path = tmp_path / "r.toml"
+    path.write_text('harness = "react"\n[grpo]\nsteps = 8\n[select]\npatience = 2\n')
+    with pytest.raises(ConfigError, match="select.patience needs select.every"):
+        load_recipe(path)
+    path.write_text('harness = "react"\n[grpo]\nsteps = 8\n[select]\nevery = 2\npatience = 2\n')
+    assert load_recipe(path).plan_fields()["select_patience"] == 2
 
 
 def test_the_seed_drives_every_stage_and_an_old_result_without_one_is_seed_0(tmp_path: Path) -> None:
@@ -129,16 +208,10 @@ def test_a_learning_run_writes_its_stages_as_they_happen(monkeypatch: pytest.Mon
             events({"event": "stage", "stage": label, "split": split, **{k: splits[split][k] for k in learning.STAGE_KEYS}})
         return {"stage": label, "backend": backend, "harness": plan.harness, "splits": splits}
 
-    def fake_grpo(plan, start, report=print, events=learning._quiet):
-        steps = [{"step": s, "reward_mean": 0.5, "samples": 24, "samples_trained": 16, "informative_groups": 4} for s in range(plan.grpo_steps)]
-        for m in steps:
-            events({"event": "grpo_step", **m})
-        return "/runs/g/checkpoints/step-00003", steps
-
     monkeypatch.setattr(learning, "evaluate", fake_evaluate)
     monkeypatch.setattr(learning, "teach", lambda plan, out, report=print: ["teacher-run"])
     monkeypatch.setattr(learning, "sft", lambda plan, runs, report=print: "/runs/s/sft")
-    monkeypatch.setattr(learning, "grpo", fake_grpo)
+    monkeypatch.setattr(learning, "run", FakeEngine())
     monkeypatch.setattr(learning, "plot", lambda result, path: None)
     log = EventLog(tmp_path / "learning" / "run.jsonl")
     plan = Plan(eval_splits=("eval-phrasing",), grpo_steps=4, select_every=2, seed=5)
@@ -242,3 +315,30 @@ def test_a_step_refills_until_its_batch_has_as_many_groups_with_signal_as_tasks(
                                                  "CAST(metrics->>'groups' AS INT) FROM train_steps WHERE step = 0").fetchone()
     assert ran == sorted(["hello", *flat[:6]]), (ran, extra, informative, groups)
     assert (extra, informative, groups) == (2, 1, 7)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_early_stopping_stops_a_real_grpo_run_resumed_between_scores(docker_client, base_image, tmp_path, monkeypatch) -> None:
+    """The tiny model in react, GRPO scored after every step with patience 1: one run, resumed once, never reaching step 2."""
+    from dataclasses import replace
+
+    from core.store.query import run_query
+    from forgetui.learning import DEMO
+
+    monkeypatch.setenv("FORGETUI_HOME", str(tmp_path / "home"))
+    plan = replace(DEMO, grpo_steps=3, select_every=1, select_patience=1, select_eval_n=1, select_samples=1, timings={})
+    lines: list[str] = []
+    events: list[dict] = []
+    path, steps, selection = grpo(plan, "tiny", lines.append, events.append)
+    scores = [c["pass_rate"] for c in selection["scores"]]
+    assert [c["step"] for c in selection["scores"]] == [0, 1] and scores[1] <= scores[0], selection  # step 1 did not beat step 0
+    assert selection["early_stop"] and selection["stopped_after"] == 1 and [m["step"] for m in steps] == [0, 1]
+    run_dir = Path(path).parents[1]
+    assert Path(path).name == "step-00000" and sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-00000", "step-00001"]
+    store = str(run_dir / "store.duckdb")
+    assert [tuple(r) for r in run_query(store, "SELECT step FROM train_steps ORDER BY step").rows] == [(0,), (1,)]
+    # the resumed segment added step 1's rollouts to the same run and did not run step 0's again
+    rows = [tuple(r) for r in run_query(store, "SELECT step, count(*), count(DISTINCT run_id) FROM rollouts GROUP BY step ORDER BY step").rows]
+    assert rows == [(0, plan.grpo_samples, 1), (1, plan.grpo_samples, 1)], rows
+    assert any("early stop after step 1" in line for line in lines)

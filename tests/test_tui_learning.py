@@ -55,6 +55,7 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
         await until(pilot, lambda: steps.row_count == 2 and stages.row_count == 3, "the teacher, SFT's eval and two GRPO steps")
         assert stages.get_row_at(1) == ["teacher", "train", "", "", "", "", "30"] and stages.get_row_at(2)[:3] == ["sft", "eval-phrasing", "0.460"]
         assert steps.get_row_at(1) == ["1", "0.550", "24/32", "6/8", "1", "84"]
+        log({"event": "early_stop", "step": 7, "best_step": 3})
         log({"event": "phase", "phase": "GRPO", "state": "done", "seconds": 1024.0})
         log(stage("grpo", 0.62, 62, 0.47, 0.76))
         log({"event": "done", "total_s": 1578.0, "gains": {"eval-phrasing": {
@@ -66,6 +67,7 @@ async def test_the_learning_screen_shows_stages_and_grpo_steps_as_they_arrive(ho
         assert stages.get_row_at(3) == ["GRPO", "train", "", "", "", "", "1024"]
         line = text_of(status)
         assert line.startswith("done in 26.3 min") and "grpo − sft +0.16 [+0.04, +0.29]" in line
+        assert "GRPO stopped early after step 7 (kept step 3)" in line
         for widget in (title, stages, steps, status):  # everything on an 80×24 terminal
             assert widget.region.height > 0 and widget.region.bottom <= 24 and widget.region.right <= 80
 

@@ -67,7 +67,9 @@ def gains_line(state: LearningState) -> str:
         for label, g in gains.items():
             lo, hi = g.get("ci", (0.0, 0.0))
             parts.append(f"{label.replace(' - ', ' − ')} {g['gain']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({split})")
-    return f"done in {float(state.done.get('total_s', 0.0)) / 60:.1f} min · " + " · ".join(parts)
+    stopped = state.early_stop
+    early = "" if stopped is None else f"GRPO stopped early after step {stopped.get('step')} (kept step {stopped.get('best_step')}) · "
+    return f"done in {float(state.done.get('total_s', 0.0)) / 60:.1f} min · " + early + " · ".join(parts)
 
 
 class LearningScreen(Screen[None]):
