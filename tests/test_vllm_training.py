@@ -188,6 +188,37 @@ def test_a_full_weight_sync_reaches_the_server_and_drops_its_prefix_cache(manage
     assert (ids, after) == (before_ids, pytest.approx(before, abs=1e-4))
 
 
+@pytest.mark.skipif(SKIP_REASON is not None, reason=f"real vLLM: {SKIP_REASON}")
+def test_a_trainer_starting_elsewhere_gives_a_fresh_server_its_start_weights(managed: VllmBackend, tmp_path: Path, caplog) -> None:
+    """A server started on the base model (version "default"), GRPO from another checkpoint (a learning run's SFT): before
+    the first rollout the server must sample with the checkpoint, not the base model it was started with."""
+    assert managed.server is not None
+    model_dir = managed.server.model_dir
+    lora_push.check_push(LocalTrainer(model_dir), managed)  # the start weights, version "default"
+    prompt = prompt_ids(managed)
+    base = served(managed, prompt)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="core.train.vllm_sync"):
+        lora_push.check_push(LocalTrainer(model_dir), managed)  # the model it was started with: nothing to reload
+    assert not [r for r in caplog.records if "reloading" in r.getMessage()]
+
+    checkpoint = tmp_path / "sft"
+    moved = perturbed(model_dir, 5)
+    W.save_hf_folder(moved.model, moved.tokenizer, checkpoint, moved.state_dict_for_backend())
+    trainer = LocalTrainer(str(checkpoint))
+    lora_push.check_push(trainer, managed)
+    assert weight_info(managed) == vllm_sync.start_version(str(checkpoint))  # the trainer's start, named by its folder
+    ids, logprobs = served(managed, prompt)
+    assert logprobs == pytest.approx(trainer_logprobs(trainer, prompt, ids), abs=1e-3) and (ids, logprobs) != base
+    caplog.clear()
+    with caplog.at_level("INFO", logger="core.train.vllm_sync"):
+        lora_push.check_push(trainer, managed)  # holds this start already: no second reload
+    assert [r.getMessage() for r in caplog.records if "reloading" in r.getMessage()] == []
+    lora_push.check_push(LocalTrainer(model_dir), managed)  # the base model given back, "default" again
+    assert weight_info(managed) == vllm_sync.BASE_VERSION
+    assert served(managed, prompt) == (base[0], pytest.approx(base[1], abs=1e-4))
+
+
 def rows(store: str, sql: str) -> list[tuple]:
     with duckdb.connect(store, read_only=True) as con:
         return con.execute(sql).fetchall()

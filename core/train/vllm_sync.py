@@ -140,7 +140,8 @@ def server_weights(base_url: str, headers: dict[str, str] | None = None) -> str 
 
 def check_server(trainer: Any, backend: Any) -> None:
     """Before any rollout: refuse full-parameter training on a server without the reload routes (`VLLM_SERVER_DEV_MODE=1`),
-    and give the trainer's starting weights back to a server an earlier run's syncs left holding other weights."""
+    and give the trainer's starting weights to a server that holds others: an earlier run's syncs, or the model it was
+    started with when the trainer starts elsewhere (a server started on the base model, GRPO from an SFT checkpoint)."""
     headers = auth_headers(backend)
     version = server_weights(backend.base_url, headers)
     if version is None:
@@ -148,14 +149,39 @@ def check_server(trainer: Any, backend: Any) -> None:
             raise ConfigError(f"full-parameter training needs vLLM's weight reload, and the server at {backend.base_url} has none "
                               f"(GET /weight_info answers no version): {DEV_MODE_HINT}")
         return  # LoRA on a server without dev routes: its base weights are taken as the trainer's start, as before
+    start = str(getattr(W.base_model(trainer.model).config, "_name_or_path", "") or "")
+    started_with = serves_folder(backend.base_url, start, headers)  # the trainer starts from the model the server was started on
+    # what the server holds once it holds this trainer's start: "default" for its own model, else a version naming the folder
+    target = BASE_VERSION if started_with else start_version(start)
+    if version == target and (started_with or start):
+        return
     if version != BASE_VERSION:
         log.warning("vLLM at %s holds weights an earlier sync left (version %r): reloading this trainer's starting weights", backend.base_url, version)
-        folder = sub("cache") / "vllm-weights" / f"start-{os.getpid()}-{id(trainer):x}"
-        try:
-            check_folder(folder.resolve(), save_weights(trainer, folder))
-            reload_from(backend.base_url, folder.resolve(), BASE_VERSION, headers)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        log.info("vLLM at %s was started with other weights than this trainer's start (%s): reloading them", backend.base_url, start or "?")
+    folder = sub("cache") / "vllm-weights" / f"start-{os.getpid()}-{id(trainer):x}"
+    try:
+        check_folder(folder.resolve(), save_weights(trainer, folder))
+        reload_from(backend.base_url, folder.resolve(), target, headers)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def start_version(folder: str) -> str:
+    """The weight version a server gets when it holds a trainer's starting weights from `folder` (not its own model)."""
+    return f"start:{Path(folder).resolve()}" if folder else "start:?"
+
+
+def serves_folder(base_url: str, folder: str, headers: dict[str, str] | None = None) -> bool:
+    """Whether the server was started with the model in `folder` (a card of its ``/v1/models`` has that folder as its root)."""
+    if not folder or not Path(folder).is_dir():
+        return False
+    try:
+        cards = httpx.get(f"{base_url}/v1/models", timeout=30.0, headers=headers or {}).json().get("data", [])
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False  # unknown: reloading the start weights is the safe answer
+    want = Path(folder).resolve()
+    return any(isinstance(c, dict) and c.get("root") and Path(str(c["root"])).resolve() == want for c in cards)
 
 
 def reload_from(base_url: str, folder: Path, version: str, headers: dict[str, str] | None = None) -> None:
