@@ -40,6 +40,8 @@ EVAL_SPLITS = ("eval-phrasing", "eval")
 SAMPLERS = ("builtin", "vllm")
 FLOOR_SPLIT = "eval-phrasing"
 SELECT_SPLIT = "eval"  # the split that chooses among GRPO checkpoints (never FLOOR_SPLIT: that one only measures)
+WORDINGS = ("all", "untaught")
+SELECT_POOL = 8  # select_wordings "untaught" draws this many times select_eval_n eval tasks a family and keeps the untaught
 STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family", "timeouts")  # a split result's fields an event carries
 MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # Each harness's options for these runs: a cap on model calls where the harness has one (the teacher needs two:
@@ -101,6 +103,11 @@ class Plan:
     # The teacher (so SFT) sees only the train tasks worded with the first k of each family's seen templates (None: all);
     # GRPO still trains on every train task, so it meets wordings its SFT never saw, the skill eval-phrasing tests.
     teacher_templates: int | None = None
+    # "untaught": GRPO trains only on the train tasks worded with the seen templates the teacher did not show (ranks
+    # teacher_templates and up), and the selection scores only eval-split tasks so worded: new wordings of known tasks,
+    # the nearest thing to eval-phrasing that the train and eval splits hold ("all": every wording)
+    grpo_wordings: str = "all"
+    select_wordings: str = "all"
     seed: int = 0  # run.seed and train.seed of every stage: GRPO's task order and refills, SFT's example order, the trainer's init
     grpo_kl_coef: float = 0.0  # train.kl_coef: KL to the SFT weights
     grpo_entropy_coef: float = 0.0  # train.entropy_coef: an entropy bonus
@@ -272,6 +279,46 @@ def teacher_tasks(plan: Plan) -> list[Any]:
     return taught
 
 
+def untaught(plan: Plan, tasks: list[Any], setting: str) -> list[Any]:
+    """The tasks of `tasks` worded with a seen template the teacher did not show (rank `teacher_templates` and up); ValueError if none."""
+    if plan.teacher_templates is None:
+        raise ValueError(f"{setting} = \"untaught\" needs teacher_templates: with every template taught, no wording is untaught")
+    out = [t for t in tasks if t.meta.get("family") in FAMILIES and seen_template_rank(t) >= plan.teacher_templates]
+    if not out:
+        raise ValueError(f"{setting} = \"untaught\": no task is worded with a seen template past the first {plan.teacher_templates}")
+    return out
+
+
+def grpo_tasks(plan: Plan) -> list[str] | None:
+    """The train task ids GRPO draws from: the plan's (None: the whole split), or with grpo_wordings "untaught" only those untaught."""
+    wordings(plan.grpo_wordings, "grpo_wordings")
+    if plan.grpo_wordings == "all":
+        return plan.train_tasks
+    tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
+    return [t.id for t in untaught(plan, tasks, "grpo_wordings")]
+
+
+def select_tasks_of(plan: Plan) -> tuple[int, list[str] | None]:
+    """The eval split's size per family and the task ids the selection scores: the first select_eval_n a family (all wordings),
+    or with select_wordings "untaught" the first select_eval_n a family worded with an untaught template (from a larger draw)."""
+    wordings(plan.select_wordings, "select_wordings")
+    if plan.select_wordings == "all":
+        return plan.select_eval_n, None
+    n = plan.select_eval_n * SELECT_POOL
+    pool = untaught(plan, load_env("toy", split=SELECT_SPLIT, n=n, families=plan.families).tasks(), "select_wordings")
+    per_family: dict[str, list[str]] = {}
+    for task in pool:
+        kept = per_family.setdefault(task.meta["family"], [])
+        if len(kept) < plan.select_eval_n:
+            kept.append(task.id)
+    return n, [t for ids in per_family.values() for t in ids]
+
+
+def wordings(value: str, setting: str) -> None:
+    if value not in WORDINGS:
+        raise ValueError(f"{setting} {value!r}: one of {', '.join(WORDINGS)}")
+
+
 def seen_template_rank(task: Any) -> int:
     """The position of a toy task's template among its family's seen templates (hello, with one template: 0)."""
     family = FAMILIES.get(task.meta.get("family", ""))
@@ -325,7 +372,7 @@ def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
 def grpo_config(plan: Plan, start: str) -> Any:
     """The GRPO stage's run: from checkpoint `start` on the train split, the plan's schedule and sampling temperature."""
     # the trainer gives a shared server its starting weights itself (vllm_sync.check_server): no load here
-    config = base_config(plan, policy(plan, start, load=False), "train", plan.train_n, plan.train_tasks)
+    config = base_config(plan, policy(plan, start, load=False), "train", plan.train_n, grpo_tasks(plan))
     config.run.n_samples = plan.grpo_samples
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
@@ -406,8 +453,8 @@ def select_steps(plan: Plan) -> list[int]:
 
 def score_checkpoint(plan: Plan, step: int, path: str, report: Report = print, events: Emit = _quiet) -> dict[str, Any]:
     """GRPO step `step`'s checkpoint's result on the `eval` split (select_eval_n tasks a family, select_samples rollouts each)."""
-    one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=plan.select_eval_n, eval_samples=plan.select_samples,
-                  eval_tasks=None, timings=plan.timings)
+    n, tasks = select_tasks_of(plan)
+    one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=n, eval_samples=plan.select_samples, eval_tasks=tasks, timings=plan.timings)
     result: dict[str, Any] = evaluate(one, policy(plan, path), f"select step {step}", report, events)["splits"][SELECT_SPLIT]
     return result
 
@@ -437,6 +484,9 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
     wall times count in `total_s` and the result names where they came from. `events` gets each stage's
     start, end and pass rates as they happen (`forgetui.learning_events`).
     """
+    grpo_tasks(plan)  # a wordings setting that selects nothing fails here, not after the stages before GRPO
+    if plan.select_every > 0:
+        select_tasks_of(plan)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     events({"event": "start", "harness": plan.harness, "model": plan.model, "seed": plan.seed, "splits": list(plan.eval_splits),

@@ -30,6 +30,9 @@ from envs.toy.families import FAMILIES, template_indices
 SEEN_TEMPLATES = min(len(template_indices(f.templates, "seen")) for f in FAMILIES.values())
 
 
+Wordings = Literal["all", "untaught"]
+
+
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +63,8 @@ class GrpoPart(_Part):
     kl_coef: float = Field(0.0, ge=0, description="KL to the SFT weights (veRL's low_var_kl); 0: none")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus; 0: none")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets the advantage × γ^(T−1−t); 1: every call alike")
+    wordings: Wordings = Field("all", description="untaught: train only on the train tasks worded with the seen templates the teacher "
+                               "did not show (needs teacher.templates); all: every train task")
 
 
 class SelectPart(_Part):
@@ -70,6 +75,8 @@ class SelectPart(_Part):
     samples: int = Field(2, ge=1, description="rollouts per task in the selection")
     patience: int | None = Field(None, ge=1, description="early stopping: GRPO ends once this many scores in a row have not beaten "
                                  "the best (the steps after are not run); unset: every step runs")
+    wordings: Wordings = Field("all", description="untaught: score only eval-split tasks worded with the seen templates the teacher "
+                               "did not show (needs teacher.templates); all: the first eval_n tasks a family")
 
 
 class Recipe(_Part):
@@ -93,6 +100,9 @@ class Recipe(_Part):
                              "no checkpoint before the last would be scored; lower it or set 0")
         if self.select.patience is not None and self.select.every == 0:
             raise ValueError("select.patience needs select.every > 0: early stopping stops on the selection's scores")
+        for part in ("grpo", "select"):
+            if getattr(self, part).wordings == "untaught" and self.teacher.templates is None:
+                raise ValueError(f'{part}.wordings = "untaught" needs teacher.templates: with every template taught, no wording is untaught')
         return self
 
     def plan_fields(self) -> dict[str, Any]:
@@ -104,8 +114,9 @@ class Recipe(_Part):
             "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_temperature": self.grpo.temperature,
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
-            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "select_every": self.select.every,
+            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
             "select_eval_n": self.select.eval_n, "select_samples": self.select.samples, "select_patience": self.select.patience,
+            "select_wordings": self.select.wordings,
         }
 
 

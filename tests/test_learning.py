@@ -19,9 +19,12 @@ from forgetui.learning import (
     base_config,
     floors,
     grpo_config,
+    grpo_tasks,
+    learning_curve,
     mistaken_turns,
     policy,
     reusable,
+    select_tasks_of,
     split_result,
     teacher_script,
     teacher_tasks,
@@ -100,6 +103,28 @@ def test_teacher_templates_keeps_the_teacher_to_the_first_k_seen_wordings_and_gr
     later = next(t for t in everything if t.id != "hello" and t.meta["params"]["template"] not in allowed[t.meta["family"]])
     with pytest.raises(ValueError, match="no train task of this plan is worded with the first 3 seen"):
         teacher_tasks(Plan(train_n=20, train_tasks=[later.id], teacher_templates=3))  # never "the whole split" instead
+
+
+def test_untaught_wordings_give_grpo_and_the_selection_only_the_templates_the_teacher_skipped() -> None:
+    plan = Plan(train_n=20, teacher_templates=6, grpo_wordings="untaught", select_wordings="untaught", select_eval_n=3)
+    skipped = {f: set(template_indices(fam.templates, "seen")[6:]) for f, fam in FAMILIES.items()}
+    train = {t.id: t for t in ToyEnv(split="train", n=20).tasks()}
+    ids = grpo_config(plan, "/ck/sft").env.tasks
+    assert ids and set(ids) == {i for i, t in train.items() if t.meta["params"].get("template") in skipped.get(t.meta["family"], ())}
+    assert not {t.id for t in teacher_tasks(plan)} & set(ids)  # GRPO meets only wordings SFT never imitated
+    n, chosen = select_tasks_of(plan)
+    pool = {t.id: t for t in ToyEnv(split="eval", n=n).tasks()}
+    assert chosen and all(pool[i].meta["params"]["template"] in skipped[pool[i].meta["family"]] for i in chosen)
+    by_family = {f: sum(pool[i].meta["family"] == f for i in chosen) for f in FAMILIES if f != "hello"}
+    assert set(by_family.values()) == {3}, by_family  # select_eval_n a family, eval-split tasks only (no train id)
+    assert not set(chosen) & set(train)
+    assert select_tasks_of(Plan(select_eval_n=4)) == (4, None) and grpo_config(Plan(), "/ck").env.tasks is None  # "all": as before
+    with pytest.raises(ValueError, match="needs teacher_templates"):
+        grpo_tasks(Plan(grpo_wordings="untaught"))
+    with pytest.raises(ValueError, match="select_wordings 'some': one of all, untaught"):
+        select_tasks_of(Plan(teacher_templates=6, select_wordings="some"))
+    with pytest.raises(ValueError, match="needs teacher_templates"):  # refused before any stage runs
+        learning_curve(Plan(select_every=2, select_wordings="untaught"), Path("/nonexistent/never-written"))
 
 
 def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
