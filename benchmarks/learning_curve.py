@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
            "grpo_lr", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "max_batch", "timeout_s",
            "teacher_samples", "teacher_templates", "seed", "grpo_kl_coef", "grpo_entropy_coef", "grpo_call_discount", "select_every",
-           "select_eval_n", "select_samples", "select_patience", "grpo_wordings", "select_wordings")
+           "select_eval_n", "select_samples", "select_patience", "grpo_wordings", "select_wordings", "select_start")
 
 
 def parse_args() -> argparse.Namespace:
@@ -62,6 +62,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="the demo's schedule (tiny model, `hello`, evaluated on that train task: "
                         "the loop closing in the harness, not generalization; minutes)")
     for name in TUNABLE:
+        if name == "select_start":
+            parser.add_argument("--select-start", default=None, action=argparse.BooleanOptionalAction,
+                                help="score GRPO's start (the SFT checkpoint) in the selection too, kept when no step beats it")
+            continue
         if name.endswith("_wordings"):
             parser.add_argument("--" + name.replace("_", "-"), default=None, choices=["all", "untaught"])
             continue

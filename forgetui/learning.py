@@ -41,6 +41,7 @@ SAMPLERS = ("builtin", "vllm")
 FLOOR_SPLIT = "eval-phrasing"
 SELECT_SPLIT = "eval"  # the split that chooses among GRPO checkpoints (never FLOOR_SPLIT: that one only measures)
 WORDINGS = ("all", "untaught")
+START_STEP = -1  # the selection's step for GRPO's start, the SFT checkpoint (Plan.select_start)
 SELECT_POOL = 8  # select_wordings "untaught" draws this many times select_eval_n eval tasks a family and keeps the untaught
 STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family", "timeouts")  # a split result's fields an event carries
 MSWEA_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -119,6 +120,9 @@ class Plan:
     select_samples: int = 2
     # early stopping: GRPO ends once this many eval-split scores in a row have not beaten the best (None: every step runs)
     select_patience: int | None = None
+    # score GRPO's start (the SFT checkpoint) first, on the same tasks: the selection's baseline, and the checkpoint kept
+    # when no GRPO step beats it (patience counts from it)
+    select_start: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     # with sampler "vllm": the one server every sampling stage of this learning run uses (`learning_curve` starts it);
     # None: each stage's run starts its own
@@ -417,8 +421,9 @@ def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) 
     best = BestCheckpoint(patience=plan.select_patience)
     run_id: str | None = None
     final = start
-    for step in select_steps(plan):
-        run_id, final = train_to(step + 1, run_id)
+    for step in ([START_STEP] if plan.select_start else []) + select_steps(plan):
+        if step != START_STEP:
+            run_id, final = train_to(step + 1, run_id)
         try:
             scored = score_checkpoint(plan, step, final, report, events)
         except Exception as exc:  # noqa: BLE001 - an optional choice must not cost the run's GRPO stage: the last step stands, said
@@ -430,18 +435,24 @@ def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) 
         events({"event": "select", "step": step, "pass_rate": scored["pass_rate"], "ci": scored["ci"], "best": better})
         if best.stop and step + 1 < plan.grpo_steps:
             assert best.best is not None
-            report(f"  early stop after step {step}: {best.since_best} eval-split scores in a row without beating step {best.best.step}'s "
+            report(f"  early stop after step {step}: {best.since_best} eval-split scores in a row without beating {checkpoint_name(best.best.step)}'s "
                    f"{best.best.score:.3f}; steps {step + 1}-{plan.grpo_steps - 1} not run")
             events({"event": "early_stop", "step": step, "best_step": best.best.step})
             break
     assert best.best is not None
-    report(f"  selection on {SELECT_SPLIT}: " + ", ".join(f"step {c.step} {c.score:.3f}" for c in best.seen) + f"; kept step {best.best.step}")
+    report(f"  selection on {SELECT_SPLIT}: " + ", ".join(f"{checkpoint_name(c.step)} {c.score:.3f}" for c in best.seen)
+           + f"; kept {checkpoint_name(best.best.step)}")
     return best.best.path, steps, {**best.as_dict(), "stopped_after": steps[-1]["step"] if steps else None,
                                    "early_stop": steps[-1]["step"] < plan.grpo_steps - 1 if steps else False}
 
 
 STEP_KEYS = ("step", "reward_mean", "pass_rate", "samples", "samples_trained", "groups", "zero_variance_groups", "informative_groups",
              "extra_batches", "rollouts", "rollout_s", "update_s", "entropy", "kl", "logprob_diff_max")
+
+
+def checkpoint_name(step: int) -> str:
+    """How the selection names a checkpoint it scored: GRPO's start, the SFT checkpoint (START_STEP), or a step."""
+    return "SFT" if step == START_STEP else f"step {step}"
 
 
 def select_steps(plan: Plan) -> list[int]:
@@ -455,7 +466,8 @@ def score_checkpoint(plan: Plan, step: int, path: str, report: Report = print, e
     """GRPO step `step`'s checkpoint's result on the `eval` split (select_eval_n tasks a family, select_samples rollouts each)."""
     n, tasks = select_tasks_of(plan)
     one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=n, eval_samples=plan.select_samples, eval_tasks=tasks, timings=plan.timings)
-    result: dict[str, Any] = evaluate(one, policy(plan, path), f"select step {step}", report, events)["splits"][SELECT_SPLIT]
+    label = "select start" if step == START_STEP else f"select step {step}"
+    result: dict[str, Any] = evaluate(one, policy(plan, path), label, report, events)["splits"][SELECT_SPLIT]
     return result
 
 

@@ -75,6 +75,8 @@ class SelectPart(_Part):
     samples: int = Field(2, ge=1, description="rollouts per task in the selection")
     patience: int | None = Field(None, ge=1, description="early stopping: GRPO ends once this many scores in a row have not beaten "
                                  "the best (the steps after are not run); unset: every step runs")
+    start: bool = Field(False, description="score GRPO's start (the SFT checkpoint) first on the same tasks: the baseline, kept "
+                        "when no GRPO step beats it")
     wordings: Wordings = Field("all", description="untaught: score only eval-split tasks worded with the seen templates the teacher "
                                "did not show (needs teacher.templates); all: the first eval_n tasks a family")
 
@@ -100,6 +102,8 @@ class Recipe(_Part):
                              "no checkpoint before the last would be scored; lower it or set 0")
         if self.select.patience is not None and self.select.every == 0:
             raise ValueError("select.patience needs select.every > 0: early stopping stops on the selection's scores")
+        if self.select.start and self.select.every == 0:
+            raise ValueError("select.start needs select.every > 0: without a selection there is nothing to compare the start with")
         for part in ("grpo", "select"):
             if getattr(self, part).wordings == "untaught" and self.teacher.templates is None:
                 raise ValueError(f'{part}.wordings = "untaught" needs teacher.templates: with every template taught, no wording is untaught')
@@ -116,7 +120,7 @@ class Recipe(_Part):
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
             "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
             "select_eval_n": self.select.eval_n, "select_samples": self.select.samples, "select_patience": self.select.patience,
-            "select_wordings": self.select.wordings,
+            "select_wordings": self.select.wordings, "select_start": self.select.start,
         }
 
 

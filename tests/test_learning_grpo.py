@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,8 @@ def scored_at(rates: dict[int, float], seen: list) -> object:
 
     def fake_evaluate(plan: Plan, backend: str, label: str, report=print, events=None) -> dict:
         seen.append((plan.eval_splits, plan.eval_n, plan.eval_samples, backend))
-        step = int(Path(backend.split(":", 1)[1].split("?")[0]).name.removeprefix("step-"))
+        name = Path(backend.split(":", 1)[1].split("?")[0]).name
+        step = -1 if name == "sft" else int(name.removeprefix("step-"))  # the start, /ck/sft: START_STEP
         passed = round(rates[step] * 20)
         per_task = {f"t{i}": {"family": "write-file", "passed": 2 if i < passed // 2 else 0, "scored": 2, "reward": 0.0} for i in range(10)}
         return {"splits": {"eval": split_result(per_task, "r")}}
@@ -147,6 +149,33 @@ def test_patience_stops_grpo_the_steps_after_never_run(monkeypatch: pytest.Monke
     monkeypatch.setattr(learning, "run", engine)
     path, steps, selection = grpo(Plan(grpo_steps=16, select_every=4), "/ck/sft", lambda _: None)
     assert len(steps) == 16 and path.endswith("step-00011") and not selection["early_stop"]
+
+
+def test_the_start_scored_first_is_kept_when_no_step_beats_it_and_patience_counts_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """select_start: the SFT checkpoint is scored before any training; steps 3 and 7 do not beat it, so with patience 2
+    GRPO stops after step 7 and the start is what the stage keeps."""
+    import forgetui.learning as learning
+
+    seen: list = []
+    engine = FakeEngine()
+    monkeypatch.setattr(learning, "evaluate", scored_at({-1: 0.8, 3: 0.8, 7: 0.7, 11: 0.9}, seen))
+    monkeypatch.setattr(learning, "run", engine)
+    events: list[dict] = []
+    lines: list[str] = []
+    plan = Plan(grpo_steps=12, select_every=4, select_patience=2, select_start=True)
+    path, steps, selection = grpo(plan, "/ck/sft", lines.append, events.append)
+    assert [s[3] for s in seen] == ["builtin:/ck/sft", "builtin:/runs/g/checkpoints/step-00003", "builtin:/runs/g/checkpoints/step-00007"]
+    assert engine.calls == [(0, 4, None), (4, 8, "g")] and path == "/ck/sft"
+    assert selection["best_step"] == -1 and selection["early_stop"] and [c["step"] for c in selection["scores"]] == [-1, 3, 7]
+    assert [e for e in events if e["event"] == "early_stop"] == [{"event": "early_stop", "step": 7, "best_step": -1}]
+    assert any("without beating SFT's 0.800" in line for line in lines)
+    # a step that beats the start is kept, as without it; the start's score stays in the record
+    engine = FakeEngine()
+    monkeypatch.setattr(learning, "run", engine)
+    monkeypatch.setattr(learning, "evaluate", scored_at({-1: 0.5, 3: 0.6, 7: 0.7, 11: 0.6}, []))
+    path, _, selection = grpo(replace(plan, select_patience=None), "/ck/sft", lines.append)
+    assert path.endswith("step-00007") and [c["pass_rate"] for c in selection["scores"]] == [0.5, 0.6, 0.7, 0.6]
+    assert lines[-1].endswith("SFT 0.500, step 3 0.600, step 7 0.700, step 11 0.600; kept step 7")
 
 
 def test_a_failed_score_trains_to_the_end_and_keeps_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,7 +350,6 @@ def test_a_step_refills_until_its_batch_has_as_many_groups_with_signal_as_tasks(
 @pytest.mark.timeout(900)
 def test_early_stopping_stops_a_real_grpo_run_resumed_between_scores(docker_client, base_image, tmp_path, monkeypatch) -> None:
     """The tiny model in react, GRPO scored after every step with patience 1: one run, resumed once, never reaching step 2."""
-    from dataclasses import replace
 
     from core.store.query import run_query
     from forgetui.learning import DEMO

@@ -75,6 +75,7 @@ def test_a_recipes_unset_fields_are_the_plans_defaults() -> None:
         ('harness = "react"\n[grpo]\nwordings = "untaught"\n', "grpo.wordings .* needs teacher.templates"),
         ('harness = "react"\n[select]\nevery = 1\nwordings = "untaught"\n', "select.wordings .* needs teacher.templates"),
         ('harness = "react"\n[select]\nwordings = "new"\n', "select.wordings"),
+        ('harness = "react"\n[select]\nstart = true\n', "select.start needs select.every"),
     ],
 )
 def test_a_wrong_recipe_is_refused_naming_the_file_and_the_field(tmp_path: Path, text: str, message: str) -> None:
@@ -94,12 +95,12 @@ def test_flags_override_single_fields_of_the_recipe(monkeypatch: pytest.MonkeyPa
     lc = script()
     monkeypatch.setattr("sys.argv", ["learning_curve.py", "--recipe", str(ROOT / "examples/learn/react.toml"), "--split", "eval-phrasing",
                                      "--grpo-steps", "8", "--seed", "3", "--grpo-kl-coef", "0.01", "--teacher-templates", "6",
-                                     "--grpo-wordings", "untaught"])
+                                     "--grpo-wordings", "untaught", "--select-start"])
     args = lc.parse_args()
     args.harness = lc.resolve_harness(args)
     plan = lc.make_plan(args, args.harness)
     assert (plan.harness, plan.grpo_steps, plan.seed, plan.grpo_kl_coef) == ("react", 8, 3, 0.01)  # the flags
-    assert (plan.teacher_templates, plan.grpo_wordings, plan.select_wordings) == (6, "untaught", "all")
+    assert (plan.teacher_templates, plan.grpo_wordings, plan.select_wordings, plan.select_start) == (6, "untaught", "all", True)
     assert (plan.sft_lr, plan.grpo_temperature, plan.concurrency, plan.select_every) == (5e-5, 1.5, 32, 4)  # the recipe
     assert plan.eval_splits == ("eval-phrasing",)
     monkeypatch.setattr("sys.argv", ["learning_curve.py", "--recipe", str(ROOT / "examples/learn/react.toml"), "--harness", "pi"])

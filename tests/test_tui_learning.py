@@ -89,3 +89,13 @@ async def test_with_no_learning_run_the_screen_says_how_to_start_one(tmp_path: P
         await pilot.pause()
         assert "no learning run yet" in text_of(app.screen.query_one("#learning-title", Static))
         assert "--recipe examples/learn/react.toml" in text_of(app.screen.query_one("#learning-status", Static))
+
+
+def test_an_early_stop_that_kept_the_start_says_so() -> None:
+    from forgetui.learning_events import LearningState
+    from forgetui.tui.screens.learning import gains_line
+
+    state = LearningState(done={"total_s": 600.0, "gains": {}}, early_stop={"event": "early_stop", "step": 7, "best_step": -1})
+    assert "GRPO stopped early after step 7 (kept SFT)" in gains_line(state)
+    state.early_stop = {"event": "early_stop", "step": 7, "best_step": 3}
+    assert "(kept step 3)" in gains_line(state)

@@ -68,7 +68,9 @@ def gains_line(state: LearningState) -> str:
             lo, hi = g.get("ci", (0.0, 0.0))
             parts.append(f"{label.replace(' - ', ' − ')} {g['gain']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({split})")
     stopped = state.early_stop
-    early = "" if stopped is None else f"GRPO stopped early after step {stopped.get('step')} (kept step {stopped.get('best_step')}) · "
+    best = None if stopped is None else stopped.get("best_step")
+    kept = "SFT" if best == -1 else f"step {best}"  # -1: forgetui.learning.START_STEP
+    early = "" if stopped is None else f"GRPO stopped early after step {stopped.get('step')} (kept {kept}) · "
     return f"done in {float(state.done.get('total_s', 0.0)) / 60:.1f} min · " + early + " · ".join(parts)
 
 
