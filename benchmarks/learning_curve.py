@@ -32,6 +32,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,6 +43,8 @@ TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_st
 
 
 def parse_args() -> argparse.Namespace:
+    from forgetui.learning_recipe import Wordings
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--harness", default=None, help="react | mini-swe-agent | pi (comma-separated with --transfer; default: the "
                         "recipe's, else react)")
@@ -67,7 +70,7 @@ def parse_args() -> argparse.Namespace:
                                 help="score GRPO's start (the SFT checkpoint) in the selection too, kept when no step beats it")
             continue
         if name.endswith("_wordings"):
-            parser.add_argument("--" + name.replace("_", "-"), default=None, choices=["all", "untaught"])
+            parser.add_argument("--" + name.replace("_", "-"), default=None, choices=get_args(Wordings))
             continue
         kind = float if name.endswith(("_lr", "_temperature", "_coef", "_discount")) else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)

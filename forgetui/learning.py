@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from core.backends.batching import DEFAULT_MAX_BATCH
 from core.config import RunConfig
@@ -31,6 +31,7 @@ from core.store.query import run_query
 from core.train.selection import BestCheckpoint
 from envs.toy import solution_script
 from envs.toy.families import FAMILIES, template_indices
+from forgetui.learning_recipe import Wordings
 from forgetui.learning_report import paired_gain, pass_interval, plot, split_line
 from forgetui.learning_sampler import SharedVllm
 
@@ -40,7 +41,7 @@ EVAL_SPLITS = ("eval-phrasing", "eval")
 SAMPLERS = ("builtin", "vllm")
 FLOOR_SPLIT = "eval-phrasing"
 SELECT_SPLIT = "eval"  # the split that chooses among GRPO checkpoints (never FLOOR_SPLIT: that one only measures)
-WORDINGS = ("all", "untaught")
+WORDINGS = get_args(Wordings)
 START_STEP = -1  # the selection's step for GRPO's start, the SFT checkpoint (Plan.select_start)
 SELECT_POOL = 8  # select_wordings "untaught" draws this many times select_eval_n eval tasks a family and keeps the untaught
 STAGE_KEYS = ("pass_rate", "ci", "passed", "scored", "tasks", "seconds", "by_family", "timeouts")  # a split result's fields an event carries
@@ -271,9 +272,14 @@ def mistaken_turns(harness: str, task: Any) -> list[dict[str, Any]]:
     return teacher_turns(harness, wrong)
 
 
+def train_split_tasks(plan: Plan) -> list[Any]:
+    """The plan's train tasks (its `train_tasks` selection, else the whole train split)."""
+    return select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
+
+
 def teacher_tasks(plan: Plan) -> list[Any]:
     """The train tasks the teacher records: the plan's train tasks, only those of its first `teacher_templates` seen templates."""
-    tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
+    tasks = train_split_tasks(plan)
     if plan.teacher_templates is None:
         return tasks
     taught = [t for t in tasks if seen_template_rank(t) < plan.teacher_templates]
@@ -298,8 +304,7 @@ def grpo_tasks(plan: Plan) -> list[str] | None:
     wordings(plan.grpo_wordings, "grpo_wordings")
     if plan.grpo_wordings == "all":
         return plan.train_tasks
-    tasks = select_tasks(load_env("toy", split="train", n=plan.train_n, families=plan.families), plan.train_tasks, None)
-    return [t.id for t in untaught(plan, tasks, "grpo_wordings")]
+    return [t.id for t in untaught(plan, train_split_tasks(plan), "grpo_wordings")]
 
 
 def select_tasks_of(plan: Plan) -> tuple[int, list[str] | None]:
