@@ -107,7 +107,9 @@ class Plan:
     teacher_templates: int | None = None
     # "untaught": GRPO trains only on the train tasks worded with the seen templates the teacher did not show (ranks
     # teacher_templates and up), and the selection scores only eval-split tasks so worded: new wordings of known tasks,
-    # the nearest thing to eval-phrasing that the train and eval splits hold ("all": every wording)
+    # the nearest thing to eval-phrasing that the train and eval splits hold ("all": every wording). "practice": GRPO trains on
+    # the train tasks worded instead with the toy families' practice templates (none a train or eval-phrasing template, none
+    # the teacher shows: RL needs a checker, not a demonstration), and the selection scores eval tasks so worded
     grpo_wordings: str = "all"
     select_wordings: str = "all"
     seed: int = 0  # run.seed and train.seed of every stage: GRPO's task order and refills, SFT's example order, the trainer's init
@@ -158,8 +160,10 @@ def policy(plan: Plan, model: str, *, sampling: bool = True, load: bool = True) 
     return f"builtin:{model}" if rows == DEFAULT_MAX_BATCH else f"builtin:{model}?max_batch={rows}"
 
 
-def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] | None = None) -> Any:
+def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] | None = None, wording: str = "templates") -> Any:
     env: dict[str, Any] = {"name": "toy", "options": {"split": split, "n": n, "families": plan.families}}
+    if wording != "templates":
+        env["options"]["wording"] = wording
     if tasks:
         env["tasks"] = list(tasks)
     return RunConfig.model_validate({
@@ -226,12 +230,12 @@ def gains(result: dict[str, Any], split: str = FLOOR_SPLIT) -> dict[str, dict[st
     return {f"{b} - {a}": paired_gain(by_stage[a], by_stage[b]) for a, b in (("base", "sft"), ("sft", "grpo")) if a in by_stage and b in by_stage}
 
 
-def evaluate(plan: Plan, backend: str, label: str, report: Report = print, events: Emit = _quiet) -> dict[str, Any]:
-    """`backend` in the plan's harness on every eval split of the plan (`plan.eval_samples` rollouts per task)."""
+def evaluate(plan: Plan, backend: str, label: str, report: Report = print, events: Emit = _quiet, wording: str = "templates") -> dict[str, Any]:
+    """`backend` in the plan's harness on every eval split of the plan (`plan.eval_samples` rollouts per task; `wording`: the toy env's)."""
     splits: dict[str, Any] = {}
     for split in plan.eval_splits:
         events({"event": "phase", "phase": f"{label} eval · {split}", "state": "running"})
-        config = base_config(plan, backend, split, plan.eval_n, plan.eval_tasks)
+        config = base_config(plan, backend, split, plan.eval_n, plan.eval_tasks, wording)
         config.run.n_samples = plan.eval_samples
         started = time.monotonic()
         summary = run(config, f"{label}/{split}", plan)
@@ -300,18 +304,37 @@ def untaught(plan: Plan, tasks: list[Any], setting: str) -> list[Any]:
 
 
 def grpo_tasks(plan: Plan) -> list[str] | None:
-    """The train task ids GRPO draws from: the plan's (None: the whole split), or with grpo_wordings "untaught" only those untaught."""
+    """The train task ids GRPO draws from: the plan's (None: the whole split), with grpo_wordings "untaught" only those untaught,
+    with "practice" the plan's reworded (`practice_ids`)."""
     wordings(plan.grpo_wordings, "grpo_wordings")
     if plan.grpo_wordings == "all":
         return plan.train_tasks
+    if plan.grpo_wordings == "practice":
+        return practice_ids(plan.train_tasks, "grpo_wordings")
     return [t.id for t in untaught(plan, train_split_tasks(plan), "grpo_wordings")]
 
 
+def practice_ids(task_ids: list[str] | None, setting: str) -> list[str] | None:
+    """The ids the toy env's practice wording gives `task_ids` (``<family>-NNN`` → ``<family>-rNNN``; None: the whole split)."""
+    if task_ids is None:
+        return None
+    out = [f"{family}-r{number}" for family, _, number in (t.rpartition("-") for t in task_ids) if family in FAMILIES]
+    if not out:
+        raise ValueError(f"{setting} = \"practice\": none of the tasks {task_ids} is a toy family's (practice wordings skip hello)")
+    return out
+
+
+def wording_of(setting: str) -> str:
+    """The toy env's wording a grpo_wordings or select_wordings value asks for."""
+    return "practice" if setting == "practice" else "templates"
+
+
 def select_tasks_of(plan: Plan) -> tuple[int, list[str] | None]:
-    """The eval split's size per family and the task ids the selection scores: the first select_eval_n a family (all wordings),
-    or with select_wordings "untaught" the first select_eval_n a family worded with an untaught template (from a larger draw)."""
+    """The eval split's size per family and the task ids the selection scores: the first select_eval_n a family (all wordings;
+    with select_wordings "practice" those tasks reworded), or with "untaught" the first select_eval_n a family worded with an
+    untaught template (from a larger draw)."""
     wordings(plan.select_wordings, "select_wordings")
-    if plan.select_wordings == "all":
+    if plan.select_wordings in ("all", "practice"):
         return plan.select_eval_n, None
     n = plan.select_eval_n * SELECT_POOL
     pool = untaught(plan, load_env("toy", split=SELECT_SPLIT, n=n, families=plan.families).tasks(), "select_wordings")
@@ -381,7 +404,7 @@ def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
 def grpo_config(plan: Plan, start: str) -> Any:
     """The GRPO stage's run: from checkpoint `start` on the train split, the plan's schedule and sampling temperature."""
     # the trainer gives a shared server its starting weights itself (vllm_sync.check_server): no load here
-    config = base_config(plan, policy(plan, start, load=False), "train", plan.train_n, grpo_tasks(plan))
+    config = base_config(plan, policy(plan, start, load=False), "train", plan.train_n, grpo_tasks(plan), wording_of(plan.grpo_wordings))
     config.run.n_samples = plan.grpo_samples
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
@@ -472,7 +495,7 @@ def score_checkpoint(plan: Plan, step: int, path: str, report: Report = print, e
     n, tasks = select_tasks_of(plan)
     one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=n, eval_samples=plan.select_samples, eval_tasks=tasks, timings=plan.timings)
     label = "select start" if step == START_STEP else f"select step {step}"
-    result: dict[str, Any] = evaluate(one, policy(plan, path), label, report, events)["splits"][SELECT_SPLIT]
+    result: dict[str, Any] = evaluate(one, policy(plan, path), label, report, events, wording_of(plan.select_wordings))["splits"][SELECT_SPLIT]
     return result
 
 

@@ -30,7 +30,7 @@ from envs.toy.families import FAMILIES, template_indices
 SEEN_TEMPLATES = min(len(template_indices(f.templates, "seen")) for f in FAMILIES.values())
 
 
-Wordings = Literal["all", "untaught"]
+Wordings = Literal["all", "untaught", "practice"]
 
 
 class _Part(BaseModel):
@@ -64,7 +64,8 @@ class GrpoPart(_Part):
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus; 0: none")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets the advantage × γ^(T−1−t); 1: every call alike")
     wordings: Wordings = Field("all", description="untaught: train only on the train tasks worded with the seen templates the teacher "
-                               "did not show (needs teacher.templates); all: every train task")
+                               "did not show (needs teacher.templates); practice: the train tasks worded with the toy families' "
+                               "practice templates (no teacher shows them); all: every train task")
 
 
 class SelectPart(_Part):
@@ -78,7 +79,8 @@ class SelectPart(_Part):
     start: bool = Field(False, description="score GRPO's start (the SFT checkpoint) first on the same tasks: the baseline, kept "
                         "when no GRPO step beats it")
     wordings: Wordings = Field("all", description="untaught: score only eval-split tasks worded with the seen templates the teacher "
-                               "did not show (needs teacher.templates); all: the first eval_n tasks a family")
+                               "did not show (needs teacher.templates); practice: the first eval_n tasks a family worded with the "
+                               "practice templates; all: the first eval_n tasks a family")
 
 
 class Recipe(_Part):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from core.backends.scripted import load_task_scripts, resolve_turn
 from core.backends.spec import PolicySpec
+from core.registry import load_env
 from envs.toy import ToyEnv
 from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning import (
@@ -121,10 +123,28 @@ def test_untaught_wordings_give_grpo_and_the_selection_only_the_templates_the_te
     assert select_tasks_of(Plan(select_eval_n=4)) == (4, None) and grpo_config(Plan(), "/ck").env.tasks is None  # "all": as before
     with pytest.raises(ValueError, match="needs teacher_templates"):
         grpo_tasks(Plan(grpo_wordings="untaught"))
-    with pytest.raises(ValueError, match="select_wordings 'some': one of all, untaught"):
+    with pytest.raises(ValueError, match="select_wordings 'some': one of all, untaught, practice"):
         select_tasks_of(Plan(teacher_templates=6, select_wordings="some"))
     with pytest.raises(ValueError, match="needs teacher_templates"):  # refused before any stage runs
         learning_curve(Plan(select_every=2, select_wordings="untaught"), Path("/nonexistent/never-written"))
+
+
+def test_practice_wordings_give_grpo_and_the_selection_the_reworded_tasks() -> None:
+    plan = Plan(train_n=20, grpo_wordings="practice", select_wordings="practice", select_eval_n=3)
+    config = grpo_config(plan, "/ck/sft")
+    assert config.env.options["wording"] == "practice" and config.env.tasks is None
+    tasks = load_env("toy", **config.env.options).tasks()
+    assert len(tasks) == 100 and all(t.meta["phrasing"] == "practice" and t.meta["split"] == "train" for t in tasks)
+    assert {t.id for t in teacher_tasks(plan)}.isdisjoint(t.id for t in tasks)  # the teacher shows none of them
+    assert "wording" not in base_config(plan, "builtin:x", "eval", 3).env.options  # other stages: the templates, as before
+    assert select_tasks_of(plan) == (3, None)
+    picked = grpo_config(replace(plan, train_tasks=["hello", "write-file-004", "count-lines-012"]), "/ck").env.tasks
+    assert picked == ["write-file-r004", "count-lines-r012"]
+    assert {t.id for t in load_env("toy", **config.env.options).tasks()} >= set(picked)
+    with pytest.raises(ValueError, match="practice.*skip hello"):
+        grpo_tasks(Plan(train_tasks=["hello"], grpo_wordings="practice"))
+    with pytest.raises(ValueError, match="one of all, untaught, practice"):
+        grpo_tasks(Plan(grpo_wordings="paraphrase"))
 
 
 def test_base_config_runs_the_plans_harness_with_its_limits() -> None:

@@ -158,12 +158,39 @@ def test_options_validated_and_families_filter() -> None:
     assert [t.meta["family"] for t in tasks] == ["hello", "rename", "rename", "make-dirs", "make-dirs"]
     assert [t.meta["family"] for t in ToyEnv(families="rename", n=2, split="eval-phrasing").tasks()] == ["rename", "rename"]
     # an option meant for another env (harbor's path, a typo) is an error naming the ones toy takes
-    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path', 'splits'; it accepts: families, n, seed, split"):
+    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path', 'splits'; it accepts: families, n, seed, split, wording"):
         load_env("toy", path="/tmp/suite", splits="eval")
     with pytest.raises(ConfigError, match="eval-phrasing"):  # the error lists every split
         ToyEnv(split="phrasing")
     with pytest.raises(ConfigError, match=r"env 'claw-bench' has no option 'split'; it accepts: domains, ids, levels, tasks_dir, workdir"):
         load_env("claw-bench", split="eval")
+
+
+def test_practice_wording_rewords_the_same_train_and_eval_tasks_with_templates_no_split_uses() -> None:
+    for split in ("train", "eval"):
+        plain = [t for t in ToyEnv(seed=4, split=split, n=40).tasks() if t.id != "hello"]
+        practice = ToyEnv(seed=4, split=split, n=40, wording="practice").tasks()
+        assert [t.id for t in practice] == [t.id.rsplit("-", 1)[0] + "-r" + t.id.rsplit("-", 1)[1] for t in plain]  # no hello
+        assert [(t.meta["family"], t.meta["split"], is_held_out(t)) for t in practice] == [(t.meta["family"], split, split == "eval") for t in plain]
+        assert all(t.meta["phrasing"] == "practice" for t in practice)
+        assert [{k: v for k, v in t.meta["params"].items() if k != "practice"} for t in practice] == [t.meta["params"] for t in plain]
+        assert [t.files for t in practice] == [t.files for t in plain]  # the same task
+        assert [(t.id, t.instruction) for t in practice] == [(t.id, t.instruction) for t in ToyEnv(seed=4, split=split, n=40, wording="practice").tasks()]
+        for task in practice:
+            family = FAMILIES[task.meta["family"]]
+            assert template_pattern(family.practice_templates[task.meta["params"]["practice"]]).fullmatch(task.instruction)
+            # no train, eval or eval-phrasing template could have produced it
+            assert not [t for t in family.templates if template_pattern(t).fullmatch(task.instruction)], task.instruction
+        for family in FAMILIES.values():
+            used = {t.meta["params"]["practice"] for t in practice if t.meta["family"] == family.name}
+            assert split == "eval" or used == set(range(len(family.practice_templates))), family.name
+    for family in FAMILIES.values():
+        assert len(family.practice_templates) >= 8 and not set(family.practice_templates) & set(family.templates)
+    for split in ("eval-phrasing", "all"):  # the held-out wordings are never reworded
+        with pytest.raises(ConfigError, match="rewords the train and eval splits only"):
+            ToyEnv(split=split, wording="practice")
+    with pytest.raises(ConfigError, match="wording"):
+        ToyEnv(wording="paraphrase")
 
 
 def test_word_list_has_no_substrings() -> None:

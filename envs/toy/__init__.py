@@ -8,6 +8,11 @@ Tasks come from a seed. Splits:
   words (a stream of its own; ids ``<family>-pNNN``), none of which any train task uses.
 - ``all``: the three together.
 The fixed smoke task ``hello`` is in ``train`` (and ``all``) only.
+
+With ``wording = "practice"`` the train and eval splits hold the same tasks worded instead with a
+practice template (`envs.toy.families`: more wordings, none a train or eval-phrasing template), each
+picked from the task's own seeded draw; ids ``<family>-rNNN``, no ``hello``. It words no eval-phrasing
+task: the held-out wordings stay held out.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ import random
 from collections.abc import Iterator
 from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.adapter import AdapterOptions, ConfigError, Environment, Names, Sandbox, Score, Task
 from envs.toy.families import FAMILIES, HELLO, Family, Phrasing
 from envs.toy.workspace import Workspace
 
 Split = Literal["train", "eval", "eval-phrasing", "all"]
+Wording = Literal["templates", "practice"]
 SPLITS: tuple[str, ...] = get_args(Split)
 HELD_OUT = ("eval", "eval-phrasing")
 DEFAULT_N = 5
@@ -35,12 +41,13 @@ def _split_of(index: int) -> str:
     return "eval" if index % EVAL_EVERY == EVAL_EVERY - 1 else "train"
 
 
-def family_tasks(family: Family, seed: int, split: str, n: int) -> list[Task]:
+def family_tasks(family: Family, seed: int, split: str, n: int, wording: str = "templates") -> list[Task]:
     """Up to ``n`` tasks of one family per requested split (each of them for ``all``), deterministic in ``seed``."""
     wanted = ("train", "eval", "eval-phrasing") if split == "all" else (split,)
     out: list[Task] = []
     if "train" in wanted or "eval" in wanted:
-        out += _seen_tasks(family, seed, [s for s in wanted if s != "eval-phrasing"], n)
+        seen = _seen_tasks(family, seed, [s for s in wanted if s != "eval-phrasing"], n)
+        out += practice_tasks(family, seed, seen) if wording == "practice" else seen
     if "eval-phrasing" in wanted:
         out += _unseen_tasks(family, seed, n)
     return out
@@ -75,6 +82,23 @@ def _unseen_tasks(family: Family, seed: int, n: int) -> list[Task]:
             for index, params in zip(range(n), _distinct_params(family, rng, "unseen"), strict=False)]
 
 
+def practice_tasks(family: Family, seed: int, tasks: list[Task]) -> list[Task]:
+    """`tasks` (one split's) worded with their family's practice templates in turn, in an order seeded per split, so a
+    split of at least as many tasks as templates uses every one; ids ``<family>-rNNN``."""
+    count = len(family.practice_templates)
+    placed: dict[str, int] = {}  # tasks reworded so far, per split
+    out: list[Task] = []
+    for task in tasks:
+        split = task.meta["split"]
+        order = random.Random(f"toy:{seed}:{family.name}:{split}:practice").sample(range(count), count)
+        placed[split] = placed.get(split, -1) + 1
+        params = {**task.meta["params"], "practice": order[placed[split] % count]}
+        reworded = make_task(family, f"{family.name}-r{task.id.rsplit('-', 1)[1]}", params, split)
+        reworded.meta["phrasing"] = "practice"
+        out.append(reworded)
+    return out
+
+
 def make_task(family: Family, task_id: str, params: dict[str, Any], split: str) -> Task:
     return Task(
         id=task_id,
@@ -106,7 +130,8 @@ def _family(task: Task) -> Family:
 
 
 class ToyEnv(Environment):
-    """Options: ``seed`` (0), ``split`` (train | eval | eval-phrasing | all), ``n`` tasks per family and split (5), ``families``."""
+    """Options: ``seed`` (0), ``split`` (train | eval | eval-phrasing | all), ``n`` tasks per family and split (5), ``families``,
+    ``wording`` (templates | practice)."""
 
     name = "toy"
     version = "1"
@@ -117,6 +142,16 @@ class ToyEnv(Environment):
             "train", description="train; eval (train's wording, held-out parameters); eval-phrasing (unseen wording); all")
         n: int = Field(DEFAULT_N, ge=0, description="tasks per family and split")
         families: Names = Field(list(FAMILIES), description="the task families, a list or one comma-separated string (unset: all)")
+        wording: Wording = Field(
+            "templates", description="practice: train and eval tasks worded with the practice templates instead (no hello; "
+            "never eval-phrasing)")
+
+        @model_validator(mode="after")
+        def _practice_words_seen_splits(self) -> ToyEnv.Options:
+            if self.wording == "practice" and self.split not in ("train", "eval"):
+                raise ValueError(f"wording 'practice' rewords the train and eval splits only, not {self.split!r}: "
+                                 "eval-phrasing keeps its held-out wordings")
+            return self
 
         @field_validator("families")
         @classmethod
@@ -129,9 +164,9 @@ class ToyEnv(Environment):
     opts: Options
 
     def tasks(self) -> list[Task]:
-        out = [] if self.opts.split in HELD_OUT else [hello_task("train")]
+        out = [] if self.opts.split in HELD_OUT or self.opts.wording == "practice" else [hello_task("train")]
         for name in self.opts.families:
-            out.extend(family_tasks(FAMILIES[name], self.opts.seed, self.opts.split, self.opts.n))
+            out.extend(family_tasks(FAMILIES[name], self.opts.seed, self.opts.split, self.opts.n, self.opts.wording))
         return out
 
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:

@@ -5,6 +5,10 @@ where the file name appears, politeness, terse or wordy) and draws its names and
 Every template and pool is split in two by a fixed rule (the item at position i is *unseen* when
 ``i % 3 == 2``): the train and eval splits draw only *seen* ones, the eval-phrasing split only
 *unseen* ones, so a policy evaluated there meets sentences and names it was never trained on.
+
+Each family also holds *practice* templates: more wordings of the same task, written apart from both
+template sets (none is one of them), for training that needs variety (the toy env's ``wording =
+"practice"``: GRPO on wordings its teacher never showed). They word only train and eval tasks.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class Family:
 
     name: ClassVar[str]
     templates: ClassVar[tuple[str, ...]] = ()
+    practice_templates: ClassVar[tuple[str, ...]] = ()  # train-only wordings (module docstring); ``params["practice"]`` picks one
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
         """The task's parameters (without the template) from this phrasing's pools."""
@@ -85,6 +90,8 @@ class Family:
         raise NotImplementedError
 
     def instruction(self, p: dict[str, Any]) -> str:
+        if "practice" in p:
+            return self.practice_templates[p["practice"]].format(**self.fields(p))
         return self.templates[p.get("template", 0)].format(**self.fields(p))
 
     def files(self, p: dict[str, Any]) -> dict[str, str]:
@@ -144,6 +151,20 @@ class WriteFile(Family):
         "Your job: a file {path} in the current directory containing {content}.",
         "The file {path} should say {content}. Make it so.",
     )
+    practice_templates: ClassVar[tuple[str, ...]] = (
+        "Store {content} as the only text of a file named {path}.",
+        "In the file {path}, write {content}.",
+        "Target file: {path}. Text: {content}.",
+        "Generate {path}; its content should be {content}.",
+        "Can you make {path} and write {content} in it?",
+        "A file named {path}, containing {content}, is what I want.",
+        "{content} is the text that belongs in {path}. Write it there.",
+        "new file {path} with text {content}",
+        "Fill a file called {path} with the word {content}.",
+        "Create {path}. Its contents: {content}",
+        "Using the shell, write {content} to {path}.",
+        "We need {path} to read {content}.",
+    )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
         return {"path": rng.choice(pool(FILENAMES, phrasing)), "content": rng.choice(pool(WORDS, phrasing))}
@@ -174,6 +195,20 @@ class SumNumbers(Family):
         "Sum {src} into {dst}.",
         "Read the numbers in {src}, add them together, and write the result (a single integer) to {dst}.",
         "Could you total up {src} and save the answer as {dst}?",
+    )
+    practice_templates: ClassVar[tuple[str, ...]] = (
+        "Into {dst}, write the total of the integers found in {src}.",
+        "Put in {dst} the sum of the numbers that {src} lists.",
+        "{dst} should end up holding the sum of every number in {src}.",
+        "Take the numbers in {src}, sum them, and record the result in {dst}.",
+        "Add together all integers listed in {src}. The result goes into {dst}.",
+        "Calculate the total of the numbers in {src} and save it to {dst}.",
+        "sum of {src} to {dst}",
+        "Find the sum of the values in {src}; write only that number into {dst}.",
+        "Make {dst} contain the sum of the numbers in {src}, nothing else.",
+        "Can you add up what is in {src} and put the total in {dst}?",
+        "The numbers in {src} need to be summed. Write the sum to {dst}.",
+        "Write into {dst} one number: the sum of the lines of {src}.",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
@@ -211,6 +246,20 @@ class Rename(Family):
         "rename .{from} -> .{to}",
         "The .{from} files here need to be renamed so that they end with .{to}.",
         "Could you replace the .{from} suffix with .{to} on every file that has it?",
+    )
+    practice_templates: ClassVar[tuple[str, ...]] = (
+        "All .{from} files should become .{to} files; rename them.",
+        "Rename the files: .{from} becomes .{to} (e.g. {example}.{from} to {example}.{to}).",
+        "Give every file that ends in .{from} the ending .{to} instead.",
+        "Replace the extension .{from} with .{to} on all matching files.",
+        "Can you rename each .{from} file here to use .{to}?",
+        "For every *.{from} file, rename it so it ends with .{to}.",
+        "Files with the .{from} extension: change them to .{to}.",
+        "Use .{to} instead of .{from} as the extension of those files.",
+        "Convert the names of the .{from} files to end in .{to}, leaving their contents alone.",
+        "mv every .{from} file to .{to}",
+        "Each file named like {example}.{from} must be renamed to {example}.{to}, and likewise the other .{from} files.",
+        "Rename: .{from} to .{to}, all files.",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
@@ -263,6 +312,20 @@ class CountLines(Family):
         "Look through {src}, count every line that contains the word {word}, and write only that count to {dst}.",
         "Could you tell me, in a file called {dst}, how many lines of {src} contain {word}?",
     )
+    practice_templates: ClassVar[tuple[str, ...]] = (
+        "Into {dst}, write how many lines in {src} contain the word {word}.",
+        "{dst} should hold the number of lines of {src} that have {word} in them.",
+        "Save to {dst} the count of lines in {src} containing {word}.",
+        "Check {src} for lines containing {word} and write the number of such lines to {dst}.",
+        "How many of the lines of {src} contain {word}? Answer with the count, in {dst}.",
+        "Put in {dst} the number of lines in {src} with the word {word}.",
+        "Lines of {src} that include {word}: count them and write the count into {dst}.",
+        "Count the {word} lines in {src}, writing the number to {dst}.",
+        "Using {src}, count the lines where {word} occurs; the file {dst} gets the number.",
+        "count lines matching {word} in {src}, result in {dst}",
+        "Can you count the lines of {src} that have {word} and store that number in {dst}?",
+        "Write a single number to {dst}: how many lines of {src} contain {word}.",
+    )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
         vocab = rng.sample(pool(WORDS, phrasing), 6)
@@ -309,6 +372,20 @@ class MakeDirs(Family):
         "Add the directories {dirs} to the workspace.",
         "The workspace needs the following directories: {dirs}. Create them.",
         "Make sure the directories {dirs_and} exist.",
+    )
+    practice_templates: ClassVar[tuple[str, ...]] = (
+        "Create directories for: {dirs}.",
+        "These folders should exist: {dirs_and}. Make them.",
+        "Make directories {dirs} (with parents where needed).",
+        "Set up the folders {dirs_and} in the workspace.",
+        "Can you create the folder paths {dirs}?",
+        "New directories needed: {dirs}",
+        "Create each of these directory paths: {dirs}.",
+        "Make folders {dirs_and}.",
+        "The following directories are missing; create them: {dirs}",
+        "Every one of {dirs_and} must be a directory; create them.",
+        "Lay out the directories {dirs_and} under the workspace.",
+        "Create folder structure {dirs}",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
