@@ -86,6 +86,13 @@ def test_a_wrong_recipe_is_refused_naming_the_file_and_the_field(tmp_path: Path,
     assert str(path) in str(err.value)
 
 
+def test_practice_wordings_need_no_teacher_templates(tmp_path: Path) -> None:
+    path = tmp_path / "practice.toml"
+    path.write_text('harness = "react"\n[grpo]\nwordings = "practice"\n[select]\nevery = 2\nwordings = "practice"\n')
+    plan = load_recipe(path).plan_fields()
+    assert (plan["grpo_wordings"], plan["select_wordings"], plan.get("teacher_templates")) == ("practice", "practice", None)
+
+
 def test_a_missing_recipe_says_where_the_shipped_ones_are(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="examples/learn"):
         load_recipe(tmp_path / "nope.toml")
