@@ -82,6 +82,10 @@ class Plan:
     grpo_tasks_per_step: int = 6
     grpo_samples: int = 4
     grpo_lr: float = 5e-6
+    # train.warmup_steps: GRPO's learning rate rises linearly over this many steps. AdamW's first updates move every weight
+    # by about the full rate whatever its gradient (m/√v is ±1 on step one): at 5e-5 one such step broke react's tool-call
+    # endings (2026-12-06 results); warm-up makes those first steps small
+    grpo_warmup: int = 0
     grpo_temperature: float = 1.0  # GRPO's sampling temperature (train.temperature: the trainer recomputes logprobs at it); evals sample as the harness asks
     grpo_extra_batches: int = 2  # dynamic sampling: refill steps whose groups all scored alike
     max_tokens: int = 96
@@ -409,6 +413,7 @@ def grpo_config(plan: Plan, start: str) -> Any:
     config.train.steps = plan.grpo_steps
     config.train.tasks_per_step = plan.grpo_tasks_per_step
     config.train.lr = plan.grpo_lr
+    config.train.warmup_steps = plan.grpo_warmup
     config.train.max_extra_batches = plan.grpo_extra_batches
     config.train.temperature = plan.grpo_temperature
     config.train.seed = plan.seed

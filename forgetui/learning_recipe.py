@@ -57,6 +57,7 @@ class GrpoPart(_Part):
     steps: int = Field(4, ge=1)
     lr: float = Field(5e-6, gt=0, lt=1)
     temperature: float = Field(1.0, gt=0, le=4, description="GRPO's sampling temperature (the trainer recomputes logprobs at it)")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up (AdamW's first steps move every weight by about lr)")
     group_size: int = Field(4, ge=2, description="rollouts per task in a step: a GRPO group (one rollout has no baseline)")
     tasks_per_step: int = Field(6, ge=1)
     extra_batches: int = Field(2, ge=0, description="dynamic sampling: refill batches a step may add while too few groups have signal")
@@ -117,7 +118,7 @@ class Recipe(_Part):
             "harness": self.harness, "seed": self.seed, "concurrency": self.concurrency, "sampler": self.sampler,
             "max_calls": self.max_calls, "sft_epochs": self.sft.epochs, "sft_lr": self.sft.lr,
             "teacher_templates": self.teacher.templates, "teacher_samples": self.teacher.samples,
-            "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_temperature": self.grpo.temperature,
+            "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_warmup": self.grpo.warmup_steps, "grpo_temperature": self.grpo.temperature,
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
             "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,

@@ -43,6 +43,7 @@ def test_every_shipped_recipe_names_a_real_harness_and_valid_values(path: Path) 
     assert config.train.save_every == recipe.select.every and config.env.options["split"] == "train"
     assert (config.train.kl_coef, config.train.entropy_coef, config.train.call_discount) == (
         recipe.grpo.kl_coef, recipe.grpo.entropy_coef, recipe.grpo.call_discount)
+    assert config.train.warmup_steps == recipe.grpo.warmup_steps and config.train.lr == recipe.grpo.lr
     assert recipe.sampler == "builtin"  # what the measured runs used
 
 
@@ -102,11 +103,11 @@ def test_flags_override_single_fields_of_the_recipe(monkeypatch: pytest.MonkeyPa
     lc = script()
     monkeypatch.setattr("sys.argv", ["learning_curve.py", "--recipe", str(ROOT / "examples/learn/react.toml"), "--split", "eval-phrasing",
                                      "--grpo-steps", "8", "--seed", "3", "--grpo-kl-coef", "0.01", "--teacher-templates", "6",
-                                     "--grpo-wordings", "untaught", "--select-start"])
+                                     "--grpo-wordings", "untaught", "--select-start", "--grpo-warmup", "3"])
     args = lc.parse_args()
     args.harness = lc.resolve_harness(args)
     plan = lc.make_plan(args, args.harness)
-    assert (plan.harness, plan.grpo_steps, plan.seed, plan.grpo_kl_coef) == ("react", 8, 3, 0.01)  # the flags
+    assert (plan.harness, plan.grpo_steps, plan.seed, plan.grpo_kl_coef, plan.grpo_warmup) == ("react", 8, 3, 0.01, 3)  # the flags
     assert (plan.teacher_templates, plan.grpo_wordings, plan.select_wordings, plan.select_start) == (6, "untaught", "all", True)
     assert (plan.sft_lr, plan.grpo_temperature, plan.concurrency, plan.select_every) == (5e-5, 1.5, 32, 4)  # the recipe
     assert plan.eval_splits == ("eval-phrasing",)
