@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import json
 import logging
 import os
 import shlex
@@ -44,6 +45,10 @@ DEFAULT_READY_TIMEOUT_S = 600.0  # ~30 s on 2 idle cores; a busy machine or a fi
 STOP_GRACE_S = 15.0
 TAIL_LINES = 20
 LOGPROBS_FLAG = "--logprobs-mode"
+# flags that set how prompts are batched: given in `args`, the server keeps them and gets none of ours
+PREFILL_FLAGS = ("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--max-num-batched-tokens")
+DEFAULT_MODEL_LEN = 8192  # the prefill budget when neither max_model_len nor the model's config names a context
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's and ROCm's control devices
 SERVER_OPTIONS = ("dtype", "max_model_len", "lora", "max_lora_rank", "max_loras", "kv_cache", "args", "log", "ready_timeout")
 
 
@@ -70,6 +75,7 @@ class ServerSettings:
     max_lora_rank: int = 16
     max_loras: int | None = None
     kv_cache_gib: float | None = None
+    cpu: bool = field(default_factory=lambda: not any(Path(d).exists() for d in GPU_DEVICES))  # a CPU build serves (no GPU here)
     extra_args: tuple[str, ...] = ()
     log_path: Path | None = None
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
@@ -109,6 +115,13 @@ class ServerSettings:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
             if self.max_loras:
                 cmd += ["--max-loras", str(self.max_loras)]
+        if self.cpu and not any(a.split("=")[0] in PREFILL_FLAGS for a in self.extra_args):
+            # vLLM's CPU build (0.32) kills its engine when a seeded request's prefill is split across steps: the runner
+            # rewinds the request's generator for the discarded token (`gen.set_offset`), which a CPU generator refuses
+            # ("CPU Generator does not use offset"). Every rollout here is seeded (`draw_seed`), and 32 rollouts' prompts
+            # overrun the default 2048-token step, so whole prefills only: a step holds up to the context's tokens
+            budget = self.max_model_len or model_context(model_dir) or DEFAULT_MODEL_LEN
+            cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
         return cmd + list(self.extra_args)
 
     def child_env(self, local_model: bool) -> dict[str, str]:
@@ -125,6 +138,15 @@ class ServerSettings:
         if local_model:  # a local folder: nothing to fetch, and a test must never reach a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
         return {**env, **self.env}
+
+
+def model_context(model_dir: str) -> int | None:
+    """The context length a local model folder's config.json names (max_position_embeddings), if any."""
+    try:
+        value = json.loads((Path(model_dir) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _number(options: Mapping[str, str], key: str, kind: type[int] | type[float]) -> int | float | None:

@@ -271,8 +271,7 @@ class ProxyApp:
             completion = collect.result()
             payload = orjson.dumps(proto.render_response(request, completion, response_id))
         except Exception as exc:  # noqa: BLE001 - every failure becomes the protocol's error and a recorded call
-            kind, message, headers = _classify(exc)
-            self._record(call, "error", completion, {"partial_text": completion.text if completion else call.trace.partial_text}, message)
+            kind, message, headers = self._record_failure(call, exc, completion, {"partial_text": completion.text if completion else call.trace.partial_text})
             await self._error(send, proto, kind, message, headers)
             return
         self._record(call, "ok", completion, payload, None)
@@ -290,8 +289,7 @@ class ProxyApp:
         except StopAsyncIteration:
             first = Finished(Completion())
         except Exception as exc:  # noqa: BLE001
-            kind, message, headers = _classify(exc)
-            self._record(call, "error", None, {"partial_text": call.trace.partial_text}, message)
+            kind, message, headers = self._record_failure(call, exc, None, {"partial_text": call.trace.partial_text})
             await self._error(send, proto, kind, message, headers)
             return
         if call.trace.answer.prompt_token_ids is not None:
@@ -319,8 +317,7 @@ class ProxyApp:
             self._record(call, "cancelled", completion, {"partial_text": call.trace.partial_text}, "client disconnected mid-stream; generation cancelled")
             raise
         except Exception as exc:  # noqa: BLE001 - the stream ends with the protocol's error event
-            kind, message, _ = _classify(exc)
-            self._record(call, "error", completion, {"partial_text": call.trace.partial_text}, message)
+            kind, message, _ = self._record_failure(call, exc, completion, {"partial_text": call.trace.partial_text})
             with contextlib.suppress(Exception):
                 await _send_chunk(send, renderer.error(kind, message))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -391,6 +388,15 @@ class ProxyApp:
     def store_refusal(self) -> str | None:
         """Why a new call must be refused (its store cannot record it), or None."""
         return None if self.store is None else self.store.refusing()
+
+    def _record_failure(self, call: CallInFlight, exc: BaseException, completion: Completion | None, response: Any) -> tuple[str, str, list | None]:
+        """Record a call that failed with `exc` and return its (kind, message, headers); a backend failure is also counted on
+        the call's session, so the rollout's end is not scored as the policy's (`Attempt`)."""
+        kind, message, headers = _classify(exc)
+        if kind == BackendError.kind:
+            call.session.note_backend_failure(message)
+        self._record(call, "error", completion, response, message)
+        return kind, message, headers
 
     def _record(self, call: CallInFlight, status: str, completion: Completion | None, response: Any, error: str | None) -> None:
         if self.store is None:

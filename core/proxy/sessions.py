@@ -26,6 +26,8 @@ class Session:
     tools_hash: str | None = None  # of the tools the harness offered on its first call
     max_calls: int | None = None  # run.max_calls: model calls this rollout may make (None: no cap)
     refused: int = 0  # calls refused past that cap
+    backend_failures: int = 0  # calls the model backend failed (unreachable, died, 5xx): the rollout's end is then not the policy's
+    last_backend_failure: str = ""
     seed: int | None = None  # where this rollout's sampling draws start (`draw_seed`); None: unseeded
     _continuations: dict[int, Continuation] = field(default_factory=dict)
 
@@ -34,6 +36,10 @@ class Session:
         if self.max_calls is not None and self.calls >= self.max_calls:
             self.refused += 1
             raise CallBudgetError()
+
+    def note_backend_failure(self, message: str) -> None:
+        self.backend_failures += 1
+        self.last_backend_failure = message
 
     def next_seq(self) -> int:
         seq = self.calls

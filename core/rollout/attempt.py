@@ -201,6 +201,7 @@ class Attempt:
         if session.refused:
             meta["calls_refused"] = session.refused  # calls past run.max_calls: the harness ended on its cap
         if result.timed_out:
+            self._backend_failed(session)
             self._move(Status.TIMEOUT, ended_at=utcnow(), reward=0.0, passed=False, error=f"rollout exceeded its {timeout:g} s wall clock", meta=meta)
             return RolloutResult(Status.TIMEOUT, 0.0, False, f"timeout after {timeout:g} s", meta)
         if result.exit_code != 0:
@@ -216,10 +217,21 @@ class Attempt:
         meta["verifier"] = score.detail[-4000:]
         if score.checks:  # what plan completion is computed from (the rollout_behaviour view)
             meta["checks"] = score.checks
+        if not score.passed:
+            self._backend_failed(session)
         status = Status.DONE if outcome.ok else Status.FAILED
         error = None if outcome.ok else f"harness failed (exit {result.exit_code}): {outcome.detail[-500:]}"
         self._move(status, ended_at=utcnow(), reward=score.score, passed=score.passed, error=error, meta=meta)
         return RolloutResult(status, score.score, score.passed, error, meta)
+
+    @staticmethod
+    def _backend_failed(session: Session) -> None:
+        """Raise InfraError when the model backend failed any of this rollout's calls: a rollout that did not pass after
+        that says nothing about the policy (a dead or crashing server would otherwise score every rollout 0); it is
+        retried, and after its retries it is an infra error, outside every pass rate and every training batch."""
+        if session.backend_failures:
+            raise InfraError(f"the model backend failed {session.backend_failures} of this rollout's calls "
+                             f"(last: {session.last_backend_failure[-300:]}); not scored as the policy's failure")
 
     async def _write_trajectory(self, sandbox: Any, cwd: str) -> int:
         """Put the recorded conversation in the sandbox for graders (`trajectory_formats.trajectory_files`); how many messages."""
