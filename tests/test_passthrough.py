@@ -172,6 +172,8 @@ def test_unreachable_upstream_is_502_and_recorded(live_proxy, stream):
     assert f"cannot reach http://127.0.0.1:{port}/v1" in resp.json()["error"]["message"]
     (row,) = proxy.rows("SELECT status, error FROM calls")
     assert row[0] == "error" and "cannot reach" in row[1]
+    session = proxy.sessions.get(proxy.token)  # the rollout's end is then not the policy's (rollout.attempt)
+    assert session is not None and session.backend_failures == 1 and "cannot reach" in session.last_backend_failure
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -195,6 +197,7 @@ def test_upstream_context_length_is_the_clients_400(live_proxy, fake, stream):
     assert error["code"] == "context_length_exceeded" and "maximum context length is 2048" in error["message"]
     (row,) = proxy.rows("SELECT status, error FROM calls")
     assert row[0] == "error" and "too long" in row[1]
+    assert proxy.sessions.get(proxy.token).backend_failures == 0  # a prompt too long is the harness's, not a backend failure
 
 
 def test_upstream_dying_mid_stream_ends_with_error_event(live_proxy, fake):

