@@ -414,7 +414,8 @@ def vllm_children() -> list:
 @pytest.mark.docker
 def test_a_run_starts_its_server_and_says_when_it_dies_keeping_what_it_recorded(docker_client, base_image) -> None:
     """`vllm:MODEL` in a run: the session starts the server (log in the run's folder); killed after the first
-    rollout, the later calls name its exit, every rollout and call row is kept, and no vLLM process outlives the run."""
+    rollout, the later calls name its exit, every rollout and call row is kept (the later rollouts as infra errors),
+    and no vLLM process outlives the run."""
     import duckdb
 
     from core.run import execute_run
@@ -438,6 +439,7 @@ def test_a_run_starts_its_server_and_says_when_it_dies_keeping_what_it_recorded(
     assert summary.rollouts == rollouts == 3
     assert calls[0][0] == "ok" and calls[0][2] > 0  # the first rollout's call, sampled before the kill, is kept
     assert any(status == "error" and "has exited (exit code -9)" in (error or "") for status, error, _ in calls[1:])
+    assert summary.infra_errors == 2  # the rollouts after the kill are not scored as the policy's failures
     assert vllm_children() == []
 
 
