@@ -49,7 +49,8 @@ def test_every_shipped_recipe_names_a_real_harness_and_valid_values(path: Path) 
 
 def test_the_shipped_recipes_encode_the_readmes_best_runs() -> None:
     react, mini, pi = (load_recipe(ROOT / "examples" / "learn" / f"{h}.toml") for h in ("react", "mini-swe-agent", "pi"))
-    assert (react.sft.epochs, react.sft.lr, react.grpo.temperature, react.grpo.lr, react.grpo.steps, react.concurrency) == (1, 5e-5, 1.5, 1e-5, 12, 32)
+    assert (react.sft.epochs, react.sft.lr, react.grpo.temperature, react.grpo.lr, react.grpo.steps, react.concurrency) == (1, 5e-5, 1.0, 2e-5, 12, 32)
+    assert (react.grpo.warmup_steps, react.grpo.wordings, react.select.wordings, react.select.start) == (4, "practice", "practice", True)
     assert (mini.teacher.templates, mini.sft.epochs, mini.grpo.lr, mini.concurrency) == (6, 2, 2e-5, 16)
     assert (pi.sft.epochs, pi.grpo.steps, pi.grpo.lr) == (1, 4, 5e-6)
 
@@ -108,8 +109,8 @@ def test_flags_override_single_fields_of_the_recipe(monkeypatch: pytest.MonkeyPa
     args.harness = lc.resolve_harness(args)
     plan = lc.make_plan(args, args.harness)
     assert (plan.harness, plan.grpo_steps, plan.seed, plan.grpo_kl_coef, plan.grpo_warmup) == ("react", 8, 3, 0.01, 3)  # the flags
-    assert (plan.teacher_templates, plan.grpo_wordings, plan.select_wordings, plan.select_start) == (6, "untaught", "all", True)
-    assert (plan.sft_lr, plan.grpo_temperature, plan.concurrency, plan.select_every) == (5e-5, 1.5, 32, 4)  # the recipe
+    assert (plan.teacher_templates, plan.grpo_wordings, plan.select_wordings, plan.select_start) == (6, "untaught", "practice", True)
+    assert (plan.sft_lr, plan.grpo_temperature, plan.concurrency, plan.select_every) == (5e-5, 1.0, 32, 4)  # the recipe
     assert plan.eval_splits == ("eval-phrasing",)
     monkeypatch.setattr("sys.argv", ["learning_curve.py", "--recipe", str(ROOT / "examples/learn/react.toml"), "--harness", "pi"])
     args = lc.parse_args()
