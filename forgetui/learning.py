@@ -509,6 +509,15 @@ BEFORE_GRPO = ("harness", "model", "eval_splits", "eval_n", "train_n", "eval_sam
                "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes", "teacher_templates", "seed")
 
 
+# the timing labels of the stages a reused result lends (its GRPO, selection scores and vLLM server are not lent)
+LENT_STAGES = ("base", "teacher", "teacher-mistakes", "sft-train", "sft")
+
+
+def reused_timings(timings: dict[str, float]) -> dict[str, float]:
+    """The wall times of the stages an earlier result lends (`LENT_STAGES`, with their per-split evals), nothing else."""
+    return {k: v for k, v in timings.items() if k.split("/")[0] in LENT_STAGES}
+
+
 def reusable(plan: Plan, earlier: dict[str, Any]) -> None:
     """Raise ValueError unless `earlier` (a learning_curve.json) ran this plan's stages before GRPO and its SFT checkpoint is still there."""
     mine, default = plan.describe(), Plan().describe()  # a field the earlier plan predates ran as its default then
@@ -569,7 +578,7 @@ def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None,
         reusable(plan, reuse)
         stages, sft_ckpt = [s for s in reuse["stages"] if s["stage"] in ("base", "sft")], reuse["checkpoints"]["sft"]
         # its stages' times, not its vLLM server's (this run started its own, timed as it ran)
-        plan.timings.update({k: v for k, v in reuse["timings_s"].items() if not k.startswith(("grpo", "vllm"))})
+        plan.timings.update(reused_timings(reuse["timings_s"]))
         lent = sum(plan.timings.values())
         for stage in stages:
             for split, r in stage["splits"].items():

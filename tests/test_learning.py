@@ -26,6 +26,7 @@ from forgetui.learning import (
     mistaken_turns,
     policy,
     reusable,
+    reused_timings,
     select_tasks_of,
     split_result,
     teacher_script,
@@ -145,6 +146,12 @@ def test_practice_wordings_give_grpo_and_the_selection_the_reworded_tasks() -> N
         grpo_tasks(Plan(train_tasks=["hello"], grpo_wordings="practice"))
     with pytest.raises(ValueError, match="one of all, untaught, practice"):
         grpo_tasks(Plan(grpo_wordings="paraphrase"))
+
+
+def test_a_reused_result_lends_only_the_times_of_the_stages_it_lends() -> None:
+    earlier = {"vllm-start": 90.0, "base/eval-phrasing": 73.0, "teacher": 27.0, "sft-train": 176.0, "sft/eval-phrasing": 76.0,
+               "grpo-train": 978.0, "select step 3/eval": 41.0, "select start/eval": 44.0, "grpo/eval-phrasing": 77.0, "vllm-reloads": 4.0}
+    assert reused_timings(earlier) == {"base/eval-phrasing": 73.0, "teacher": 27.0, "sft-train": 176.0, "sft/eval-phrasing": 76.0}
 
 
 def test_base_config_runs_the_plans_harness_with_its_limits() -> None:
