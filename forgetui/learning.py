@@ -500,7 +500,7 @@ def score_checkpoint(plan: Plan, step: int, path: str, report: Report = print, e
     n, tasks = select_tasks_of(plan)
     one = replace(plan, eval_splits=(SELECT_SPLIT,), eval_n=n, eval_samples=plan.select_samples, eval_tasks=tasks, timings=plan.timings)
     label = "select start" if step == START_STEP else f"select step {step}"
-    result: dict[str, Any] = evaluate(one, policy(plan, path), label, report, events, wording_of(plan.select_wordings))["splits"][SELECT_SPLIT]
+    result: dict[str, Any] = evaluate(one, policy(plan, path), label, report, events, wording=wording_of(plan.select_wordings))["splits"][SELECT_SPLIT]
     return result
 
 

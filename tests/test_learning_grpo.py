@@ -96,7 +96,8 @@ class FakeEngine:
 def scored_at(rates: dict[int, float], seen: list) -> object:
     """`forgetui.learning.evaluate` scoring each checkpoint by its step; records what it was asked."""
 
-    def fake_evaluate(plan: Plan, backend: str, label: str, report=print, events=None) -> dict:
+    def fake_evaluate(plan: Plan, backend: str, label: str, report=print, events=None, wording: str = "templates") -> dict:
+        assert wording == ("practice" if plan.select_wordings == "practice" else "templates")
         seen.append((plan.eval_splits, plan.eval_n, plan.eval_samples, backend))
         name = Path(backend.split(":", 1)[1].split("?")[0]).name
         step = -1 if name == "sft" else int(name.removeprefix("step-"))  # the start, /ck/sft: START_STEP
@@ -230,7 +231,7 @@ def test_a_learning_run_writes_its_stages_as_they_happen(monkeypatch: pytest.Mon
     rates = {"builtin:smollm2-135m": 0.0, "builtin:/runs/s/sft": 0.5, "builtin:/runs/g/checkpoints/step-00001": 0.7,
              "builtin:/runs/g/checkpoints/step-00003": 0.6}
 
-    def fake_evaluate(plan, backend, label, report=print, events=learning._quiet):
+    def fake_evaluate(plan, backend, label, report=print, events=learning._quiet, wording="templates"):
         splits = {}
         for split in plan.eval_splits:
             splits[split] = {**result(rates[backend]), "seconds": 1.0}
