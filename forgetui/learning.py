@@ -29,7 +29,7 @@ from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
 from core.train.selection import BestCheckpoint
-from envs.toy import solution_script
+from envs.toy import practice_id, solution_script
 from envs.toy.families import FAMILIES, template_indices
 from forgetui.learning_recipe import Wordings
 from forgetui.learning_report import paired_gain, pass_interval, plot, split_line
@@ -322,7 +322,7 @@ def practice_ids(task_ids: list[str] | None, setting: str) -> list[str] | None:
     """The ids the toy env's practice wording gives `task_ids` (``<family>-NNN`` → ``<family>-rNNN``; None: the whole split)."""
     if task_ids is None:
         return None
-    out = [f"{family}-r{number}" for family, _, number in (t.rpartition("-") for t in task_ids) if family in FAMILIES]
+    out = [practice_id(t) for t in task_ids if t.rpartition("-")[0] in FAMILIES]
     if not out:
         raise ValueError(f"{setting} = \"practice\": none of the tasks {task_ids} is a toy family's (practice wordings skip hello)")
     return out

@@ -86,17 +86,26 @@ def practice_tasks(family: Family, seed: int, tasks: list[Task]) -> list[Task]:
     """`tasks` (one split's) worded with their family's practice templates in turn, in an order seeded per split, so a
     split of at least as many tasks as templates uses every one; ids ``<family>-rNNN``."""
     count = len(family.practice_templates)
+    orders: dict[str, list[int]] = {}  # per split: its seeded template order
     placed: dict[str, int] = {}  # tasks reworded so far, per split
     out: list[Task] = []
     for task in tasks:
         split = task.meta["split"]
-        order = random.Random(f"toy:{seed}:{family.name}:{split}:practice").sample(range(count), count)
+        if split not in orders:
+            orders[split] = random.Random(f"toy:{seed}:{family.name}:{split}:practice").sample(range(count), count)
+        order = orders[split]
         placed[split] = placed.get(split, -1) + 1
         params = {**task.meta["params"], "practice": order[placed[split] % count]}
-        reworded = make_task(family, f"{family.name}-r{task.id.rsplit('-', 1)[1]}", params, split)
+        reworded = make_task(family, practice_id(task.id), params, split)
         reworded.meta["phrasing"] = "practice"
         out.append(reworded)
     return out
+
+
+def practice_id(task_id: str) -> str:
+    """The id a train or eval task's practice wording gets: ``<family>-NNN`` → ``<family>-rNNN``."""
+    family, _, number = task_id.rpartition("-")
+    return f"{family}-r{number}"
 
 
 def make_task(family: Family, task_id: str, params: dict[str, Any], split: str) -> Task:
