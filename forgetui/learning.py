@@ -116,6 +116,9 @@ class Plan:
     # the teacher shows: RL needs a checker, not a demonstration), and the selection scores eval tasks so worded
     grpo_wordings: str = "all"
     select_wordings: str = "all"
+    # with practice wordings: this many of each family's practice templates (a seeded pick) word only the selection's eval
+    # tasks, never GRPO's train tasks, so the selection scores wordings GRPO never trained on, as eval-phrasing does (0: none)
+    select_held_out: int = 0
     seed: int = 0  # run.seed and train.seed of every stage: GRPO's task order and refills, SFT's example order, the trainer's init
     grpo_kl_coef: float = 0.0  # train.kl_coef: KL to the SFT weights
     grpo_entropy_coef: float = 0.0  # train.entropy_coef: an entropy bonus
@@ -168,6 +171,8 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
     env: dict[str, Any] = {"name": "toy", "options": {"split": split, "n": n, "families": plan.families}}
     if wording != "templates":
         env["options"]["wording"] = wording
+    if wording == "practice" and plan.select_held_out:
+        env["options"]["practice_held_out"] = plan.select_held_out
     if tasks:
         env["tasks"] = list(tasks)
     return RunConfig.model_validate({
@@ -338,6 +343,9 @@ def select_tasks_of(plan: Plan) -> tuple[int, list[str] | None]:
     with select_wordings "practice" those tasks reworded), or with "untaught" the first select_eval_n a family worded with an
     untaught template (from a larger draw)."""
     wordings(plan.select_wordings, "select_wordings")
+    if plan.select_held_out and plan.select_wordings != "practice":
+        raise ValueError(f"select_held_out {plan.select_held_out} holds out practice templates for the selection: it needs "
+                         "select_wordings \"practice\"")
     if plan.select_wordings in ("all", "practice"):
         return plan.select_eval_n, None
     n = plan.select_eval_n * SELECT_POOL

@@ -82,6 +82,9 @@ class SelectPart(_Part):
     wordings: Wordings = Field("all", description="untaught: score only eval-split tasks worded with the seen templates the teacher "
                                "did not show (needs teacher.templates); practice: the first eval_n tasks a family worded with the "
                                "practice templates; all: the first eval_n tasks a family")
+    held_out: int = Field(0, ge=0, le=11, description="with wordings practice: this many of each family's practice templates "
+                          "(a seeded pick) word only the selection's tasks, never GRPO's, so the selection scores wordings GRPO "
+                          "never trained on; 0: both use all")
 
 
 class Recipe(_Part):
@@ -107,6 +110,8 @@ class Recipe(_Part):
             raise ValueError("select.patience needs select.every > 0: early stopping stops on the selection's scores")
         if self.select.start and self.select.every == 0:
             raise ValueError("select.start needs select.every > 0: without a selection there is nothing to compare the start with")
+        if self.select.held_out and self.select.wordings != "practice":
+            raise ValueError('select.held_out holds out practice templates for the selection: it needs select.wordings = "practice"')
         for part in ("grpo", "select"):
             if getattr(self, part).wordings == "untaught" and self.teacher.templates is None:
                 raise ValueError(f'{part}.wordings = "untaught" needs teacher.templates: with every template taught, no wording is untaught')
@@ -124,6 +129,7 @@ class Recipe(_Part):
             "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
             "select_eval_n": self.select.eval_n, "select_samples": self.select.samples, "select_patience": self.select.patience,
             "select_wordings": self.select.wordings, "select_start": self.select.start,
+            "select_held_out": self.select.held_out,
         }
 
 

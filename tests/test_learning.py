@@ -144,6 +144,16 @@ def test_practice_wordings_give_grpo_and_the_selection_the_reworded_tasks() -> N
     assert {t.id for t in load_env("toy", **config.env.options).tasks()} >= set(picked)
     with pytest.raises(ValueError, match="practice.*skip hello"):
         grpo_tasks(Plan(train_tasks=["hello"], grpo_wordings="practice"))
+    held = replace(plan, select_held_out=4)  # the selection's wordings held out of GRPO's
+    train = load_env("toy", **grpo_config(held, "/ck").env.options).tasks()
+    scored = load_env("toy", **base_config(held, "builtin:x", "eval", 3, wording="practice").env.options).tasks()
+    assert [t.id for t in train] == [t.id for t in tasks] and {t.meta["split"] for t in scored} == {"eval"}
+    for family in {t.meta["family"] for t in train}:
+        trained = {t.meta["params"]["practice"] for t in train if t.meta["family"] == family}
+        assert trained and trained.isdisjoint(t.meta["params"]["practice"] for t in scored if t.meta["family"] == family)
+    assert "practice_held_out" not in base_config(held, "builtin:x", "eval-phrasing", 3).env.options
+    with pytest.raises(ValueError, match="needs select_wordings \"practice\""):
+        select_tasks_of(replace(plan, select_wordings="all", select_held_out=4))
     with pytest.raises(ValueError, match="one of all, untaught, practice"):
         grpo_tasks(Plan(grpo_wordings="paraphrase"))
 

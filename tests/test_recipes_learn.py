@@ -95,6 +95,15 @@ def test_practice_wordings_need_no_teacher_templates(tmp_path: Path) -> None:
     assert (plan["grpo_wordings"], plan["select_wordings"], plan.get("teacher_templates")) == ("practice", "practice", None)
 
 
+def test_select_held_out_reaches_the_plan_and_needs_practice_wordings(tmp_path: Path) -> None:
+    path = tmp_path / "held.toml"
+    path.write_text('harness = "react"\n[grpo]\nwordings = "practice"\n[select]\nevery = 2\nwordings = "practice"\nheld_out = 4\n')
+    assert load_recipe(path).plan_fields()["select_held_out"] == 4
+    path.write_text('harness = "react"\n[select]\nevery = 2\nheld_out = 4\n')
+    with pytest.raises(ConfigError, match="select.held_out.*needs select.wordings"):
+        load_recipe(path)
+
+
 def test_a_missing_recipe_says_where_the_shipped_ones_are(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="examples/learn"):
         load_recipe(tmp_path / "nope.toml")

@@ -158,7 +158,7 @@ def test_options_validated_and_families_filter() -> None:
     assert [t.meta["family"] for t in tasks] == ["hello", "rename", "rename", "make-dirs", "make-dirs"]
     assert [t.meta["family"] for t in ToyEnv(families="rename", n=2, split="eval-phrasing").tasks()] == ["rename", "rename"]
     # an option meant for another env (harbor's path, a typo) is an error naming the ones toy takes
-    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path', 'splits'; it accepts: families, n, seed, split, wording"):
+    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path', 'splits'; it accepts: families, n, practice_held_out, seed, split, wording"):
         load_env("toy", path="/tmp/suite", splits="eval")
     with pytest.raises(ConfigError, match="eval-phrasing"):  # the error lists every split
         ToyEnv(split="phrasing")
@@ -191,6 +191,32 @@ def test_practice_wording_rewords_the_same_train_and_eval_tasks_with_templates_n
             ToyEnv(split=split, wording="practice")
     with pytest.raises(ConfigError, match="wording"):
         ToyEnv(wording="paraphrase")
+
+
+def test_practice_held_out_words_eval_tasks_with_templates_no_train_task_uses() -> None:
+    picks = {}
+    for seed in (0, 1, 2):
+        train = ToyEnv(seed=seed, split="train", n=20, wording="practice", practice_held_out=4).tasks()
+        held = ToyEnv(seed=seed, split="eval", n=5, wording="practice", practice_held_out=4).tasks()
+        plain = ToyEnv(seed=seed, split="train", n=20, wording="practice").tasks()
+        assert [t.id for t in train] == [t.id for t in plain]  # the same tasks, only the wording differs
+        for family in FAMILIES.values():
+            used = {t.meta["params"]["practice"] for t in train if t.meta["family"] == family.name}
+            kept = {t.meta["params"]["practice"] for t in held if t.meta["family"] == family.name}
+            assert len(kept) == 4 and len(used) == len(family.practice_templates) - 4 and used.isdisjoint(kept), family.name
+            train_text = {t.instruction for t in train if t.meta["family"] == family.name}
+            for task in (t for t in held if t.meta["family"] == family.name):  # no train task is worded like a held-out one
+                pattern = template_pattern(family.practice_templates[task.meta["params"]["practice"]])
+                assert not [x for x in train_text if pattern.fullmatch(x)], task.instruction
+            picks.setdefault(family.name, set()).add(frozenset(kept))
+    assert any(len(p) > 1 for p in picks.values())  # the pick is seeded, not a fixed four
+    # 0 changes nothing: the same ids and wordings as without the option
+    assert [(t.id, t.instruction) for t in ToyEnv(seed=3, split="eval", n=5, wording="practice", practice_held_out=0).tasks()] == \
+        [(t.id, t.instruction) for t in ToyEnv(seed=3, split="eval", n=5, wording="practice").tasks()]
+    with pytest.raises(ConfigError, match="needs wording 'practice'"):
+        ToyEnv(split="eval", practice_held_out=2)
+    with pytest.raises(ConfigError, match="at most 11"):
+        ToyEnv(split="train", wording="practice", practice_held_out=12)
 
 
 def test_word_list_has_no_substrings() -> None:

@@ -12,7 +12,9 @@ The fixed smoke task ``hello`` is in ``train`` (and ``all``) only.
 With ``wording = "practice"`` the train and eval splits hold the same tasks worded instead with a
 practice template (`envs.toy.families`: more wordings, none a train or eval-phrasing template), each
 picked from the task's own seeded draw; ids ``<family>-rNNN``, no ``hello``. It words no eval-phrasing
-task: the held-out wordings stay held out.
+task: the held-out wordings stay held out. ``practice_held_out = k`` keeps k of each family's practice
+templates (a seeded pick) for the eval split alone: train tasks are worded with the others, so an eval
+score measures wordings training never showed, as eval-phrasing does.
 """
 
 from __future__ import annotations
@@ -41,13 +43,13 @@ def _split_of(index: int) -> str:
     return "eval" if index % EVAL_EVERY == EVAL_EVERY - 1 else "train"
 
 
-def family_tasks(family: Family, seed: int, split: str, n: int, wording: str = "templates") -> list[Task]:
+def family_tasks(family: Family, seed: int, split: str, n: int, wording: str = "templates", held_out: int = 0) -> list[Task]:
     """Up to ``n`` tasks of one family per requested split (each of them for ``all``), deterministic in ``seed``."""
     wanted = ("train", "eval", "eval-phrasing") if split == "all" else (split,)
     out: list[Task] = []
     if "train" in wanted or "eval" in wanted:
         seen = _seen_tasks(family, seed, [s for s in wanted if s != "eval-phrasing"], n)
-        out += practice_tasks(family, seed, seen) if wording == "practice" else seen
+        out += practice_tasks(family, seed, seen, held_out) if wording == "practice" else seen
     if "eval-phrasing" in wanted:
         out += _unseen_tasks(family, seed, n)
     return out
@@ -82,24 +84,39 @@ def _unseen_tasks(family: Family, seed: int, n: int) -> list[Task]:
             for index, params in zip(range(n), _distinct_params(family, rng, "unseen"), strict=False)]
 
 
-def practice_tasks(family: Family, seed: int, tasks: list[Task]) -> list[Task]:
+def practice_tasks(family: Family, seed: int, tasks: list[Task], held_out: int = 0) -> list[Task]:
     """`tasks` (one split's) worded with their family's practice templates in turn, in an order seeded per split, so a
-    split of at least as many tasks as templates uses every one; ids ``<family>-rNNN``."""
-    count = len(family.practice_templates)
+    split of at least as many tasks as templates uses every one; ids ``<family>-rNNN``. With ``held_out`` k > 0 the eval
+    split uses only k templates (`held_out_practice`) and the train split only the others."""
     orders: dict[str, list[int]] = {}  # per split: its seeded template order
     placed: dict[str, int] = {}  # tasks reworded so far, per split
     out: list[Task] = []
     for task in tasks:
         split = task.meta["split"]
         if split not in orders:
-            orders[split] = random.Random(f"toy:{seed}:{family.name}:{split}:practice").sample(range(count), count)
+            usable = practice_templates_of(family, seed, split, held_out)
+            orders[split] = random.Random(f"toy:{seed}:{family.name}:{split}:practice").sample(usable, len(usable))
         order = orders[split]
         placed[split] = placed.get(split, -1) + 1
-        params = {**task.meta["params"], "practice": order[placed[split] % count]}
+        params = {**task.meta["params"], "practice": order[placed[split] % len(order)]}
         reworded = make_task(family, practice_id(task.id), params, split)
         reworded.meta["phrasing"] = "practice"
         out.append(reworded)
     return out
+
+
+def held_out_practice(family: Family, seed: int, k: int) -> list[int]:
+    """The k practice templates (indices, a pick seeded per family) that word only eval tasks; [] for k = 0."""
+    count = len(family.practice_templates)
+    return sorted(random.Random(f"toy:{seed}:{family.name}:practice-held-out").sample(range(count), k)) if k else []
+
+
+def practice_templates_of(family: Family, seed: int, split: str, held_out: int) -> list[int]:
+    """The practice templates that may word a `split` task: all, or with `held_out` k > 0 the held-out k (eval) or the rest (train)."""
+    held = held_out_practice(family, seed, held_out)
+    if not held:
+        return list(range(len(family.practice_templates)))
+    return held if split == "eval" else [i for i in range(len(family.practice_templates)) if i not in held]
 
 
 def practice_id(task_id: str) -> str:
@@ -140,7 +157,7 @@ def _family(task: Task) -> Family:
 
 class ToyEnv(Environment):
     """Options: ``seed`` (0), ``split`` (train | eval | eval-phrasing | all), ``n`` tasks per family and split (5), ``families``,
-    ``wording`` (templates | practice)."""
+    ``wording`` (templates | practice), ``practice_held_out``."""
 
     name = "toy"
     version = "1"
@@ -154,12 +171,20 @@ class ToyEnv(Environment):
         wording: Wording = Field(
             "templates", description="practice: train and eval tasks worded with the practice templates instead (no hello; "
             "never eval-phrasing)")
+        practice_held_out: int = Field(
+            0, ge=0, description="with wording practice: this many of each family's practice templates word only eval tasks, "
+            "the rest only train tasks (0: both splits use all)")
 
         @model_validator(mode="after")
         def _practice_words_seen_splits(self) -> ToyEnv.Options:
             if self.wording == "practice" and self.split not in ("train", "eval"):
                 raise ValueError(f"wording 'practice' rewords the train and eval splits only, not {self.split!r}: "
                                  "eval-phrasing keeps its held-out wordings")
+            if self.practice_held_out and self.wording != "practice":
+                raise ValueError("practice_held_out holds out practice templates: it needs wording 'practice'")
+            most = min(len(FAMILIES[f].practice_templates) for f in self.families or FAMILIES) - 1
+            if self.practice_held_out > most:
+                raise ValueError(f"practice_held_out {self.practice_held_out}: at most {most}, so train tasks keep a practice template")
             return self
 
         @field_validator("families")
@@ -175,7 +200,8 @@ class ToyEnv(Environment):
     def tasks(self) -> list[Task]:
         out = [] if self.opts.split in HELD_OUT or self.opts.wording == "practice" else [hello_task("train")]
         for name in self.opts.families:
-            out.extend(family_tasks(FAMILIES[name], self.opts.seed, self.opts.split, self.opts.n, self.opts.wording))
+            out.extend(family_tasks(FAMILIES[name], self.opts.seed, self.opts.split, self.opts.n, self.opts.wording,
+                                    self.opts.practice_held_out))
         return out
 
     async def verify(self, sandbox: Sandbox, task: Task, workdir: str) -> Score:
