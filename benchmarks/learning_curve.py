@@ -15,7 +15,8 @@ all of it inside the chosen harness:
 4. eval of the SFT checkpoint; 5. GRPO from it on the train split; 6. eval of the GRPO checkpoint.
 Every pass rate is printed with its 95% bootstrap interval over tasks. Writes learning_curve.json and
 learning_curve-<harness>.png (held-out pass rate per stage and split, train reward per GRPO step) into
---out/<harness>/. Exit code 0 when the floors hold on eval-phrasing: SFT ≥ base + 0.4, GRPO ≥ SFT + 0.1.
+--out/<harness>/. Exit code 0 when the floors hold on eval-phrasing: SFT ≥ base + 0.4, GRPO ≥ SFT + 0.1 with the paired interval's lower
+bound above 0.
 
 `--reuse PATH` takes the base and SFT stages (and the SFT checkpoint) from an earlier learning_curve.json
 whose plan agrees up to SFT, and runs only GRPO and its eval: a GRPO variant in half the time.
@@ -196,7 +197,7 @@ def main() -> int:
     print_table({plan.harness: result}, list(plan.eval_splits))
     split = FLOOR_SPLIT if FLOOR_SPLIT in plan.eval_splits else plan.eval_splits[0]
     sft_gain, grpo_gain, ok = floors(result, split)
-    print(f"\non {split}: SFT − base = {sft_gain:+.3f} (floor +{SFT_FLOOR}); GRPO − SFT = {grpo_gain:+.3f} (floor +{GRPO_FLOOR}); "
+    print(f"\non {split}: SFT − base = {sft_gain:+.3f} (floor +{SFT_FLOOR}); GRPO − SFT = {grpo_gain:+.3f} (floor +{GRPO_FLOOR}, lower bound above 0); "
           f"{result['total_s'] / 60:.1f} min in all; seed {plan.seed}; plot: {result['plot']}")
     from forgetui.learning_report import paired_line
 

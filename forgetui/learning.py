@@ -609,10 +609,13 @@ def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None,
 
 
 def floors(result: dict[str, Any], split: str = FLOOR_SPLIT) -> tuple[float, float, bool]:
-    """(SFT − base, GRPO − SFT, both floors met) on `split`."""
+    """(SFT − base, GRPO − SFT, both floors met) on `split`: SFT ≥ base + SFT_FLOOR, GRPO ≥ SFT + GRPO_FLOOR, and where the
+    result holds the paired GRPO − SFT interval, its lower bound above 0."""
     rates = [s["splits"][split]["pass_rate"] for s in result["stages"]]
     sft_gain, grpo_gain = rates[1] - rates[0], rates[2] - rates[1]
-    return sft_gain, grpo_gain, sft_gain >= SFT_FLOOR and grpo_gain >= GRPO_FLOOR
+    interval = result.get("gains", {}).get(split, {}).get("grpo - sft", {}).get("ci")
+    above_zero = interval is None or interval[0] > 0
+    return sft_gain, grpo_gain, sft_gain >= SFT_FLOOR and grpo_gain >= GRPO_FLOOR and above_zero
 
 
 def transfer(results: dict[str, dict[str, Any]], plan: Plan, report: Report = print, stage: str = "grpo",

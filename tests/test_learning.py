@@ -221,6 +221,10 @@ def test_split_result_lines_and_table() -> None:
     result = {"stages": stages}
     assert floors(result)[2] and floors(result)[0] == 0.5
     assert not floors({"stages": stages[:2] + [{"stage": "grpo", "splits": {"eval-phrasing": {"pass_rate": 0.55}}}]})[2]
+    paired = {"eval-phrasing": {"grpo - sft": {"gain": 0.15, "ci": [-0.03, 0.31]}}}
+    assert not floors({**result, "gains": paired})[2]  # +0.15 whose interval reaches below 0 misses the floor
+    paired["eval-phrasing"]["grpo - sft"]["ci"] = [0.02, 0.3]
+    assert floors({**result, "gains": paired})[2]
     md = table({"react": result}, ["eval-phrasing"])
     assert md.splitlines()[2].startswith("| react | base | 0.000 [") and "(3/8)" in md
     json.dumps(r)  # what learning_curve.json holds
