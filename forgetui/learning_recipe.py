@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.errors import ConfigError
 from core.options import validated
-from envs.toy.families import FAMILIES, template_indices
+from envs.toy.families import FAMILIES, most_practice_held_out, template_indices
 
 # the fewest seen (train) templates of any toy family: teacher.templates is at most that (8 today)
 SEEN_TEMPLATES = min(len(template_indices(f.templates, "seen")) for f in FAMILIES.values())
@@ -82,7 +82,7 @@ class SelectPart(_Part):
     wordings: Wordings = Field("all", description="untaught: score only eval-split tasks worded with the seen templates the teacher "
                                "did not show (needs teacher.templates); practice: the first eval_n tasks a family worded with the "
                                "practice templates; all: the first eval_n tasks a family")
-    held_out: int = Field(0, ge=0, le=11, description="with wordings practice: this many of each family's practice templates "
+    held_out: int = Field(0, ge=0, le=most_practice_held_out(), description="with wordings practice: this many of each family's practice templates "
                           "(a seeded pick) word only the selection's tasks, never GRPO's, so the selection scores wordings GRPO "
                           "never trained on; 0: both use all")
 

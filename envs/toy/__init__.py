@@ -27,7 +27,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from core.adapter import AdapterOptions, ConfigError, Environment, Names, Sandbox, Score, Task
-from envs.toy.families import FAMILIES, HELLO, Family, Phrasing
+from envs.toy.families import FAMILIES, HELLO, Family, Phrasing, most_practice_held_out
 from envs.toy.workspace import Workspace
 
 Split = Literal["train", "eval", "eval-phrasing", "all"]
@@ -113,10 +113,11 @@ def held_out_practice(family: Family, seed: int, k: int) -> list[int]:
 
 def practice_templates_of(family: Family, seed: int, split: str, held_out: int) -> list[int]:
     """The practice templates that may word a `split` task: all, or with `held_out` k > 0 the held-out k (eval) or the rest (train)."""
+    every = range(len(family.practice_templates))
     held = held_out_practice(family, seed, held_out)
     if not held:
-        return list(range(len(family.practice_templates)))
-    return held if split == "eval" else [i for i in range(len(family.practice_templates)) if i not in held]
+        return list(every)
+    return held if split == "eval" else [i for i in every if i not in held]
 
 
 def practice_id(task_id: str) -> str:
@@ -182,7 +183,7 @@ class ToyEnv(Environment):
                                  "eval-phrasing keeps its held-out wordings")
             if self.practice_held_out and self.wording != "practice":
                 raise ValueError("practice_held_out holds out practice templates: it needs wording 'practice'")
-            most = min(len(FAMILIES[f].practice_templates) for f in self.families or FAMILIES) - 1
+            most = most_practice_held_out(self.families or tuple(FAMILIES))
             if self.practice_held_out > most:
                 raise ValueError(f"practice_held_out {self.practice_held_out}: at most {most}, so train tasks keep a practice template")
             return self

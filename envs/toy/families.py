@@ -411,3 +411,8 @@ FAMILIES: dict[str, Family] = {
     f.name: f for f in (WriteFile(), SumNumbers(), Rename(), CountLines(), MakeDirs())
 }
 HELLO = Hello()
+
+
+def most_practice_held_out(families: Sequence[str] = tuple(FAMILIES)) -> int:
+    """How many practice templates a family may keep for eval tasks alone: all but one, so every train task keeps a wording."""
+    return min(len(FAMILIES[name].practice_templates) for name in families) - 1
