@@ -113,7 +113,7 @@ def test_checking_builds_nothing() -> None:
     check_options("env", "harbor", {"path": "/nonexistent"})
     check_options("harness", "zeroclaw", {"binary": "/nonexistent/zeroclaw", "wire_api": "responses"})
     check_options("harness", "codex", {"version": "0.1.0", "mcp": False})
-    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path'; it accepts: families, n, seed, split"):
+    with pytest.raises(ConfigError, match=r"env 'toy' has no option 'path'; it accepts: families, n, practice_held_out, seed, split, wording"):
         check_options("env", "toy", {"path": "/x", "seed": 1})
     with pytest.raises(ConfigError, match=r"env\.options\.split: Input should be 'train', 'eval', 'eval-phrasing' or 'all'"):
         check_options("env", "toy", {"split": "test"})
