@@ -28,6 +28,7 @@ from core.run.signals import cancel_on_signals
 from core.session.setup import select_tasks
 from core.status import Outcome, outcome_of
 from core.store.query import run_query
+from core.train.merge import interpolate
 from core.train.selection import BestCheckpoint
 from envs.toy import practice_id, solution_script
 from envs.toy.families import FAMILIES, template_indices
@@ -123,6 +124,9 @@ class Plan:
     grpo_kl_coef: float = 0.0  # train.kl_coef: KL to the SFT weights
     grpo_entropy_coef: float = 0.0  # train.entropy_coef: an entropy bonus
     grpo_call_discount: float = 1.0  # train.call_discount: per-call credit, call t of T gets the advantage × γ^(T−1−t)
+    # the GRPO checkpoint the run keeps (after any selection), moved back towards the SFT weights: SFT + α·(GRPO − SFT)
+    # (core/train/merge.py; WiSE-FT's remedy for a policy that drifted on inputs it never trained on). 1: GRPO's as is
+    grpo_merge: float = 1.0
     # keep the GRPO checkpoint with the best pass rate on the `eval` split (select_eval_n tasks a family, select_samples
     # rollouts each), scored every select_every steps and at the last (0: keep the last); eval-phrasing never chooses
     select_every: int = 0
@@ -547,6 +551,8 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
     start, end and pass rates as they happen (`forgetui.learning_events`).
     """
     grpo_tasks(plan)  # a wordings setting that selects nothing fails here, not after the stages before GRPO
+    if not 0.0 <= plan.grpo_merge <= 1.0:
+        raise ValueError(f"grpo_merge {plan.grpo_merge}: in [0, 1] (1: GRPO's checkpoint as is, 0: SFT's)")
     if plan.select_every > 0:
         select_tasks_of(plan)
     out.mkdir(parents=True, exist_ok=True)
@@ -593,9 +599,13 @@ def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None,
                 report(split_line(stage["stage"], split, r) + "  (from the earlier run)")
                 events({"event": "stage", "stage": stage["stage"], "split": split, "reused": True, **{k: r.get(k) for k in STAGE_KEYS}})
     grpo_ckpt, steps, selection = phase("GRPO", "grpo-train", lambda: grpo(plan, sft_ckpt, report, events))
+    checkpoints = {"sft": sft_ckpt, "grpo": grpo_ckpt}
+    if plan.grpo_merge < 1.0 and grpo_ckpt != sft_ckpt:
+        checkpoints["grpo_unmerged"] = grpo_ckpt
+        grpo_ckpt = checkpoints["grpo"] = phase("merge", "merge", lambda: merge_towards_sft(plan, sft_ckpt, grpo_ckpt, report))
     stages.append(evaluate(plan, policy(plan, grpo_ckpt), "grpo", report, events))
     result = {"plan": plan.describe(), "seed": plan.seed, "stages": stages, "grpo_steps": steps,
-              "checkpoints": {"sft": sft_ckpt, "grpo": grpo_ckpt}, "timings_s": plan.timings,
+              "checkpoints": checkpoints, "timings_s": plan.timings,
               "total_s": lent + time.monotonic() - started, "plot": str(out / f"learning_curve-{plan.harness}.png")}
     if selection is not None:
         result["selection"] = {"split": SELECT_SPLIT, **selection}
@@ -606,6 +616,17 @@ def _stages(plan: Plan, out: Path, report: Report, reuse: dict[str, Any] | None,
     (out / "learning_curve.json").write_text(json.dumps(result, indent=2, default=str))
     plot(result, Path(result["plot"]))
     return result
+
+
+def merge_towards_sft(plan: Plan, sft_ckpt: str, grpo_ckpt: str, report: Report = print) -> str:
+    """The kept GRPO checkpoint moved back towards SFT by `plan.grpo_merge` (a model folder beside GRPO's checkpoints), timed."""
+    started = time.monotonic()
+    kept = Path(grpo_ckpt)
+    out = kept.parent.parent / "merged" / f"{kept.name}-sft-{plan.grpo_merge:.2f}"
+    interpolate(Path(sft_ckpt), kept, plan.grpo_merge, out)
+    plan.timings["merge"] = time.monotonic() - started
+    report(f"  merged: SFT + {plan.grpo_merge:.2f} × ({kept.name} − SFT) in {out} ({plan.timings['merge']:.0f} s)")
+    return str(out)
 
 
 def floors(result: dict[str, Any], split: str = FLOOR_SPLIT) -> tuple[float, float, bool]:

@@ -67,6 +67,8 @@ class GrpoPart(_Part):
     wordings: Wordings = Field("all", description="untaught: train only on the train tasks worded with the seen templates the teacher "
                                "did not show (needs teacher.templates); practice: the train tasks worded with the toy families' "
                                "practice templates (no teacher shows them); all: every train task")
+    merge: float = Field(1.0, ge=0, le=1, description="the checkpoint GRPO keeps, moved back towards the SFT weights: "
+                         "SFT + merge × (GRPO − SFT), WiSE-FT's remedy for drift on inputs GRPO never trained on; 1: GRPO's as is")
 
 
 class SelectPart(_Part):
@@ -126,7 +128,7 @@ class Recipe(_Part):
             "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_warmup": self.grpo.warmup_steps, "grpo_temperature": self.grpo.temperature,
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
-            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
+            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_merge": self.grpo.merge, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
             "select_eval_n": self.select.eval_n, "select_samples": self.select.samples, "select_patience": self.select.patience,
             "select_wordings": self.select.wordings, "select_start": self.select.start,
             "select_held_out": self.select.held_out,

@@ -1,0 +1,64 @@
+"""Weight interpolation between two checkpoints of one model: `start + α · (end − start)`.
+
+The field's remedy for a fine-tuned policy that gained on what it trained on and drifted on what it did not
+(WiSE-FT, Wortsman et al. 2022; WARP's interpolation towards the initialisation, Ramé et al. 2024): part of the
+way back towards the start keeps most of the gain where the update agreed and undoes the drift where it was
+noise. Here `start` is the SFT checkpoint and `end` the GRPO one (`grpo.merge` in a learning recipe).
+Written by hand: the tensors are a few hundred MB on a CPU, and no library we depend on ships it (mergekit
+would be a whole toolchain for one line of arithmetic).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from core.errors import ModelError
+from core.train import weights as W
+from core.train.checkpoints import TRAINER_STATE
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def interpolate(start: Path, end: Path, alpha: float, out: Path) -> Path:
+    """A model folder `out` holding `start + alpha · (end − start)`, tensor by tensor, in `end`'s dtypes; `end`'s config and
+    tokenizer files beside it (not its trainer state: the folder is a model to serve, not a point to resume from).
+
+    alpha 1 is `end`, 0 is `start`. Both must hold the same tensors with the same shapes (one model's checkpoints).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"merge alpha must be in [0, 1] (0: the start checkpoint, 1: the end one), not {alpha}")
+    a, b = W.read_weights(Path(start)), W.read_weights(Path(end))
+    if a.keys() != b.keys():
+        only_a, only_b = sorted(a.keys() - b.keys())[:3], sorted(b.keys() - a.keys())[:3]
+        raise ModelError(f"cannot interpolate {start} and {end}: they hold different tensors "
+                         f"(only in the first: {only_a}, only in the second: {only_b}); both must be checkpoints of one model")
+    merged = {}
+    for name, theirs in b.items():
+        mine = a[name]
+        if mine.shape != theirs.shape:
+            raise ModelError(f"cannot interpolate {start} and {end}: {name} is {tuple(mine.shape)} in one, {tuple(theirs.shape)} in the other")
+        if not (mine.is_floating_point() and theirs.is_floating_point()):
+            merged[name] = theirs.clone()  # an integer buffer (none in today's models) is not a weight to blend
+            continue
+        merged[name] = (mine.float() + alpha * (theirs.float() - mine.float())).to(theirs.dtype).contiguous()
+    return _write(merged, Path(end), out)
+
+
+def _write(state: dict, end: Path, out: Path) -> Path:
+    """`state` as out/model.safetensors (written whole, then renamed in), with `end`'s small files beside it."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in end.iterdir():
+        # not the weights (an index of shards included: the merged weights are one file), not the trainer state
+        if f.is_file() and ".safetensors" not in f.name and f.name != TRAINER_STATE and not f.name.endswith(".tmp"):
+            shutil.copy2(f, out / f.name)
+    tmp = out / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    tmp.replace(out / WEIGHTS_FILE)
+    log.info("interpolated %d tensors into %s", len(state), out)
+    return out
