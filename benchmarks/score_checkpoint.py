@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def plan_of(result: dict[str, Any], split: str) -> Any:
     """The learning plan `result` ran, evaluating `split` only (fields it predates keep the plan's defaults)."""
-    from forgetui.learning import Plan
+    from forgetui.learning import RUNTIME_FIELDS, Plan
 
-    known = {f.name for f in fields(Plan)} - {"timings", "shared"}
+    known = {f.name for f in fields(Plan)} - set(RUNTIME_FIELDS)
     values = {k: v for k, v in result["plan"].items() if k in known}
     return Plan(**{**values, "eval_splits": (split,)})
 

@@ -20,8 +20,6 @@ from core.train.checkpoints import TRAINER_STATE
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_FILE = "model.safetensors"
-
 
 def interpolate(start: Path, end: Path, alpha: float, out: Path) -> Path:
     """A model folder `out` holding `start + alpha · (end − start)`, tensor by tensor, in `end`'s dtypes; `end`'s config and
@@ -44,21 +42,17 @@ def interpolate(start: Path, end: Path, alpha: float, out: Path) -> Path:
         if not (mine.is_floating_point() and theirs.is_floating_point()):
             merged[name] = theirs.clone()  # an integer buffer (none in today's models) is not a weight to blend
             continue
-        merged[name] = (mine.float() + alpha * (theirs.float() - mine.float())).to(theirs.dtype).contiguous()
+        merged[name] = (mine.float() + alpha * (theirs.float() - mine.float())).to(theirs.dtype)
     return _write(merged, Path(end), out)
 
 
 def _write(state: dict, end: Path, out: Path) -> Path:
-    """`state` as out/model.safetensors (written whole, then renamed in), with `end`'s small files beside it."""
-    from safetensors.torch import save_file
-
+    """`state` as out/model.safetensors (`weights.write_weights`: whole, then renamed in), with `end`'s small files beside it."""
     out.mkdir(parents=True, exist_ok=True)
     for f in end.iterdir():
         # not the weights (an index of shards included: the merged weights are one file), not the trainer state
         if f.is_file() and ".safetensors" not in f.name and f.name != TRAINER_STATE and not f.name.endswith(".tmp"):
             shutil.copy2(f, out / f.name)
-    tmp = out / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    tmp.replace(out / WEIGHTS_FILE)
+    W.write_weights(state, out)
     log.info("interpolated %d tensors into %s", len(state), out)
     return out

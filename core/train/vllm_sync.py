@@ -39,7 +39,7 @@ from core.train import weights as W
 log = logging.getLogger(__name__)
 
 WEIGHTS = "weights"
-FILE = "model.safetensors"
+FILE = W.WEIGHTS_FILE
 EMBEDDING = "model.embed_tokens.weight"
 BASE_VERSION = "default"  # vLLM's weight version until one is set: the weights it was started with
 TIMEOUT_S = 600.0
@@ -58,16 +58,11 @@ def save_weights(trainer: Any, path: Path) -> int:
 
 def write_reloadable(state: dict[str, Any], path: Path, *, tied: bool) -> int:
     """`state` as `path`/model.safetensors, written whole before it appears, the way vLLM's in-place reload needs it; the tensor count."""
-    from safetensors.torch import save_file
-
     if tied and "lm_head.weight" not in state and EMBEDDING in state:
         # the tied output layer written out too: vLLM 0.32's in-place reload leaves lm_head with the OLD embedding when
         # the file has no lm_head.weight (measured: logprobs off by up to 1.3 after an embedding-only change; 3e-5 with it)
         state = {**state, "lm_head.weight": state[EMBEDDING].clone()}
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / (FILE + ".tmp")
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
-    tmp.replace(path / FILE)
+    W.write_weights(state, path)
     return len(state)
 
 

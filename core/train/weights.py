@@ -131,6 +131,20 @@ def save_hf_folder(model: Any, tokenizer: Any, path: Path, state: dict[str, Any]
         )
 
 
+WEIGHTS_FILE = "model.safetensors"
+
+
+def write_weights(state: dict[str, Any], path: Path) -> Path:
+    """`state` as `path`/model.safetensors, written whole to a temporary file and then renamed in, so a reader never sees
+    half a file; the file's path."""
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / (WEIGHTS_FILE + ".tmp")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+    return tmp.replace(path / WEIGHTS_FILE)
+
+
 def read_weights(path: Path) -> dict[str, Any]:
     """Every tensor of the *.safetensors files in a folder."""
     from safetensors.torch import load_file
