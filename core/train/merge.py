@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.errors import ModelError
@@ -29,21 +30,40 @@ def interpolate(start: Path, end: Path, alpha: float, out: Path) -> Path:
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"merge alpha must be in [0, 1] (0: the start checkpoint, 1: the end one), not {alpha}")
-    a, b = W.read_weights(Path(start)), W.read_weights(Path(end))
-    if a.keys() != b.keys():
-        only_a, only_b = sorted(a.keys() - b.keys())[:3], sorted(b.keys() - a.keys())[:3]
-        raise ModelError(f"cannot interpolate {start} and {end}: they hold different tensors "
-                         f"(only in the first: {only_a}, only in the second: {only_b}); both must be checkpoints of one model")
+    return _combine([(Path(start), 1.0 - alpha), (Path(end), alpha)], out)
+
+
+def average(checkpoints: Sequence[Path], out: Path) -> Path:
+    """A model folder `out` holding the uniform mean of `checkpoints` (one model's, same tensors and shapes), in the last
+    one's dtypes, with the last one's config and tokenizer files: weight averaging along one run (LAWA, Kaddour 2022;
+    SWA, Izmailov et al. 2018), which smooths the step-to-step noise of a short RL run."""
+    if not checkpoints:
+        raise ValueError("average needs at least one checkpoint")
+    share = 1.0 / len(checkpoints)
+    return _combine([(Path(c), share) for c in checkpoints], out)
+
+
+def _combine(weighted: list[tuple[Path, float]], out: Path) -> Path:
+    """`out` holding Σ wᵢ · checkpointᵢ tensor by tensor in the last checkpoint's dtypes (float32 arithmetic), its small files beside."""
+    states = [(path, W.read_weights(path), w) for path, w in weighted]
+    last_path, last, _ = states[-1]
+    for path, state, _ in states[:-1]:
+        if state.keys() != last.keys():
+            only_a, only_b = sorted(state.keys() - last.keys())[:3], sorted(last.keys() - state.keys())[:3]
+            raise ModelError(f"cannot combine {path} and {last_path}: they hold different tensors "
+                             f"(only in the first: {only_a}, only in the second: {only_b}); all must be checkpoints of one model")
     merged = {}
-    for name, theirs in b.items():
-        mine = a[name]
-        if mine.shape != theirs.shape:
-            raise ModelError(f"cannot interpolate {start} and {end}: {name} is {tuple(mine.shape)} in one, {tuple(theirs.shape)} in the other")
-        if not (mine.is_floating_point() and theirs.is_floating_point()):
+    for name, theirs in last.items():
+        for path, state, _ in states[:-1]:
+            if state[name].shape != theirs.shape:
+                raise ModelError(f"cannot combine {path} and {last_path}: {name} is {tuple(state[name].shape)} in one, "
+                                 f"{tuple(theirs.shape)} in the other")
+        if not all(state[name].is_floating_point() for _, state, _ in states):
             merged[name] = theirs.clone()  # an integer buffer (none in today's models) is not a weight to blend
             continue
-        merged[name] = (mine.float() + alpha * (theirs.float() - mine.float())).to(theirs.dtype)
-    return _write(merged, Path(end), out)
+        total = sum(w * state[name].float() for _, state, w in states)
+        merged[name] = total.to(theirs.dtype)
+    return _write(merged, last_path, out)
 
 
 def _write(state: dict, end: Path, out: Path) -> Path:

@@ -164,6 +164,20 @@ class WriteFile(Family):
         "Create {path}. Its contents: {content}",
         "Using the shell, write {content} to {path}.",
         "We need {path} to read {content}.",
+        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
+        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        "Create a file named {path} containing only the word {content}.",
+        "Please make a file at {path} whose entire content is the single word {content}.",
+        "Task: create {path}. Its contents should be exactly: {content}",
+        "I need a file called {path} that says {content} and nothing else.",
+        "Could you put the word {content} into a new file {path}?",
+        "The word {content} should be the only thing in the file {path}.",
+        "Goal: a file {path} exists in the current folder and holds the word {content}.",
+        "{path} should contain just {content}. Create it.",
+        "echo the word {content} into {path}",
+        "Save the text {content} as the full content of {path}, please.",
+        "Make a new file. Name it {path}, and write the single word {content} in it.",
+        "We are setting up a small test: there must be a file {path} whose only content is the word {content}. Please create it.",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
@@ -209,6 +223,20 @@ class SumNumbers(Family):
         "Can you add up what is in {src} and put the total in {dst}?",
         "The numbers in {src} need to be summed. Write the sum to {dst}.",
         "Write into {dst} one number: the sum of the lines of {src}.",
+        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
+        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        "sum the numbers in {src}, put the result in {dst}",
+        "The file {src} holds one integer per line. Write their sum, and only the sum, to {dst}.",
+        "Please compute the sum of all numbers listed in {src} and save it to {dst}.",
+        "Task: read the integers from {src}; write their total into {dst}.",
+        "I need the total of the values in {src} written to a file named {dst}.",
+        "Goal: {dst} contains the sum of every line of {src} (each line is an integer).",
+        "{src} -> sum -> {dst}",
+        "Could you total up the numbers in the file {src} and store the result in {dst}?",
+        "Create {dst} containing nothing but the sum of the integers in {src}.",
+        "There is a list of integers, one per line, in {src}. Add them together and record the answer in {dst}.",
+        "For a quick report, please take the numbers in {src} in the current folder, add them all up, and put the resulting sum (just the number) in {dst}.",
+        "Write to {dst} the sum of the numbers that appear in {src}.",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
@@ -260,6 +288,20 @@ class Rename(Family):
         "mv every .{from} file to .{to}",
         "Each file named like {example}.{from} must be renamed to {example}.{to}, and likewise the other .{from} files.",
         "Rename: .{from} to .{to}, all files.",
+        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
+        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        "Rename every .{from} file to have the extension .{to} instead.",
+        "change all *.{from} files to *.{to}",
+        "Please rename each file ending in .{from} so that it ends in .{to}, keeping the rest of the name.",
+        "Rename files so that {example}.{from} becomes {example}.{to}, and do the same for every other file with that extension.",
+        "Goal: no .{from} files remain; each one has been renamed to the same name with .{to}.",
+        "I need every file with the .{from} extension renamed to use .{to}.",
+        "mv *.{from} to *.{to}, same base names",
+        "The .{from} files in the current folder should be .{to} files. Rename them, keeping their names otherwise unchanged.",
+        "Give every file of this type a new extension, the way {example}.{from} becomes {example}.{to}.",
+        "Can you rename all files ending with .{from} to end with .{to}?",
+        "We are migrating formats by name only. Please take each file whose extension is .{from} and give it the extension .{to}, without altering the stem.",
+        "rename {example}.{from} to {example}.{to}, and likewise for all the others with that extension",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
@@ -325,6 +367,16 @@ class CountLines(Family):
         "count lines matching {word} in {src}, result in {dst}",
         "Can you count the lines of {src} that have {word} and store that number in {dst}?",
         "Write a single number to {dst}: how many lines of {src} contain {word}.",
+        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
+        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        "How many lines of {src} mention {word}? Put just that number in {dst}.",
+        "I need the number of lines in {src} that include {word}, written to a file named {dst}.",
+        "The word {word} appears on some lines of {src}. Count those lines and record the total in {dst}.",
+        "{word} in {src}: count matching lines, output to {dst}",
+        "Look through {src} for lines with the word {word}; save the number of such lines (only the number) in {dst}.",
+        "grep-count {word} in {src} -> {dst}",
+        "We want to know how often {word} shows up line-wise in {src}. Please put the number of lines that contain it into the file {dst}.",
+        "Write the count of {src} lines containing the word {word} to {dst}, nothing else.",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
@@ -386,6 +438,17 @@ class MakeDirs(Family):
         "Every one of {dirs_and} must be a directory; create them.",
         "Lay out the directories {dirs_and} under the workspace.",
         "Create folder structure {dirs}",
+        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
+        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        "mkdir -p {dirs}",
+        "Task: create the following directories (with parents): {dirs}",
+        "Goal: the directories {dirs} all exist.",
+        "The project needs {dirs_and} as directories. Create them, parents included.",
+        "Create directories {dirs}, creating parent folders as needed.",
+        "Please create {dirs_and} in the current folder.",
+        "Can you make sure that each of these directories exists: {dirs}?",
+        "We are laying out a new workspace. Please create the directories {dirs_and}, along with any parent directories they need.",
+        "folders needed: {dirs}",
     )
 
     def draw(self, rng: random.Random, phrasing: Phrasing) -> dict[str, Any]:
