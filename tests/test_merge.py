@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from core.errors import ModelError
-from core.train.merge import interpolate
+from core.train.merge import average, interpolate
 
 
 def checkpoint(path: Path, tensors: dict[str, torch.Tensor], *, trainer_state: bool = True) -> Path:
@@ -35,6 +35,22 @@ def test_the_merge_lies_on_the_line_from_start_to_end_in_the_ends_dtypes(tmp_pat
     for alpha, want in ((0.0, 0.0), (1.0, 4.0)):
         edge = load_file(str(interpolate(start, end, alpha, tmp_path / f"a{alpha}") / "model.safetensors"))
         assert torch.equal(edge["w"], torch.full((2, 3), want))
+
+
+def test_the_average_of_a_runs_checkpoints_is_their_mean_in_the_last_ones_dtypes(tmp_path: Path) -> None:
+    steps = [checkpoint(tmp_path / f"step-{i}", {"w": torch.full((2,), float(v)), "h": torch.full((2,), float(v), dtype=torch.bfloat16)})
+             for i, v in enumerate((1, 2, 6))]
+    out = average(steps, tmp_path / "avg")
+    mean = load_file(str(out / "model.safetensors"))
+    assert mean["w"].tolist() == [3.0, 3.0] and mean["h"].dtype == torch.bfloat16 and mean["h"].tolist() == [3.0, 3.0]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert load_file(str(average(steps[2:], tmp_path / "one") / "model.safetensors"))["w"].tolist() == [6.0, 6.0]
+    odd = checkpoint(tmp_path / "odd", {"w": torch.zeros(2)})
+    with pytest.raises(ModelError, match="different tensors"):
+        average([*steps, odd], tmp_path / "bad")
+    with pytest.raises(ValueError, match="at least one"):
+        average([], tmp_path / "none")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_a_sharded_end_is_merged_into_one_file_without_its_stale_index(tmp_path: Path) -> None:
