@@ -74,5 +74,5 @@ def _write(state: dict, end: Path, out: Path) -> Path:
         if f.is_file() and ".safetensors" not in f.name and f.name != TRAINER_STATE and not f.name.endswith(".tmp"):
             shutil.copy2(f, out / f.name)
     W.write_weights(state, out)
-    log.info("interpolated %d tensors into %s", len(state), out)
+    log.info("combined %d tensors into %s", len(state), out)
     return out

@@ -9,6 +9,9 @@ Every template and pool is split in two by a fixed rule (the item at position i 
 Each family also holds *practice* templates: more wordings of the same task, written apart from both
 template sets (none is one of them), for training that needs variety (the toy env's ``wording =
 "practice"``: GRPO on wordings its teacher never showed). They word only train and eval tasks.
+The first twelve a family were written here; the second set (2026-12-06) by someone shown only what
+the task means and none of these sentences, any within a difflib ratio of 0.78 of a template or an
+earlier practice wording dropped.
 """
 
 from __future__ import annotations
@@ -164,8 +167,7 @@ class WriteFile(Family):
         "Create {path}. Its contents: {content}",
         "Using the shell, write {content} to {path}.",
         "We need {path} to read {content}.",
-        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
-        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        # the second set (module docstring)
         "Create a file named {path} containing only the word {content}.",
         "Please make a file at {path} whose entire content is the single word {content}.",
         "Task: create {path}. Its contents should be exactly: {content}",
@@ -223,8 +225,7 @@ class SumNumbers(Family):
         "Can you add up what is in {src} and put the total in {dst}?",
         "The numbers in {src} need to be summed. Write the sum to {dst}.",
         "Write into {dst} one number: the sum of the lines of {src}.",
-        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
-        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        # the second set (module docstring)
         "sum the numbers in {src}, put the result in {dst}",
         "The file {src} holds one integer per line. Write their sum, and only the sum, to {dst}.",
         "Please compute the sum of all numbers listed in {src} and save it to {dst}.",
@@ -288,8 +289,7 @@ class Rename(Family):
         "mv every .{from} file to .{to}",
         "Each file named like {example}.{from} must be renamed to {example}.{to}, and likewise the other .{from} files.",
         "Rename: .{from} to .{to}, all files.",
-        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
-        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        # the second set (module docstring)
         "Rename every .{from} file to have the extension .{to} instead.",
         "change all *.{from} files to *.{to}",
         "Please rename each file ending in .{from} so that it ends in .{to}, keeping the rest of the name.",
@@ -367,8 +367,7 @@ class CountLines(Family):
         "count lines matching {word} in {src}, result in {dst}",
         "Can you count the lines of {src} that have {word} and store that number in {dst}?",
         "Write a single number to {dst}: how many lines of {src} contain {word}.",
-        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
-        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        # the second set (module docstring)
         "How many lines of {src} mention {word}? Put just that number in {dst}.",
         "I need the number of lines in {src} that include {word}, written to a file named {dst}.",
         "The word {word} appears on some lines of {src}. Count those lines and record the total in {dst}.",
@@ -438,8 +437,7 @@ class MakeDirs(Family):
         "Every one of {dirs_and} must be a directory; create them.",
         "Lay out the directories {dirs_and} under the workspace.",
         "Create folder structure {dirs}",
-        # the second set (2026-12-06): written by someone shown only what the task means, none of these sentences;
-        # any within a difflib ratio of 0.78 of a template or an earlier practice wording dropped
+        # the second set (module docstring)
         "mkdir -p {dirs}",
         "Task: create the following directories (with parents): {dirs}",
         "Goal: the directories {dirs} all exist.",
