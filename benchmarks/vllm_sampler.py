@@ -1,13 +1,14 @@
 """The learning benchmark's eval stage with each sampler, interleaved in one sitting: built-in backend vs a vLLM server.
 
     .venv/bin/python benchmarks/vllm_sampler.py [--harness react] [--split eval-phrasing] [--concurrency 32] [--rounds 1]
-        [--model smollm2-135m | --checkpoint DIR] [--sft] [--order builtin,vllm]
+        [--model smollm2-135m | --checkpoint DIR] [--sft] [--order builtin,vllm | vllm,vllm-compiled]
 
 Each round runs `forgetui.learning.evaluate` (the plan's eval split, 5 tasks a family × 4 samples = 100 rollouts by
 default) once per sampler, in `--order`, so load drifts on a shared machine hit both alike. The vLLM stage's wall time
 includes starting its server (the run starts one for its model); the server's own ready time is printed beside it.
-`--sft` first records the teacher and fine-tunes (in-process, as the learning benchmark does) and then evaluates the SFT
-checkpoint. Prints a table and writes vllm_sampler.json into --out; the load (`uptime`) is read before and after each stage.
+`--order vllm,vllm-compiled` compares the managed server's CPU default (eager) with vLLM's compilation
+(`--no-enforce-eager`); each row's per-family passes show whether the draws changed. `--sft` first records the teacher
+and fine-tunes (in-process, as the learning benchmark does) and then evaluates the SFT checkpoint. Prints a table and writes vllm_sampler.json into --out; the load (`uptime`) is read before and after each stage.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+# --order's sides beyond builtin and vllm: the managed vLLM server with vLLM's own compilation, not the CPU default (eager)
+SIDES = {"vllm-compiled": "&args=--no-enforce-eager"}
 
 
 class ReadyTimes(logging.Handler):
@@ -77,21 +82,25 @@ def main() -> int:
         model = sft(plan, teach(plan, args.out, print), print)
         print(f"SFT checkpoint {model}; teacher {plan.timings.get('teacher', 0):.0f} s, SFT {plan.timings.get('sft-train', 0):.0f} s", flush=True)
     rows = []
+    options = plan.vllm_options
     for round_ in range(args.rounds):
         for sampler in [s.strip() for s in args.order.split(",")]:
-            plan.sampler = sampler
+            plan.sampler = "vllm" if sampler in SIDES else sampler
+            plan.vllm_options = options + SIDES.get(sampler, "")
             before, started, starts = load(), time.monotonic(), len(ready.seconds)
             result = evaluate(plan, policy(plan, model), f"{sampler} r{round_}", print)["splits"][args.split]
             row = {"round": round_, "sampler": sampler, "seconds": time.monotonic() - started, "pass_rate": result["pass_rate"],
                    "passed": result["passed"], "scored": result["scored"], "load_before": before, "load_after": load(),
-                   "server_ready_s": ready.seconds[starts] if len(ready.seconds) > starts else None, "run_id": result["run_id"]}
+                   "server_ready_s": ready.seconds[starts] if len(ready.seconds) > starts else None, "run_id": result["run_id"],
+                   "by_family": result["by_family"]}
             rows.append(row)
             print(json.dumps(row), flush=True)
     (args.out / "vllm_sampler.json").write_text(json.dumps({"model": model, "plan": plan.describe(), "rows": rows}, indent=2))
-    print("\n| round | sampler | wall s | of which server start s | passed | load before → after |\n|---|---|---|---|---|---|")
+    print("\n| round | sampler | wall s | of which server start s | passed | by family | load before → after |\n|---|---|---|---|---|---|---|")
     for r in rows:
         start = f"{r['server_ready_s']:.0f}" if r["server_ready_s"] is not None else "-"
-        print(f"| {r['round']} | {r['sampler']} | {r['seconds']:.0f} | {start} | {r['passed']}/{r['scored']} | {r['load_before']} → {r['load_after']} |")
+        families = " ".join(f"{f} {p}" for f, (p, _) in sorted(r["by_family"].items()))
+        print(f"| {r['round']} | {r['sampler']} | {r['seconds']:.0f} | {start} | {r['passed']}/{r['scored']} | {families} | {r['load_before']} → {r['load_after']} |")
     return 0
 
 

