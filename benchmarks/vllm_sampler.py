@@ -8,7 +8,8 @@ default) once per sampler, in `--order`, so load drifts on a shared machine hit 
 includes starting its server (the run starts one for its model); the server's own ready time is printed beside it.
 `--order vllm,vllm-compiled` compares the managed server's CPU default (eager) with vLLM's compilation
 (`--no-enforce-eager`); each row's per-family passes show whether the draws changed. `--sft` first records the teacher
-and fine-tunes (in-process, as the learning benchmark does) and then evaluates the SFT checkpoint. Prints a table and writes vllm_sampler.json into --out; the load (`uptime`) is read before and after each stage.
+and fine-tunes (in-process, as the learning benchmark does) and then evaluates the SFT checkpoint. Prints a table and
+writes vllm_sampler.json into --out; the load (`uptime`) is read before and after each stage.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ LOGPROBS_FLAG = "--logprobs-mode"
 # flags that set how prompts are batched: given in `args`, the server keeps them and gets none of ours
 PREFILL_FLAGS = ("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--max-num-batched-tokens")
 # flags that set whether and how the model is compiled: given in `args`, the server keeps them and gets no --enforce-eager
-COMPILE_FLAGS = ("--enforce-eager", "--no-enforce-eager", "--compilation-config", "-cc", "-O")
+COMPILE_FLAGS = ("--enforce-eager", "--no-enforce-eager", "--compilation-config", "-cc")  # and -O0 … -O3, -O.level=N
 DEFAULT_MODEL_LEN = 8192  # the prefill budget when neither max_model_len nor the model's config names a context
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's and ROCm's control devices
 SERVER_OPTIONS = ("dtype", "max_model_len", "lora", "max_lora_rank", "max_loras", "kv_cache", "args", "log", "ready_timeout")
@@ -60,7 +60,7 @@ class VllmServerError(BackendError):
 
 def _is_compile_flag(arg: str) -> bool:
     name = arg.split("=")[0]
-    return name in COMPILE_FLAGS or (name.startswith("-O") and not name.startswith("--"))  # -O0 ... -O3, -O.level
+    return name in COMPILE_FLAGS or name.startswith("-O")
 
 
 def is_url(target: str) -> bool:
@@ -132,7 +132,7 @@ class ServerSettings:
         if self.cpu and not any(_is_compile_flag(a) for a in self.extra_args):
             # vLLM's CPU build (0.32) traces the model at every start and never reuses it: its AOT cache fails to load
             # ("'function' object has no attribute 'finalize_loading'"), and with Inductor off on a CPU the trace runs
-            # the same kernels eager mode does. Eager: ready in 26 s instead of 88, the same eval time (2026-12-07)
+            # the same kernels eager mode does. Eager: ready in 26 s instead of 88, the same eval time and draws (2026-12-07)
             cmd += ["--enforce-eager"]
         return cmd + list(self.extra_args)
 
