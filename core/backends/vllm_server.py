@@ -58,11 +58,6 @@ class VllmServerError(BackendError):
     """The vLLM server this process started could not start, or died: the message quotes its log's last lines."""
 
 
-def _is_compile_flag(arg: str) -> bool:
-    name = arg.split("=")[0]
-    return name in COMPILE_FLAGS or name.startswith("-O")
-
-
 def is_url(target: str) -> bool:
     """Whether a `vllm:` target names a running server (http/https) rather than a model to serve."""
     return target.startswith(("http://", "https://"))
@@ -109,7 +104,8 @@ class ServerSettings:
     def command(self, python: str, model_dir: str, port: int) -> list[str]:
         """The child's command line: the launcher (parent watchdog) running vLLM's OpenAI server."""
         cmd = [python, str(LAUNCHER), "--model", model_dir, "--host", self.host, "--port", str(port), "--dtype", self.dtype]
-        if not any(a == LOGPROBS_FLAG or a.startswith(LOGPROBS_FLAG + "=") for a in self.extra_args):
+        given = {a.split("=")[0] for a in self.extra_args}  # the user's flag names (`--flag value` and `--flag=value`)
+        if LOGPROBS_FLAG not in given:
             # the logprob of each sampled token under the distribution it was sampled from (temperature applied), as the
             # built-in backend records it and the trainer recomputes it at train.temperature; vLLM's default is the
             # raw model's (temperature 1), which at GRPO's 1.5 put sampler and trainer up to 7 nats apart
@@ -122,14 +118,14 @@ class ServerSettings:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
             if self.max_loras:
                 cmd += ["--max-loras", str(self.max_loras)]
-        if self.cpu and not any(a.split("=")[0] in PREFILL_FLAGS for a in self.extra_args):
+        if self.cpu and not given.intersection(PREFILL_FLAGS):
             # vLLM's CPU build (0.32) kills its engine when a seeded request's prefill is split across steps: the runner
             # rewinds the request's generator for the discarded token (`gen.set_offset`), which a CPU generator refuses
             # ("CPU Generator does not use offset"). Every rollout here is seeded (`draw_seed`), and 32 rollouts' prompts
             # overrun the default 2048-token step, so whole prefills only: a step holds up to the context's tokens
             budget = self.max_model_len or model_context(model_dir) or DEFAULT_MODEL_LEN
             cmd += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
-        if self.cpu and not any(_is_compile_flag(a) for a in self.extra_args):
+        if self.cpu and not (given.intersection(COMPILE_FLAGS) or any(n.startswith("-O") for n in given)):
             # vLLM's CPU build (0.32) traces the model at every start and never reuses it: its AOT cache fails to load
             # ("'function' object has no attribute 'finalize_loading'"), and with Inductor off on a CPU the trace runs
             # the same kernels eager mode does. Eager: ready in 26 s instead of 88, the same eval time and draws (2026-12-07)
