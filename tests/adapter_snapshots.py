@@ -42,6 +42,7 @@ HARNESS_CASES: list[tuple[str, dict[str, Any]]] = [
     ("gemini-cli", {"max_session_turns": 3, "mcp": False, "extra_args": ["--debug"]}),
     ("mini-swe-agent", {}),
     ("mini-swe-agent", {"step_limit": 5, "command_timeout": 30, "retries": 0, "extra_config": ["agent.cost_limit=1"]}),
+    ("mini-swe-agent", {"client": "litellm"}),
     ("zeroclaw", {}),
     ("zeroclaw", {"binary": "ZEROCLAW", "wire_api": "responses", "timeout_secs": 30}),
     ("oracle", {}),
