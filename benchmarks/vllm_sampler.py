@@ -1,13 +1,14 @@
 """The learning benchmark's eval stage with each sampler, interleaved in one sitting: built-in backend vs a vLLM server.
 
     .venv/bin/python benchmarks/vllm_sampler.py [--harness react] [--split eval-phrasing] [--concurrency 32] [--rounds 1]
-        [--model smollm2-135m | --checkpoint DIR] [--sft] [--order builtin,vllm | vllm,vllm-compiled]
+        [--model smollm2-135m | --checkpoint DIR] [--sft] [--order builtin,vllm | vllm,vllm-compiled | vllm,vllm-all-cores]
 
 Each round runs `forgetui.learning.evaluate` (the plan's eval split, 5 tasks a family × 4 samples = 100 rollouts by
 default) once per sampler, in `--order`, so load drifts on a shared machine hit both alike. The vLLM stage's wall time
 includes starting its server (the run starts one for its model); the server's own ready time is printed beside it.
 `--order vllm,vllm-compiled` compares the managed server's CPU default (eager) with vLLM's compilation
-(`--no-enforce-eager`); each row's per-family passes show whether the draws changed. `--sft` first records the teacher
+(`--no-enforce-eager`); `vllm-all-cores` is the server with VLLM_CPU_NUM_OF_RESERVED_CPU=0 (vLLM's CPU build keeps
+one core for its scheduler process and runs the model on the rest); each row's per-family passes show whether the draws changed. `--sft` first records the teacher
 and fine-tunes (in-process, as the learning benchmark does) and then evaluates the SFT checkpoint. Prints a table and
 writes vllm_sampler.json into --out; the load (`uptime`) is read before and after each stage.
 """
@@ -15,19 +16,24 @@ writes vllm_sampler.json into --out; the load (`uptime`) is read before and afte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-# --order's sides beyond builtin and vllm: the managed vLLM server with vLLM's own compilation, not the CPU default (eager)
-SIDES = {"vllm-compiled": "&args=--no-enforce-eager"}
+# --order's sides beyond builtin and vllm: the managed vLLM server with vLLM's own compilation, not the CPU default (eager);
+# with no core kept back for vLLM's scheduler process (its CPU build reserves one, leaving one of 2 cores to the model)
+SIDES = {"vllm-compiled": "&args=--no-enforce-eager", "vllm-all-cores": ""}
+SIDE_ENV = {"vllm-all-cores": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}}
 
 
 class ReadyTimes(logging.Handler):
@@ -48,6 +54,21 @@ def load() -> str:
     out = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout
     found = re.search(r"load average: ([0-9.]+)", out)
     return found.group(1) if found else "?"
+
+
+@contextlib.contextmanager
+def patched_env(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` set (the vLLM server a stage starts inherits them), restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def main() -> int:
@@ -89,7 +110,8 @@ def main() -> int:
             plan.sampler = "vllm" if sampler in SIDES else sampler
             plan.vllm_options = options + SIDES.get(sampler, "")
             before, started, starts = load(), time.monotonic(), len(ready.seconds)
-            result = evaluate(plan, policy(plan, model), f"{sampler} r{round_}", print)["splits"][args.split]
+            with patched_env(SIDE_ENV.get(sampler, {})):
+                result = evaluate(plan, policy(plan, model), f"{sampler} r{round_}", print)["splits"][args.split]
             row = {"round": round_, "sampler": sampler, "seconds": time.monotonic() - started, "pass_rate": result["pass_rate"],
                    "passed": result["passed"], "scored": result["scored"], "load_before": before, "load_after": load(),
                    "server_ready_s": ready.seconds[starts] if len(ready.seconds) > starts else None, "run_id": result["run_id"],
