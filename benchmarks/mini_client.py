@@ -14,6 +14,7 @@ base image.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -28,7 +29,7 @@ def busy_cpu_s() -> float:
     """Seconds every core of this machine spent busy since boot (/proc/stat: all but idle and iowait)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     ticks = sum(fields) - fields[3] - fields[4]
-    return ticks / 100.0  # USER_HZ
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def eval_once(client: str, samples: int, concurrency: int, sampler: str) -> tuple[float, float, float]:

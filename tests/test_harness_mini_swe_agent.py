@@ -79,8 +79,9 @@ def test_the_litellm_client_keeps_minis_own_model() -> None:
     assert old.client() == "litellm" and pairs(old.launch(HELLO, ENDPOINT, "/w").command[4:], "-m") == ["openai/policy"]
     assert MiniSweAgentHarness(version="1.17.3", client="requests").client() == "requests"  # asked for: kept
     # a user's own spec comes after ours, so it wins (mini applies -c specs in order)
-    mine = MiniSweAgentHarness(extra_config=["model.model_class=litellm"]).launch(HELLO, ENDPOINT, "/w").command[4:]
-    assert pairs(mine, "-c")[-1] == "model.model_class=litellm"
+    mine = MiniSweAgentHarness(extra_config=["model.model_class=mypkg.MyModel"]).launch(HELLO, ENDPOINT, "/w").command[4:]
+    classes = [s for s in pairs(mine, "-c") if s.startswith("model.model_class=")]
+    assert classes == [f"model.model_class={PROXY_MODEL_CLASS}", "model.model_class=mypkg.MyModel"]
 
 
 def test_config_specs_parse_as_mini_does() -> None:

@@ -3,7 +3,8 @@
 This file runs inside the mini-swe-agent sandbox (copied into the image next to mini's own packages and
 named with ``-c model.model_class=forgetui_mini_model.ProxyModel``); forgetui itself never imports it.
 Why not mini's default LiteLLM model: ``import litellm`` costs every sandbox ~3 CPU-s before its first
-call (3.3 of mini's 3.8 s of imports, 2026-12-07), more than the rest of a short rollout. mini's own
+call (3.3 of mini's 3.8 s of imports), and a two-call rollout cost the machine 6.6 busy CPU-s more with
+it than with this class (benchmarks/mini_client.py, 2026-12-07). mini's own
 OpenRouter model already speaks chat completions with `requests` -- its message preparation, tool-call
 parsing, cost bookkeeping and retries are kept -- but posts to openrouter.ai with a 60 s limit; this
 subclass posts to the proxy's URL with a limit of its own and stops retrying a request the proxy refused.
@@ -19,7 +20,7 @@ import requests
 from minisweagent.models.openrouter_model import BASH_TOOL, OpenRouterAPIError, OpenRouterModel
 
 DEFAULT_TIMEOUT_S = 600.0  # LiteLLM's default: a busy CPU sampler may take minutes for one call
-RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+RETRYABLE_4XX = {408, 409, 425, 429}  # timeout, conflict, too early, rate limit; every 5xx is retried too
 
 
 class ProxyRejected(Exception):
@@ -49,6 +50,6 @@ class ProxyModel(OpenRouterModel):
         except requests.exceptions.RequestException as e:
             raise OpenRouterAPIError(f"Request to {self._api_url} failed: {e}") from e
         if response.status_code >= 400:
-            kind = OpenRouterAPIError if response.status_code in RETRYABLE or response.status_code >= 500 else ProxyRejected
+            kind = OpenRouterAPIError if response.status_code >= 500 or response.status_code in RETRYABLE_4XX else ProxyRejected
             raise kind(f"HTTP {response.status_code} from {self._api_url}: {response.text[:2000]}")
         return response.json()
