@@ -30,10 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-# --order's sides beyond builtin and vllm: the managed vLLM server with vLLM's own compilation, not the CPU default (eager);
-# with no core kept back for vLLM's scheduler process (its CPU build reserves one, leaving one of 2 cores to the model)
-SIDES = {"vllm-compiled": "&args=--no-enforce-eager", "vllm-all-cores": ""}
-SIDE_ENV = {"vllm-all-cores": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}}
+# --order's sides beyond builtin and vllm, each (more spec options, more environment for the server it starts): the managed
+# vLLM server with vLLM's own compilation, not the CPU default (eager); with no core kept back for vLLM's scheduler process
+# (its CPU build reserves one, leaving one of 2 cores to the model)
+SIDES: dict[str, tuple[str, dict[str, str]]] = {
+    "vllm-compiled": ("&args=--no-enforce-eager", {}),
+    "vllm-all-cores": ("", {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}),
+}
 
 
 class ReadyTimes(logging.Handler):
@@ -107,10 +110,11 @@ def main() -> int:
     options = plan.vllm_options
     for round_ in range(args.rounds):
         for sampler in [s.strip() for s in args.order.split(",")]:
+            more_options, more_env = SIDES.get(sampler, ("", {}))
             plan.sampler = "vllm" if sampler in SIDES else sampler
-            plan.vllm_options = options + SIDES.get(sampler, "")
+            plan.vllm_options = options + more_options
             before, started, starts = load(), time.monotonic(), len(ready.seconds)
-            with patched_env(SIDE_ENV.get(sampler, {})):
+            with patched_env(more_env):
                 result = evaluate(plan, policy(plan, model), f"{sampler} r{round_}", print)["splits"][args.split]
             row = {"round": round_, "sampler": sampler, "seconds": time.monotonic() - started, "pass_rate": result["pass_rate"],
                    "passed": result["passed"], "scored": result["scored"], "load_before": before, "load_after": load(),

@@ -17,6 +17,7 @@ from harnesses.mini_swe_agent import (
     PROXY_MODEL_CLASS,
     PROXY_MODEL_CONTEXT,
     PROXY_MODEL_FILE,
+    SITE,
     STATUS_MARK,
     TRAJECTORY_PATH,
     MiniSweAgentHarness,
@@ -36,6 +37,17 @@ SCRIPT = [
 
 def pairs(argv: list[str], flag: str) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def python_in_image(docker_client, base_image, code: str, **env: str) -> list[str]:
+    """`code` run by python3 in a fresh container of the harness's image (mini's packages on the path, no network): its output lines."""
+    from core.runtime.images import ensure_image
+
+    tag = ensure_image(docker_client, base_image, [MiniSweAgentHarness().image_layer()])
+    out = docker_client.containers.run(
+        tag, ["python3", "-c", code], remove=True, network_mode="none", environment={"PYTHONPATH": SITE, **env},
+    )  # fmt: skip
+    return out.decode().strip().splitlines()
 
 
 def test_registered_with_pinned_version() -> None:
@@ -143,38 +155,26 @@ def test_outcome_needs_a_submitted_trajectory() -> None:
 @pytest.mark.timeout(1200)  # a cold image build copies the ~550 MB pip tree
 def test_the_image_carries_bytecode_so_a_fresh_container_compiles_nothing(docker_client, base_image) -> None:
     """LiteLLM's modules are imported from .pyc files built into the image (a fresh container used to compile them: ~25-45 s)."""
-    from core.runtime.images import ensure_image
-
-    tag = ensure_image(docker_client, base_image, [MiniSweAgentHarness().image_layer()])
     probe = (
         "import os, litellm, minisweagent.run.mini as m, forgetui_mini_model as f; "
         "print(all(os.path.exists(x.__cached__) for x in (litellm, m, f)))"
     )
-    out = docker_client.containers.run(
-        tag, ["python3", "-c", probe], remove=True, network_mode="none",
-        environment={"PYTHONPATH": "/opt/forgetui/mini-swe-agent/site", "PYTHONDONTWRITEBYTECODE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-    )  # fmt: skip
-    assert out.decode().strip().splitlines()[-1] == "True"
+    out = python_in_image(docker_client, base_image, probe, PYTHONDONTWRITEBYTECODE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    assert out[-1] == "True"
 
 
 @pytest.mark.docker
 @pytest.mark.timeout(1200)
 def test_the_default_client_never_imports_litellm(docker_client, base_image) -> None:
     """mini with forgetui's model class loads no LiteLLM module: the ~3 CPU-s import is gone from every sandbox."""
-    from core.runtime.images import ensure_image
-
-    tag = ensure_image(docker_client, base_image, [MiniSweAgentHarness().image_layer()])
     probe = (
         "import sys, minisweagent.run.mini; from minisweagent.models import get_model_class; "
         f"cls = get_model_class('policy', {PROXY_MODEL_CLASS!r}); "
         "m = cls(model_name='policy', model_kwargs={'api_base': 'http://127.0.0.1:9/r/t/v1', 'temperature': 0.5}); "
         "print(cls.__name__, m._api_url, m.config.model_kwargs, m.timeout_s, any(k.split('.')[0] == 'litellm' for k in sys.modules))"
     )
-    out = docker_client.containers.run(
-        tag, ["python3", "-c", probe], remove=True, network_mode="none",
-        environment={"PYTHONPATH": "/opt/forgetui/mini-swe-agent/site", "PYTHONDONTWRITEBYTECODE": "1"},
-    )  # fmt: skip
-    assert out.decode().strip().splitlines()[-1] == "ProxyModel http://127.0.0.1:9/r/t/v1/chat/completions {'temperature': 0.5} 600.0 False"
+    out = python_in_image(docker_client, base_image, probe, PYTHONDONTWRITEBYTECODE="1")
+    assert out[-1] == "ProxyModel http://127.0.0.1:9/r/t/v1/chat/completions {'temperature': 0.5} 600.0 False"
 
 
 # Run inside the image: a loopback server answering 403 (as the proxy does past run.max_calls) on /refuse and one
@@ -211,14 +211,8 @@ print("ok", msg["extra"]["actions"], hits[-1])
 @pytest.mark.docker
 @pytest.mark.timeout(1200)
 def test_the_proxy_model_stops_at_a_refusal_and_parses_a_tool_call(docker_client, base_image) -> None:
-    from core.runtime.images import ensure_image
-
-    tag = ensure_image(docker_client, base_image, [MiniSweAgentHarness().image_layer()])
-    out = docker_client.containers.run(
-        tag, ["python3", "-c", REFUSAL_PROBE], remove=True, network_mode="none",
-        environment={"PYTHONPATH": "/opt/forgetui/mini-swe-agent/site", "OPENAI_API_KEY": "tok-x", "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "3",
-                     "MSWEA_COST_TRACKING": "ignore_errors"},
-    ).decode().strip().splitlines()  # fmt: skip
+    out = python_in_image(docker_client, base_image, REFUSAL_PROBE, OPENAI_API_KEY="tok-x", MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT="3",
+                          MSWEA_COST_TRACKING="ignore_errors")
     assert out[-2] == "rejected True 1"  # one request: a 403 is not retried
     assert out[-1] == ("ok [{'command': 'ls', 'tool_call_id': 'c1'}] "
                        "('/ok/v1/chat/completions', 'policy', ['messages', 'model', 'temperature', 'tools'], 'Bearer tok-x')")
