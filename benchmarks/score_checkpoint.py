@@ -58,7 +58,7 @@ def score(result: dict[str, Any], checkpoints: list[tuple[str, str]], split: str
     out.mkdir(parents=True, exist_ok=True)
     scores: dict[str, Any] = {}
     if plan.sampler == "vllm":
-        plan.shared = SharedVllm.for_model(plan.model, plan.vllm_options, out / "vllm-server.log")
+        plan.shared = SharedVllm.for_model(plan.model, plan.server_options(), out / "vllm-server.log")
         plan.shared.start()
     try:
         for label, path in checkpoints:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
+from urllib.parse import parse_qsl
 
 from core.backends.batching import DEFAULT_MAX_BATCH
 from core.config import RunConfig
@@ -102,6 +103,10 @@ class Plan:
     # trains in-process either way.
     sampler: str = "builtin"
     vllm_options: str = "max_model_len=8192&kv_cache=4"  # the managed server's spec options (kv_cache: GiB; 4 holds 32 react rollouts)
+    # what every stage computes in: the sampler (built-in backend or vLLM server) and the trainers (SFT, GRPO: float32 master
+    # weights under autocast). "auto": float32 on a CPU. "bfloat16" on a CPU with native bfloat16 (AVX-512 BF16, AMX) trains
+    # about 1.8x faster (benchmarks/cpu_loop.py --only dtype); GRPO's rollout correction then weighs the logprob mismatch
+    dtype: str = "auto"
     timeout_s: int = 600
     train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split
     eval_tasks: list[str] | None = None  # likewise for the eval runs
@@ -142,6 +147,12 @@ class Plan:
     # None: each stage's run starts its own
     shared: SharedVllm | None = field(default=None, repr=False, compare=False)
 
+    def server_options(self) -> str:
+        """The managed vLLM server's spec options: `vllm_options`, with the plan's dtype unless they name one."""
+        if self.dtype == "auto" or "dtype" in dict(parse_qsl(self.vllm_options)):
+            return self.vllm_options
+        return "&".join(filter(None, [self.vllm_options, f"dtype={self.dtype}"]))
+
     def describe(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k not in RUNTIME_FIELDS}
 
@@ -166,7 +177,7 @@ def policy(plan: Plan, model: str, *, sampling: bool = True, load: bool = True) 
         plan.timings["vllm-reloads"] = sum(plan.shared.reload_s)
         return spec
     if sampling and plan.sampler == "vllm":
-        return f"vllm:{model}?{plan.vllm_options}" if plan.vllm_options else f"vllm:{model}"
+        return f"vllm:{model}?{plan.server_options()}" if plan.server_options() else f"vllm:{model}"
     rows = plan.max_batch if plan.max_batch is not None else max(plan.concurrency, DEFAULT_MAX_BATCH)
     return f"builtin:{model}" if rows == DEFAULT_MAX_BATCH else f"builtin:{model}?max_batch={rows}"
 
@@ -182,10 +193,11 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
     return RunConfig.model_validate({
         "env": env,
         "harness": {"name": plan.harness, "options": dict(HARNESS_OPTIONS.get(plan.harness, {}))},
-        "policy": {"backend": backend, "max_tokens": plan.max_tokens},
+        "policy": {"backend": backend, "max_tokens": plan.max_tokens, "dtype": plan.dtype},  # dtype: the built-in sampler's
         "runtime": {"kind": plan.runtime},
         "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s, "max_calls": plan.max_calls,
                 "seed": plan.seed},
+        "train": {"dtype": plan.dtype},
     })
 
 
@@ -561,7 +573,7 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
             "plan": plan.describe(), "out": str(out)})
     if plan.sampler != "vllm" or plan.shared is not None:
         return _stages(plan, out, report, reuse, events, started)
-    plan.shared = SharedVllm.for_model(plan.model, plan.vllm_options, out / "vllm-server.log")
+    plan.shared = SharedVllm.for_model(plan.model, plan.server_options(), out / "vllm-server.log")
     try:
         events({"event": "phase", "phase": "vLLM server", "state": "running"})
         plan.timings["vllm-start"] = plan.shared.start()

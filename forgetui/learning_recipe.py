@@ -98,6 +98,8 @@ class Recipe(_Part):
     concurrency: int = Field(8, ge=1, le=256)
     sampler: Literal["builtin", "vllm"] = Field("builtin", description="what samples the rollouts (passed through to the learning plan)")
     max_calls: int | None = Field(2, ge=1, description="model calls a rollout may make")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="what every stage computes in, sampling and training "
+                                                          "(auto: float32 on a CPU; bfloat16 trains ~1.8x faster on a CPU with native bfloat16)")
     sft: SftPart = Field(default_factory=SftPart)
     teacher: TeacherPart = Field(default_factory=TeacherPart)
     grpo: GrpoPart = Field(default_factory=GrpoPart)
@@ -123,7 +125,7 @@ class Recipe(_Part):
         """The recipe as `forgetui.learning.Plan` field values."""
         return {
             "harness": self.harness, "seed": self.seed, "concurrency": self.concurrency, "sampler": self.sampler,
-            "max_calls": self.max_calls, "sft_epochs": self.sft.epochs, "sft_lr": self.sft.lr,
+            "max_calls": self.max_calls, "dtype": self.dtype, "sft_epochs": self.sft.epochs, "sft_lr": self.sft.lr,
             "teacher_templates": self.teacher.templates, "teacher_samples": self.teacher.samples,
             "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_warmup": self.grpo.warmup_steps, "grpo_temperature": self.grpo.temperature,
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,

@@ -90,6 +90,25 @@ def test_the_learning_plan_samples_on_vllm_and_trains_sft_in_process() -> None:
     assert "sampling=False" in inspect.getsource(sft)
 
 
+def test_the_plans_dtype_reaches_every_sampler_and_trainer(tmp_path: Path) -> None:
+    from forgetui.learning import Plan, base_config, grpo_config, policy
+    from forgetui.learning_sampler import SharedVllm
+
+    plan = Plan(sampler="vllm", dtype="bfloat16", concurrency=32)
+    assert dict(PolicySpec.parse(policy(plan, "/ck/sft")).options)["dtype"] == "bfloat16"  # a server a run starts
+    shared = SharedVllm.for_model(plan.model, plan.server_options(), tmp_path / "vllm.log")
+    assert shared.server.settings.dtype == "bfloat16"  # the learning run's one server
+    assert grpo_config(plan, "/ck/sft").train.dtype == "bfloat16"  # the GRPO trainer
+    sft = base_config(plan, policy(plan, plan.model, sampling=False), "train", 2)
+    assert (sft.train.dtype, sft.policy.spec.options.get("dtype")) == ("bfloat16", "bfloat16")  # SFT (in-process)
+    builtin = base_config(Plan(dtype="bfloat16"), policy(Plan(dtype="bfloat16"), "m"), "eval", 1)
+    assert (builtin.policy.spec.options.get("dtype"), builtin.train.dtype) == ("bfloat16", "bfloat16")
+    given = Plan(sampler="vllm", dtype="bfloat16", vllm_options="kv_cache=2&dtype=float32")  # the options' own dtype wins
+    assert given.server_options() == "kv_cache=2&dtype=float32"
+    default = Plan(sampler="vllm")
+    assert default.server_options() == default.vllm_options and base_config(default, "builtin:m", "eval", 1).train.dtype == "auto"
+
+
 def test_the_learning_benchmark_takes_a_sampler() -> None:
     import importlib.util
 
@@ -97,11 +116,11 @@ def test_the_learning_benchmark_takes_a_sampler() -> None:
     assert spec is not None and spec.loader is not None
     lc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lc)
-    argv = ["learning_curve.py", "--harness", "react", "--sampler", "vllm", "--vllm-options", "kv_cache=2"]
+    argv = ["learning_curve.py", "--harness", "react", "--sampler", "vllm", "--vllm-options", "kv_cache=2", "--dtype", "bfloat16"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sys.argv", argv)
         plan = lc.make_plan(lc.parse_args(), "react")
-    assert (plan.sampler, plan.vllm_options) == ("vllm", "kv_cache=2")
+    assert (plan.sampler, plan.vllm_options, plan.dtype) == ("vllm", "kv_cache=2", "bfloat16")
 
 
 # --- the real server --------------------------------------------------------------------------------------------------
