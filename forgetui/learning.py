@@ -530,7 +530,7 @@ def score_checkpoint(plan: Plan, step: int, path: str, report: Report = print, e
 
 # The plan fields the base, teacher and SFT stages depend on: a result whose plan agrees on them can lend those stages.
 BEFORE_GRPO = ("harness", "model", "eval_splits", "eval_n", "train_n", "eval_samples", "families", "sft_epochs", "sft_lr",
-               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes", "teacher_templates", "seed")
+               "max_tokens", "max_calls", "train_tasks", "eval_tasks", "teacher_samples", "teacher_mistakes", "teacher_templates", "seed", "dtype")
 
 
 # the timing labels of the stages a reused result lends (its GRPO, selection scores and vLLM server are not lent)

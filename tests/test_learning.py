@@ -242,6 +242,10 @@ def test_an_earlier_run_lends_its_stages_before_grpo_only_to_the_same_plan(tmp_p
         reusable(Plan(harness="pi", sft_epochs=1), earlier)
     with pytest.raises(ValueError, match=r"teacher_templates \(None ≠ 5\)"):
         reusable(Plan(harness="mini-swe-agent", sft_epochs=1, teacher_templates=5), earlier)
+    with pytest.raises(ValueError, match=r"dtype \('auto' ≠ 'bfloat16'\)"):  # SFT trained, and the evals sampled, in another format
+        reusable(Plan(harness="mini-swe-agent", sft_epochs=1, dtype="bfloat16"), earlier)
+    older = {**earlier, "plan": {k: v for k, v in earlier["plan"].items() if k != "dtype"}}  # a plan from before the field: auto
+    reusable(Plan(harness="mini-swe-agent", sft_epochs=1), older)
     ckpt.rmdir()
     with pytest.raises(ValueError, match="is gone"):
         reusable(plan, earlier)
