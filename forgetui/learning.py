@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl
 
 from core.backends.batching import DEFAULT_MAX_BATCH
 from core.config import RunConfig
+from core.models.precision import fastest_dtype
 from core.models.resolve import resolve_model
 from core.paths import runs_dir
 from core.registry import load_env
@@ -105,7 +106,8 @@ class Plan:
     vllm_options: str = "max_model_len=8192&kv_cache=4"  # the managed server's spec options (kv_cache: GiB; 4 holds 32 react rollouts)
     # what every stage computes in: the sampler (built-in backend or vLLM server) and the trainers (SFT, GRPO: float32 master
     # weights under autocast). "auto": float32 on a CPU. "bfloat16" on a CPU with native bfloat16 (AVX-512 BF16, AMX) trains
-    # about 1.8x faster (benchmarks/cpu_loop.py --only dtype); GRPO's rollout correction then weighs the logprob mismatch
+    # about 1.4-1.8x faster (benchmarks/cpu_loop.py --only dtype); GRPO's rollout correction then weighs the logprob mismatch.
+    # "fast": bfloat16 where this machine has it natively, else float32 (a run records which it was)
     dtype: str = "auto"
     timeout_s: int = 600
     train_tasks: list[str] | None = None  # a fixed selection of train task ids (the demo's); None: the whole train split
@@ -147,11 +149,16 @@ class Plan:
     # None: each stage's run starts its own
     shared: SharedVllm | None = field(default=None, repr=False, compare=False)
 
+    def compute_dtype(self) -> str:
+        """`dtype` with "fast" made concrete for this machine."""
+        return fastest_dtype() if self.dtype == "fast" else self.dtype
+
     def server_options(self) -> str:
         """The managed vLLM server's spec options: `vllm_options`, with the plan's dtype unless they name one."""
-        if self.dtype == "auto" or "dtype" in dict(parse_qsl(self.vllm_options)):
+        dtype = self.compute_dtype()
+        if dtype == "auto" or "dtype" in dict(parse_qsl(self.vllm_options)):
             return self.vllm_options
-        return "&".join(filter(None, [self.vllm_options, f"dtype={self.dtype}"]))
+        return "&".join(filter(None, [self.vllm_options, f"dtype={dtype}"]))
 
     def describe(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k not in RUNTIME_FIELDS}
@@ -193,11 +200,11 @@ def base_config(plan: Plan, backend: str, split: str, n: int, tasks: list[str] |
     return RunConfig.model_validate({
         "env": env,
         "harness": {"name": plan.harness, "options": dict(HARNESS_OPTIONS.get(plan.harness, {}))},
-        "policy": {"backend": backend, "max_tokens": plan.max_tokens, "dtype": plan.dtype},  # dtype: the built-in sampler's
+        "policy": {"backend": backend, "max_tokens": plan.max_tokens, "dtype": plan.compute_dtype()},  # dtype: the built-in sampler's
         "runtime": {"kind": plan.runtime},
         "run": {"n_samples": 1, "concurrency": plan.concurrency, "timeout_s": plan.timeout_s, "call_timeout_s": plan.timeout_s, "max_calls": plan.max_calls,
                 "seed": plan.seed},
-        "train": {"dtype": plan.dtype},
+        "train": {"dtype": plan.compute_dtype()},
     })
 
 
@@ -563,6 +570,7 @@ def learning_curve(plan: Plan, out: Path, report: Report = print, reuse: dict[st
     start, end and pass rates as they happen (`forgetui.learning_events`).
     """
     grpo_tasks(plan)  # a wordings setting that selects nothing fails here, not after the stages before GRPO
+    plan.dtype = plan.compute_dtype()  # the result records what "fast" was on this machine
     if not 0.0 <= plan.grpo_merge <= 1.0:
         raise ValueError(f"grpo_merge {plan.grpo_merge}: in [0, 1] (1: GRPO's checkpoint as is, 0: SFT's)")
     if plan.select_every > 0:

@@ -98,8 +98,9 @@ class Recipe(_Part):
     concurrency: int = Field(8, ge=1, le=256)
     sampler: Literal["builtin", "vllm"] = Field("builtin", description="what samples the rollouts (passed through to the learning plan)")
     max_calls: int | None = Field(2, ge=1, description="model calls a rollout may make")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="what every stage computes in, sampling and training "
-                                                          "(auto: float32 on a CPU; bfloat16 trains ~1.8x faster on a CPU with native bfloat16)")
+    dtype: Literal["auto", "float32", "bfloat16", "fast"] = Field("auto", description="what every stage computes in, sampling and "
+                                                                  "training (auto: float32 on a CPU; fast: bfloat16 where the machine has it "
+                                                                  "natively, else float32)")
     sft: SftPart = Field(default_factory=SftPart)
     teacher: TeacherPart = Field(default_factory=TeacherPart)
     grpo: GrpoPart = Field(default_factory=GrpoPart)

@@ -109,6 +109,19 @@ def test_the_plans_dtype_reaches_every_sampler_and_trainer(tmp_path: Path) -> No
     assert default.server_options() == default.vllm_options and base_config(default, "builtin:m", "eval", 1).train.dtype == "auto"
 
 
+@pytest.mark.parametrize("native", ["bfloat16", "float32"])
+def test_a_fast_plan_computes_in_what_this_machine_multiplies_natively(monkeypatch: pytest.MonkeyPatch, native: str) -> None:
+    import forgetui.learning as learning
+    from core.models.precision import fastest_dtype
+
+    assert fastest_dtype() in ("bfloat16", "float32")  # this machine's answer, whichever it is
+    monkeypatch.setattr(learning, "fastest_dtype", lambda: native)
+    plan = learning.Plan(sampler="vllm", dtype="fast")
+    assert plan.server_options().endswith(f"dtype={native}")
+    config = learning.base_config(plan, "builtin:m", "eval", 1)
+    assert (config.train.dtype, config.policy.spec.options.get("dtype")) == (native, native)
+
+
 def test_the_learning_benchmark_takes_a_sampler() -> None:
     import importlib.util
 

@@ -50,6 +50,16 @@ def native_bf16() -> bool:
         return False
 
 
+def fastest_dtype() -> str:
+    """"bfloat16" where this machine multiplies it natively (a CUDA GPU that supports it, else a CPU with AVX-512 BF16
+    or AMX), else "float32": what a schedule meant to run anywhere asks for when speed matters more than exact logprobs."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    return "bfloat16" if native_bf16() else "float32"
+
+
 def dtype_name(dtype: Any) -> str:
     """"bfloat16" for torch.bfloat16 and so on."""
     return str(dtype).removeprefix("torch.")
