@@ -184,7 +184,8 @@ def policy(plan: Plan, model: str, *, sampling: bool = True, load: bool = True) 
         plan.timings["vllm-reloads"] = sum(plan.shared.reload_s)
         return spec
     if sampling and plan.sampler == "vllm":
-        return f"vllm:{model}?{plan.server_options()}" if plan.server_options() else f"vllm:{model}"
+        options = plan.server_options()
+        return f"vllm:{model}?{options}" if options else f"vllm:{model}"
     rows = plan.max_batch if plan.max_batch is not None else max(plan.concurrency, DEFAULT_MAX_BATCH)
     return f"builtin:{model}" if rows == DEFAULT_MAX_BATCH else f"builtin:{model}?max_batch={rows}"
 
