@@ -31,15 +31,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-# --order's sides beyond builtin and vllm, each (more spec options, more environment for the server it starts): the managed
-# vLLM server with vLLM's own compilation, not the CPU default (eager); with no core kept back for vLLM's scheduler process
-# (its CPU build reserves one, leaving one of 2 cores to the model); in bfloat16, not float32 (on a CPU with native bfloat16)
-SIDES: dict[str, tuple[str, dict[str, str]]] = {
-    "vllm-compiled": ("&args=--no-enforce-eager", {}),
-    "vllm-all-cores": ("", {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}),
-    "vllm-bf16": ("&dtype=bfloat16", {}),
+# --order's sides, each (the plan's sampler, more vLLM spec options, more environment for the server it starts, the plan's
+# dtype): the built-in backend and the managed vLLM server as a learning run has them; that server with vLLM's own
+# compilation, not the CPU default (eager); with no core kept back for vLLM's scheduler process (its CPU build reserves
+# one, leaving one of 2 cores to the model); either sampler in bfloat16, not float32 (on a CPU with native bfloat16)
+SIDES: dict[str, tuple[str, str, dict[str, str], str]] = {
+    "builtin": ("builtin", "", {}, "auto"),
+    "vllm": ("vllm", "", {}, "auto"),
+    "vllm-compiled": ("vllm", "&args=--no-enforce-eager", {}, "auto"),
+    "vllm-all-cores": ("vllm", "", {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}, "auto"),
+    "vllm-bf16": ("vllm", "", {}, "bfloat16"),
+    "builtin-bf16": ("builtin", "", {}, "bfloat16"),
 }
-BUILTIN_SIDES = {"builtin-bf16": "dtype=bfloat16"}  # the built-in backend's spec options beyond policy()'s
 
 
 class ReadyTimes(logging.Handler):
@@ -92,6 +95,9 @@ def main() -> int:
     parser.add_argument("--vllm-options", default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/vllm_sampler"))
     args = parser.parse_args()
+    order = [s.strip() for s in args.order.split(",")]
+    if unknown := [s for s in order if s not in SIDES]:
+        parser.error(f"--order: unknown side(s) {', '.join(unknown)}; the sides are {', '.join(SIDES)}")
 
     from core.models.quiet import silence_third_party
     from forgetui.learning import Plan, evaluate, policy, sft, teach
@@ -112,16 +118,12 @@ def main() -> int:
     rows = []
     options = plan.vllm_options
     for round_ in range(args.rounds):
-        for sampler in [s.strip() for s in args.order.split(",")]:
-            more_options, more_env = SIDES.get(sampler, ("", {}))
-            plan.sampler = "vllm" if sampler in SIDES else "builtin" if sampler in BUILTIN_SIDES else sampler
+        for sampler in order:
+            plan.sampler, more_options, more_env, plan.dtype = SIDES[sampler]
             plan.vllm_options = options + more_options
-            spec = policy(plan, model)
-            if sampler in BUILTIN_SIDES:
-                spec += ("&" if "?" in spec else "?") + BUILTIN_SIDES[sampler]
             before, started, starts = load(), time.monotonic(), len(ready.seconds)
             with patched_env(more_env):
-                result = evaluate(plan, spec, f"{sampler} r{round_}", print)["splits"][args.split]
+                result = evaluate(plan, policy(plan, model), f"{sampler} r{round_}", print)["splits"][args.split]
             row = {"round": round_, "sampler": sampler, "seconds": time.monotonic() - started, "pass_rate": result["pass_rate"],
                    "passed": result["passed"], "scored": result["scored"], "load_before": before, "load_after": load(),
                    "server_ready_s": ready.seconds[starts] if len(ready.seconds) > starts else None, "run_id": result["run_id"],
