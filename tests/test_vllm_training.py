@@ -331,3 +331,28 @@ def test_one_server_serves_each_stage_of_a_learning_run_by_reloading_its_checkpo
     shared.spec(model_dir)  # back to the base model
     assert served(managed, prompt) == (base[0], pytest.approx(base[1], abs=1e-4))
     lora_push.check_push(LocalTrainer(model_dir), managed)  # leave the start weights' version for the tests after
+
+
+def test_the_sampler_benchmarks_sides_set_the_plans_sampler_and_dtype(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from core.backends.vllm_server import ServerSettings
+    from forgetui.learning import Plan, base_config, policy
+
+    spec = importlib.util.spec_from_file_location("vllm_sampler_script", Path(__file__).parents[1] / "benchmarks" / "vllm_sampler.py")
+    assert spec is not None and spec.loader is not None
+    vs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vs)
+    for name, want in (("builtin-bf16", ("builtin", "bfloat16")), ("vllm-bf16", ("vllm", "bfloat16")), ("vllm", ("vllm", "float32"))):
+        plan = Plan()
+        plan.sampler, more_options, _, plan.dtype = vs.SIDES[name]
+        plan.vllm_options += more_options
+        if plan.sampler == "vllm":
+            got = ServerSettings.from_options("m", dict(PolicySpec.parse(policy(plan, "m")).options)).dtype
+        else:
+            got = base_config(plan, policy(plan, "m"), "eval", 1).policy.spec.options.get("dtype")
+        assert (plan.sampler, got) == want, name
+    monkeypatch.setattr("sys.argv", ["vllm_sampler.py", "--order", "builtin,bf16"])
+    with pytest.raises(SystemExit):
+        vs.main()  # an unknown side is refused before any stage runs
+    assert "unknown side(s) bf16; the sides are builtin, vllm," in capsys.readouterr().err
