@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,6 +44,13 @@ SIDES: dict[str, tuple[str, str, dict[str, str], str]] = {
     "vllm-bf16": ("vllm", "", {}, "bfloat16"),
     "builtin-bf16": ("builtin", "", {}, "bfloat16"),
 }
+
+
+def use_side(plan: Any, side: str, options: str) -> dict[str, str]:
+    """Set `plan`'s sampler, vLLM options (`options` plus the side's) and dtype for `side`; the server environment it adds."""
+    plan.sampler, more_options, more_env, plan.dtype = SIDES[side]
+    plan.vllm_options = options + more_options
+    return more_env
 
 
 class ReadyTimes(logging.Handler):
@@ -119,8 +127,7 @@ def main() -> int:
     options = plan.vllm_options
     for round_ in range(args.rounds):
         for sampler in order:
-            plan.sampler, more_options, more_env, plan.dtype = SIDES[sampler]
-            plan.vllm_options = options + more_options
+            more_env = use_side(plan, sampler, options)
             before, started, starts = load(), time.monotonic(), len(ready.seconds)
             with patched_env(more_env):
                 result = evaluate(plan, policy(plan, model), f"{sampler} r{round_}", print)["splits"][args.split]

@@ -345,8 +345,7 @@ def test_the_sampler_benchmarks_sides_set_the_plans_sampler_and_dtype(monkeypatc
     spec.loader.exec_module(vs)
     for name, want in (("builtin-bf16", ("builtin", "bfloat16")), ("vllm-bf16", ("vllm", "bfloat16")), ("vllm", ("vllm", "float32"))):
         plan = Plan()
-        plan.sampler, more_options, _, plan.dtype = vs.SIDES[name]
-        plan.vllm_options += more_options
+        vs.use_side(plan, name, plan.vllm_options)
         if plan.sampler == "vllm":
             got = ServerSettings.from_options("m", dict(PolicySpec.parse(policy(plan, "m")).options)).dtype
         else:
