@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def _anchors(page: Path) -> set[str]:
     out = set(re.findall(r"\{#([\w-]+)\}", text)) | set(re.findall(r'id="([\w.-]+)"', text))
     out |= set(re.findall(r"^::: ([\w.]+)", text, re.M))  # mkdocstrings: each object's anchor is its path
     for heading in re.findall(r"^#+ (.+)$", text, re.M):
-        out.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+        out.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))  # GitHub's
+        ascii_heading = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
+        out.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", ascii_heading).strip().lower()))  # Python-Markdown's toc (MkDocs)
     return out
 
 
