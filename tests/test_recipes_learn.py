@@ -52,7 +52,7 @@ def test_the_shipped_recipes_encode_the_readmes_best_runs() -> None:
     assert (react.sft.epochs, react.sft.lr, react.grpo.temperature, react.grpo.lr, react.grpo.steps, react.concurrency) == (1, 5e-5, 1.0, 2e-5, 12, 32)
     assert (react.grpo.warmup_steps, react.grpo.wordings, react.select.wordings, react.select.start) == (4, "practice", "practice", True)
     assert (mini.teacher.templates, mini.sft.epochs, mini.grpo.lr, mini.concurrency) == (6, 2, 2e-5, 16)
-    assert (mini.grpo.wordings, mini.grpo.kl_coef, mini.select.every) == ("practice", 0.1, 0)
+    assert (mini.grpo.wordings, mini.grpo.kl_coef, mini.select.every, mini.dtype) == ("practice", 0.1, 0, "fast")
     assert (pi.sft.epochs, pi.grpo.steps, pi.grpo.lr) == (1, 4, 5e-6)
 
 
