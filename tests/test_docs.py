@@ -71,6 +71,7 @@ def _anchors(page: Path) -> set[str]:
     out |= set(re.findall(r"^::: ([\w.]+)", text, re.M))  # mkdocstrings: each object's anchor is its path
     for heading in re.findall(r"^#+ (.+)$", text, re.M):
         out.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))  # GitHub's
+        # markdown.extensions.toc.slugify, restated: Markdown comes with the docs extra, which `make test` does not install
         ascii_heading = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
         out.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", ascii_heading).strip().lower()))  # Python-Markdown's toc (MkDocs)
     return out
