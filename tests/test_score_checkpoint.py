@@ -52,3 +52,31 @@ def test_a_missing_folder_or_a_result_without_sft_is_refused(tmp_path: Path) -> 
         score_checkpoint.parse([str(tmp_path)])
     with pytest.raises(SystemExit, match="no SFT stage on eval-phrasing"):
         score_checkpoint.sft_counts({"stages": [{"stage": "base", "splits": {}}]}, "eval-phrasing")
+
+
+def test_new_tasks_score_the_next_tasks_of_each_family_paired_against_the_scored_sft(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--new-tasks K: the K tasks a family after the plan's eval_n (never scored by the run), SFT scored first and the
+    baseline of the others, since the run's own SFT stage never saw those tasks."""
+    import forgetui.learning as learning
+
+    plan = Plan(seed=1, eval_n=2, families="rename,write-file")
+    result = {"plan": plan.describe(), "stages": [{"stage": "sft", "splits": {"eval-phrasing": split_result(per_task([4, 4]), "s")}}]}
+    folders = {name: tmp_path / name for name in ("sft", "grpo")}
+    for folder in folders.values():
+        folder.mkdir()
+    seen = []
+
+    def fake_evaluate(p, backend, label, report=print, events=None, wording="templates"):
+        seen.append((label, p.eval_n, list(p.eval_tasks)))
+        rates = [1, 1, 1, 1] if label == "sft" else [3, 1, 1, 1]
+        return {"splits": {"eval-phrasing": split_result(per_task(rates), "r")}}
+
+    monkeypatch.setattr(learning, "evaluate", fake_evaluate)
+    given = score_checkpoint.parse([f"grpo={folders['grpo']}", f"sft={folders['sft']}"])
+    scores = score_checkpoint.score(result, given, "eval-phrasing", tmp_path, extra=2)
+    fresh = ["rename-p002", "rename-p003", "write-file-p002", "write-file-p003"]
+    assert [(label, n, sorted(tasks)) for label, n, tasks in seen] == [("sft", 4, fresh), ("grpo", 4, fresh)]
+    assert scores["sft"]["vs_sft"]["gain"] == 0.0  # against itself, not against the run's 4-of-4 SFT stage
+    assert (scores["grpo"]["vs_sft"]["gain"], scores["grpo"]["vs_sft"]["up"]) == (0.125, 1)
+    with pytest.raises(SystemExit, match="give its checkpoint as sft=FOLDER"):
+        score_checkpoint.score(result, [("grpo", str(folders["grpo"]))], "eval-phrasing", tmp_path, extra=2)
