@@ -6,8 +6,6 @@
 Each round runs `forgetui.learning.evaluate` (the plan's eval split, 5 tasks a family × 4 samples = 100 rollouts by
 default) once per sampler, in `--order`, so load drifts on a shared machine hit both alike. The vLLM stage's wall time
 includes starting its server (the run starts one for its model); the server's own ready time is printed beside it.
-`vllm-bf16-iomp` is `vllm-bf16` with Intel's OpenMP (the vLLM environment's libiomp5) in LD_PRELOAD, as vLLM's CPU worker
-asks; `vllm-bf16-spin0` / `-spin1` set FORGETUI_VLLM_SPIN_S (the launcher's spin of vLLM's queue readers: 0 s, or vLLM's 1 s).
 `--order vllm,vllm-compiled` compares the managed server's CPU default (eager) with vLLM's compilation
 (`--no-enforce-eager`); `vllm-all-cores` is the server with VLLM_CPU_NUM_OF_RESERVED_CPU=0 (vLLM's CPU build keeps
 one core for its scheduler process and runs the model on the rest); `vllm-bf16` and `builtin-bf16` sample in
@@ -45,27 +43,14 @@ SIDES: dict[str, tuple[str, str, dict[str, str], str]] = {
     "vllm-all-cores": ("vllm", "", {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}, "auto"),
     "vllm-bf16": ("vllm", "", {}, "bfloat16"),
     "builtin-bf16": ("builtin", "", {}, "bfloat16"),
-    "vllm-bf16-iomp": ("vllm", "", {"LD_PRELOAD": "<iomp>"}, "bfloat16"),
-    "vllm-bf16-spin0": ("vllm", "", {"FORGETUI_VLLM_SPIN_S": "0"}, "bfloat16"),
-    "vllm-bf16-spin1": ("vllm", "", {"FORGETUI_VLLM_SPIN_S": "1"}, "bfloat16"),
 }
-
-
-def iomp_library() -> str:
-    """Intel's OpenMP runtime from the vLLM environment (vLLM's CPU build installs it; its worker asks for it in LD_PRELOAD)."""
-    from core.backends.vllm_server import vllm_python
-
-    found = Path(vllm_python()).absolute().parents[1] / "lib" / "libiomp5.so"
-    if not found.exists():
-        raise SystemExit(f"no {found}: the vllm-bf16-iomp side needs Intel's OpenMP in the vLLM environment (`make vllm`)")
-    return str(found)
 
 
 def use_side(plan: Any, side: str, options: str) -> dict[str, str]:
     """Set `plan`'s sampler, vLLM options (`options` plus the side's) and dtype for `side`; the server environment it adds."""
     plan.sampler, more_options, more_env, plan.dtype = SIDES[side]
     plan.vllm_options = options + more_options
-    return {k: iomp_library() if v == "<iomp>" else v for k, v in more_env.items()}
+    return more_env
 
 
 class ReadyTimes(logging.Handler):
