@@ -70,6 +70,7 @@ def parse(items: list[str]) -> list[tuple[str, str]]:
 def score(result: dict[str, Any], checkpoints: list[tuple[str, str]], split: str, out: Path, extra: int = 0) -> dict[str, Any]:
     from forgetui.learning import evaluate, per_task_counts, policy
     from forgetui.learning_report import paired_gain
+    from forgetui.learning_sampler import SharedVllm
 
     plan = plan_of(result, split)
     if extra:
@@ -82,8 +83,6 @@ def score(result: dict[str, Any], checkpoints: list[tuple[str, str]], split: str
         before = sft_counts(result, split)
     out.mkdir(parents=True, exist_ok=True)
     scores: dict[str, Any] = {}
-    from forgetui.learning_sampler import SharedVllm
-
     if plan.sampler == "vllm":
         plan.shared = SharedVllm.for_model(plan.model, plan.server_options(), out / "vllm-server.log")
         plan.shared.start()
@@ -113,6 +112,8 @@ def main() -> None:
     parser.add_argument("--new-tasks", type=int, default=0, metavar="K",
                         help="score K more tasks a family, after the run's eval_n (paired against the checkpoint labelled sft)")
     args = parser.parse_args()
+    if args.new_tasks < 0:
+        parser.error(f"--new-tasks {args.new_tasks}: a number of tasks a family, 0 or more")
     result = json.loads(args.result.read_text())
     score(result, parse(args.checkpoints), args.split, args.out or args.result.parent, args.new_tasks)
 
