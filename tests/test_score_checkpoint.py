@@ -80,3 +80,10 @@ def test_new_tasks_score_the_next_tasks_of_each_family_paired_against_the_scored
     assert (scores["grpo"]["vs_sft"]["gain"], scores["grpo"]["vs_sft"]["up"]) == (0.125, 1)
     with pytest.raises(SystemExit, match="give its checkpoint as sft=FOLDER"):
         score_checkpoint.score(result, [("grpo", str(folders["grpo"]))], "eval-phrasing", tmp_path, extra=2)
+
+
+def test_a_negative_new_tasks_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setattr("sys.argv", ["score_checkpoint.py", str(tmp_path / "missing.json"), f"sft={tmp_path}", "--new-tasks", "-1"])
+    with pytest.raises(SystemExit) as exit_:
+        score_checkpoint.main()
+    assert exit_.value.code == 2 and "--new-tasks -1: a number of tasks a family, 0 or more" in capsys.readouterr().err
