@@ -552,6 +552,44 @@ async def test_the_rollout_list_moves_scrolls_and_opens_by_key_and_click(tmp_pat
         assert {lines.row_cells(i)[1] for i in range(lines.row_count)} == {"task-1"} and lines.row_count == 17
 
 
+async def test_a_new_row_that_takes_the_cursors_place_is_announced() -> None:
+    """A refresh that puts another row under the cursor at the same index (a new run listed first, followed) posts
+    Highlighted with it; a refresh that keeps the same row there posts nothing (the CI flake of stop 62: the Runs
+    tabs stayed on the older run)."""
+    from textual.app import App
+
+    from forgetui.tui.rows import RolloutRow
+    from forgetui.tui.widgets.line_table import LineTable
+    from forgetui.tui.widgets.rollout_lines import RolloutLines
+
+    heard: list[str | None] = []
+
+    class One(App):
+        def compose(self):  # noqa: ANN202
+            yield RolloutLines(id="lines")
+
+        def on_line_table_highlighted(self, message: LineTable.Highlighted) -> None:
+            heard.append(None if message.row is None else message.row.rollout_id)
+
+    def line(name: str) -> RolloutRow:
+        return RolloutRow(name, "run", "task", 0, 0, "done", 1.0, True, 1, 3, 24, 30.0, None)
+
+    app = One()
+    async with app.run_test(size=(100, 12)) as pilot:
+        lines = app.query_one(RolloutLines)
+        lines.show_lines([line("older")])
+        await pilot.pause()
+        assert heard[-1] == "older"
+        before = len(heard)
+        lines.show_lines([line("older")])  # the same row again: no news
+        await pilot.pause()
+        assert len(heard) == before
+        lines.follow_row(lambda row: row.rollout_id == "newer")
+        lines.show_lines([line("newer"), line("older")])  # at index 0, where the cursor already was
+        await pilot.pause()
+        assert lines.cursor == 0 and heard[-1] == "newer"
+
+
 def test_a_big_load_runs_without_collections_and_ends_frozen() -> None:
     import gc
 

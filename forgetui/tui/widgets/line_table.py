@@ -146,6 +146,7 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         self._cells: dict[int, list[Cell]] = {}  # shown index → its cells, for the rows drawn so far
         self._search: list[str] | None = None  # each row's text the filter looks in, built on the first filter
         self._follow: tuple[Callable[[Any], bool], Callable[[Any], bool]] | None = None  # see follow()
+        self._announced: str | None = None  # row_key of the row the last Highlighted message carried
 
     # -- what subclasses give
     def row_key(self, row: Any) -> str:
@@ -229,8 +230,10 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         self._scroll_to_cursor()
         self.border_subtitle = self.subtitle()
         self.refresh()
-        if keep is None or index is None or index != old:
-            self.post_message(self.Highlighted(self, self.selected))
+        # a different row under the cursor is news even at the same index (the run that took its launch's place)
+        now = self.selected
+        if keep is None or index is None or index != old or (now is not None and self.row_key(now) != self._announced):
+            self._announce()
 
     def _measure(self) -> None:
         """Natural widths from the rows (a sample of a long list), then widths that fit the screen."""
@@ -325,7 +328,12 @@ class LineTable(ScrollView, can_focus=True, inherit_bindings=False):
         self._refresh_row(old)
         self._refresh_row(new)
         self._scroll_to_cursor()
-        self.post_message(self.Highlighted(self, self.selected))
+        self._announce()
+
+    def _announce(self) -> None:
+        row = self.selected
+        self._announced = None if row is None else self.row_key(row)
+        self.post_message(self.Highlighted(self, row))
 
     def _refresh_row(self, index: int) -> None:
         y = index - self.scroll_offset.y + 1
