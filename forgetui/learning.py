@@ -75,9 +75,12 @@ class Plan:
     harness: str = "react"
     model: str = "smollm2-135m"
     eval_splits: tuple[str, ...] = EVAL_SPLITS
-    eval_n: int = 5  # eval tasks per family and split
+    # an eval stage's 100 rollouts as 20 tasks a family x 1 sample, not 5 x 4: the paired gain's interval is over tasks,
+    # and one sample's noise is 61% of a task's variance at 4 samples, so more tasks narrow it to 0.84x at the same cost
+    # (benchmarks/eval_design.py over 49 runs, 2026-12-07; runs before that date were measured at 5 x 4)
+    eval_n: int = 20  # eval tasks per family and split
     train_n: int = 20  # train tasks per family (plus hello)
-    eval_samples: int = 4
+    eval_samples: int = 1
     families: str = "write-file,sum-numbers,count-lines,make-dirs,rename"
     sft_epochs: int = 3
     sft_lr: float = 1e-4
