@@ -53,7 +53,8 @@ def test_the_shipped_recipes_encode_the_readmes_best_runs() -> None:
     assert (react.grpo.warmup_steps, react.grpo.wordings, react.select.wordings, react.select.start) == (4, "practice", "practice", True)
     assert (mini.teacher.templates, mini.sft.epochs, mini.grpo.lr, mini.concurrency) == (6, 2, 2e-5, 16)
     assert (mini.grpo.wordings, mini.grpo.kl_coef, mini.select.every, mini.dtype) == ("practice", 0.1, 0, "fast")
-    assert (pi.sft.epochs, pi.grpo.steps, pi.grpo.lr) == (1, 4, 5e-6)
+    assert (pi.sft.epochs, pi.sft.lr, pi.grpo.steps, pi.grpo.lr) == (1, 5e-5, 4, 2e-5)
+    assert (pi.grpo.wordings, pi.grpo.kl_coef, pi.concurrency) == ("practice", 0.1, 32)
 
 
 def test_a_recipes_unset_fields_are_the_plans_defaults() -> None:
