@@ -6,11 +6,12 @@ The paired gain is the mean over n tasks of d_i, GRPO's pass rate on task i minu
 samples. d_i is the task's own change plus sampling noise, so Var(gain) = (σ²_task + σ²_1 / k) / n, where σ²_task
 is how much the true change varies between tasks and σ²_1 the noise of one sample of each stage. Both are
 estimated (method of moments) from every learning_curve-*.json in BASELINES_DIR whose SFT and GRPO stages scored
-eval-phrasing with one k: within a task the unbiased noise of d_i is Σ p̂(1 − p̂)/(k − 1) over the two stages,
-and σ²_task is what the spread of d_i leaves after it. Prints the two, the predicted 95% half-width of designs
-with the same rollouts per stage (the budget) and with twice as many, each as a ratio to the plan's 25 × 4, and a
-check of the model against the replicates (replicate-p005-p009-*.json: 25 fresh tasks pooled with the run's own 25,
-their bootstrap interval against the prediction for 50 × 4).
+eval-phrasing with one k ≥ 2 (at one sample a task noise and spread cannot be told apart): within a task the
+unbiased noise of d_i is Σ p̂(1 − p̂)/(k − 1) over the two stages, and σ²_task is what the spread of d_i leaves
+after it. Prints the two, the predicted 95% half-width of designs with the same rollouts per stage (the budget)
+and with twice as many, each as a ratio to 25 × 4 (the plan's until 2026-12-07), and a check of the model
+against the replicates (replicate-p005-p009-*.json: 25 fresh tasks pooled with the run's own 25, their bootstrap
+interval against the prediction for 50 × 4).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from forgetui.learning_report import paired_gain  # noqa: E402
 
 SPLIT = "eval-phrasing"
-BASELINE = (25, 4)  # the plan's eval: 5 tasks a family × 5 families, 4 samples each
+BASELINE = (25, 4)  # the plan's eval until 2026-12-07: 5 tasks a family × 5 families, 4 samples each (since: 100 × 1)
 
 
 def stage_tasks(result: dict[str, Any], stage: str) -> dict[str, tuple[int, int]] | None:
