@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from forgetui.learning import per_task_counts  # noqa: E402
 from forgetui.learning_report import paired_gain  # noqa: E402
 
 SPLIT = "eval-phrasing"
@@ -33,11 +34,12 @@ BASELINE = (25, 4)  # the plan's eval until 2026-12-07: 5 tasks a family × 5 fa
 
 
 def stage_tasks(result: dict[str, Any], stage: str) -> dict[str, tuple[int, int]] | None:
-    """{task: (passed, samples)} of a stage's eval-phrasing score, or None when the run has none."""
+    """{task: (passed, samples)} of a stage's eval-phrasing score, or None when the run recorded none per task (an
+    older result's counts live only in its run's store, which this machine may not hold)."""
     for entry in result.get("stages", []):
         if isinstance(entry, dict) and entry.get("stage") == stage:
-            per_task = entry.get("splits", {}).get(SPLIT, {}).get("per_task")
-            return {t: (int(p), int(n)) for t, (p, n) in per_task.items()} if per_task else None
+            split = entry.get("splits", {}).get(SPLIT, {})
+            return per_task_counts(split) if split.get("per_task") else None
     return None
 
 
@@ -97,8 +99,8 @@ def main() -> int:
             continue
         result, fresh = json.loads(original.read_text()), json.loads(path.read_text())
         sft, grpo = dict(stage_tasks(result, "sft") or {}), dict(stage_tasks(result, "grpo") or {})
-        sft.update({t: tuple(v) for t, v in fresh["sft"]["result"]["per_task"].items()})
-        grpo.update({t: tuple(v) for t, v in fresh["grpo"]["result"]["per_task"].items()})
+        sft.update(per_task_counts(fresh["sft"]["result"]))
+        grpo.update(per_task_counts(fresh["grpo"]["result"]))
         pooled = paired_gain(sft, grpo)
         observed.append((pooled["ci"][1] - pooled["ci"][0]) / 2)
         print(f"replicate {name}: {pooled['tasks']} tasks, gain {pooled['gain']:+.3f}, half-width {observed[-1]:.3f}")
