@@ -37,7 +37,7 @@ def eval_once(client: str, samples: int, concurrency: int, sampler: str) -> tupl
     from forgetui import learning
 
     learning.HARNESS_OPTIONS["mini-swe-agent"] = {**learning.HARNESS_OPTIONS["mini-swe-agent"], "client": client}
-    plan = learning.Plan(harness="mini-swe-agent", eval_splits=("eval-phrasing",), eval_samples=samples,
+    plan = learning.Plan(harness="mini-swe-agent", eval_splits=("eval-phrasing",), eval_n=5, eval_samples=samples,  # 25 tasks, as measured
                          concurrency=concurrency, sampler=sampler)
     cpu, started = busy_cpu_s(), time.monotonic()
     result = learning.evaluate(plan, learning.policy(plan, plan.model), f"base, {client} client")
