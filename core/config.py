@@ -210,6 +210,12 @@ class InProcessSettings(TrainSettingsGroup):
     rollout_correction: RolloutCorrection = Field("auto", description="truncated importance sampling of the sampler/trainer mismatch, veRL's (auto: where they disagree by > 1e-3)")
 
 
+class TrainerStateSettings(TrainSettingsGroup):
+    """What the in-process trainers keep in their checkpoints besides the weights."""
+
+    keep_states: int = Field(1, ge=1, le=1 << 20, description="checkpoints that keep the trainer state a resume needs (optimizer moments and schedule: twice the weights in float32), the newest N; older ones keep their weights, served and scored as before")
+
+
 class GroupSettings(TrainSettingsGroup):
     """What each step samples and how its rollouts' advantages are computed."""
 
@@ -250,7 +256,7 @@ class RunTrainingSettings(TrainSettingsGroup):
     micro_batch_size: int = Field(4, ge=1, le=1 << 20, description="sft: examples per optimizer step; verl: samples per forward per GPU (gradient accumulation); the local trainer packs by pack_samples instead")
 
 
-class TrainConfig(SftSettings, LocalGrpoSettings, GroupSettings, InProcessSettings, PolicyLossSettings, UpdateSettings, RunTrainingSettings):
+class TrainConfig(SftSettings, LocalGrpoSettings, GroupSettings, TrainerStateSettings, InProcessSettings, PolicyLossSettings, UpdateSettings, RunTrainingSettings):
     """Training: `steps` > 0 turns a run into a trainer (see core.train).
 
     One flat [train] table made of settings groups, each key declared once in one group; each trainer names the

@@ -240,6 +240,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
             stale = prune_harness_volumes(runtime.client, everything=args.all)
             log.info("docker: removed %d unused harness volume(s)%s", len(stale), f": {', '.join(stale)}" if stale else "")
+    if args.checkpoints:
+        from core.paths import runs_dir
+        from core.train.prune import prune_runs
+
+        log.info("runs: %.1f GB freed (older trainer states, finished runs' pushed weights)", prune_runs(runs_dir()) / 1e9)
     print(total)
     return 0
 
@@ -369,6 +374,7 @@ def _add_train(sub: Any) -> None:
 
 def _add_gc(sub: Any) -> None:
     p = sub.add_parser("gc", help="remove sandboxes left behind by runs that died (kill -9), and unused older harness volumes")
+    p.add_argument("--checkpoints", action="store_true", help="also free runs' disk: every checkpoint's trainer state (optimizer, schedule) but the newest train.keep_states of its run, and the weights finished runs pushed to their vLLM server; the checkpoints' weights stay")
     p.add_argument("--runtime", action="append", choices=["docker", "local", "kubernetes"], default=None)
     p.add_argument("--all", action="store_true", help="also remove every forgetui sandbox of this owner, live runs included (kubernetes: made by this installation, the id kept in FORGETUI_HOME), and every unused harness volume")
     p.add_argument("--config", help="kubernetes: the run config whose [runtime.kubernetes] names the cluster and namespace")

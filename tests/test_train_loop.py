@@ -81,6 +81,10 @@ def test_grpo_steps_through_the_proxy_raise_rewarded_completions(docker_client, 
     assert sum(up) / len(up) > 0 > sum(down) / len(down)
 
     assert (run_dir / "checkpoints" / "step-00001" / "config.json").exists()
+    # only the newest checkpoint keeps the optimizer state a resume needs (train.keep_states = 1); step 0 kept its weights, read above
+    from core.train.checkpoints import TRAINER_STATE, is_pruned
+
+    assert [is_pruned(run_dir / "checkpoints" / s / TRAINER_STATE) for s in ("step-00000", "step-00001")] == [True, False]
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 

@@ -15,6 +15,7 @@ from core.config import (
     PolicyLossSettings,
     SftSettings,
     TrainConfig,
+    TrainerStateSettings,
     dump_toml,
     load_config,
 )
@@ -117,7 +118,7 @@ def test_each_trainer_names_the_groups_it_reads_and_every_group_has_a_reader() -
         assert settings <= groups, f"{name} names settings groups TrainConfig is not made of"
     assert set().union(*read.values()) == groups, "a [train] group no trainer reads"
     assert set(FROM_TRAIN) <= read["local"] and set(FROM_TRAIN) - read["sft"] == {PolicyLossSettings}  # sft_step takes no policy loss
-    assert read["local"] - read["verl"] == {InProcessSettings, LocalGrpoSettings}  # veRL's check() refuses call_discount
+    assert read["local"] - read["verl"] == {InProcessSettings, LocalGrpoSettings, TrainerStateSettings}  # veRL's check() refuses call_discount; it keeps its own checkpoints
     assert read["sft"] - read["local"] == {SftSettings}
 
 

@@ -31,7 +31,7 @@ from core.models.precision import resolve_dtype
 from core.options import validated
 from core.tokens.vision import forward_inputs, vision_prompt
 from core.train import weights as W
-from core.train.checkpoints import TRAINER_STATE
+from core.train.checkpoints import PRUNED, TRAINER_STATE
 from core.train.logprobs import Batch, collate, pack, token_logprobs
 from core.train.types import Sample
 
@@ -506,6 +506,11 @@ class LocalTrainer:
                 f"{path} is not a trainer checkpoint (no {TRAINER_STATE}); save one with save_checkpoint"
             )
         state = torch.load(state_file, map_location="cpu", weights_only=True)
+        if state.get(PRUNED):
+            raise ConfigError(
+                f"{path} kept its weights only (its trainer state was pruned: train.keep_states keeps the newest); "
+                "resume from a newer checkpoint, or serve this one as builtin:PATH"
+            )
         if state.get("version") != STATE_VERSION:
             raise ConfigError(
                 f"{state_file}: trainer state version {state.get('version')}, this trainer reads {STATE_VERSION}"

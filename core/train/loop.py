@@ -28,6 +28,7 @@ from core.config import (
     PolicyLossSettings,
     RunConfig,
     RunTrainingSettings,
+    TrainerStateSettings,
     UpdateSettings,
 )
 from core.env import Task, is_held_out
@@ -37,9 +38,10 @@ from core.paths import runs_dir
 from core.proxy.factory import token_policy
 from core.session import RunSession, store_rows
 from core.status import RunStatus, Tally
+from core.train import vllm_sync
 from core.train.advantages import compute_advantages, discount_calls, resolve_estimator
 from core.train.batches import TaskSchedule
-from core.train.checkpoints import checkpoint_dir, last_checkpoint
+from core.train.checkpoints import last_checkpoint, write_checkpoint
 from core.train.dynamic_sampling import informative_groups, plan_refill
 from core.train.local import LocalTrainer, trainer_settings
 from core.train.lora_push import check_push, push_weights
@@ -182,7 +184,7 @@ class LocalTraining:
         self.mirror.write(train_step_rows(self.store.cursor(), run_id, [step]))
 
     def checkpoint(self, step: int) -> Path:
-        return self.trainer.save_checkpoint(checkpoint_dir(self.session.run_dir, step))
+        return write_checkpoint(self.trainer, self.session.run_dir, step, self.config.train.keep_states)
 
 
 async def load_for_training(config: RunConfig, run_dir: Path | None) -> tuple[TokenBackend, LocalTrainer, int]:
@@ -207,7 +209,7 @@ class LocalTrainerRun:
 
     name = "local"
     runs_rollouts = True
-    settings = (RunTrainingSettings, UpdateSettings, PolicyLossSettings, InProcessSettings, GroupSettings, LocalGrpoSettings)
+    settings = (RunTrainingSettings, UpdateSettings, PolicyLossSettings, InProcessSettings, TrainerStateSettings, GroupSettings, LocalGrpoSettings)
 
     def trains(self, config: RunConfig) -> bool:
         return config.train.steps > 0
@@ -237,6 +239,7 @@ class LocalTrainerRun:
             try:
                 last = await self._steps(loop, schedule, first, hooks)
                 final = await asyncio.to_thread(loop.checkpoint, config.train.steps - 1)
+                vllm_sync.discard_pushed_weights(session.run_dir)
             finally:
                 loop.mirror.close()
             assert session.store is not None

@@ -40,6 +40,7 @@ from core.config import (
     RunConfig,
     RunTrainingSettings,
     SftSettings,
+    TrainerStateSettings,
     UpdateSettings,
     dump_toml,
 )
@@ -53,7 +54,7 @@ from core.session.setup import new_run_id
 from core.status import RunStatus
 from core.store.writer import Store
 from core.tokens.template import encode, render_chat
-from core.train.checkpoints import checkpoint_dir, last_checkpoint
+from core.train.checkpoints import last_checkpoint, write_checkpoint
 from core.train.local import LocalTrainer, trainer_settings
 from core.train.samples import TRAINABLE_STATUSES, build_samples, samples_for_run, write_samples
 from core.train.tracking import MetricsMirror, train_step_rows
@@ -385,7 +386,7 @@ class SftTraining:
         return metrics
 
     def checkpoint(self, step: int) -> Path:
-        return self.trainer.save_checkpoint(checkpoint_dir(self.run_dir, step))
+        return write_checkpoint(self.trainer, self.run_dir, step, self.config.train.keep_states)
 
 
 def _train(
@@ -446,7 +447,7 @@ class SftTrainerRun:
 
     name = "sft"
     runs_rollouts = False
-    settings = (RunTrainingSettings, UpdateSettings, InProcessSettings, SftSettings)
+    settings = (RunTrainingSettings, UpdateSettings, InProcessSettings, TrainerStateSettings, SftSettings)
 
     def trains(self, config: RunConfig) -> bool:
         return True  # `train.steps` does not apply: `train.epochs` passes over the examples

