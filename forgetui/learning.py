@@ -440,6 +440,17 @@ def sft(plan: Plan, teacher_runs: list[str], report: Report = print) -> str:
     return x["checkpoint"]
 
 
+def grpo_step_line(m: dict[str, Any]) -> str:
+    """One GRPO step as the learning benchmark prints it (the sampler's counters only where the backend keeps them)."""
+    # the built-in backend counts its prefill and decode; a vLLM server reports none, so nothing is said of them
+    sampler = (f" (prefill {m['prefill_s']:.0f} s, decode {m.get('decode_s', 0):.0f} s, {m.get('reused_tokens', 0):.0f} prompt tokens "
+               f"reused, {m.get('accepted_tokens', 0):.0f} of {m.get('decode_tokens', 0):.0f} answer tokens from accepted drafts)"
+               if "prefill_s" in m else "")
+    return (f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f} over {m['samples']} samples, trained on "
+            f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}; "
+            f"rollouts {m.get('rollout_s', 0):.0f} s{sampler}, update {m.get('update_s', 0):.0f} s")
+
+
 def grpo_config(plan: Plan, start: str) -> Any:
     """The GRPO stage's run: from checkpoint `start` on the train split, the plan's schedule and sampling temperature."""
     # the trainer gives a shared server its starting weights itself (vllm_sync.check_server): no load here
@@ -473,11 +484,7 @@ def grpo(plan: Plan, start: str, report: Report = print, events: Emit = _quiet) 
     def on_step(m: dict[str, Any]) -> None:
         steps.append(m)
         events({"event": "grpo_step", **{k: m.get(k) for k in STEP_KEYS}})
-        report(f"  GRPO step {m['step']}: train reward {m['reward_mean']:.3f} over {m['samples']} samples, trained on "
-               f"{m['samples_trained']} (the rest in groups that scored alike), Δlogprob max {m.get('logprob_diff_max', 0):.1e}; "
-               f"rollouts {m.get('rollout_s', 0):.0f} s (prefill {m.get('prefill_s', 0):.0f} s, decode {m.get('decode_s', 0):.0f} s, "
-               f"{m.get('reused_tokens', 0):.0f} prompt tokens reused, {m.get('accepted_tokens', 0):.0f} of "
-               f"{m.get('decode_tokens', 0):.0f} answer tokens from accepted drafts), update {m.get('update_s', 0):.0f} s")
+        report(grpo_step_line(m))
 
     def train_to(end: int, resume: str | None) -> tuple[str, str]:
         config.train.steps = end

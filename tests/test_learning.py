@@ -326,3 +326,13 @@ def test_transfer_rows_run_only_the_named_harnesses_and_keep_the_other_rows(monk
     assert "not run" in capsys.readouterr().out  # the kept row has no pi cell
     args.rows = "codex"
     assert script.run_transfer(args) == 2
+
+
+def test_a_grpo_step_line_names_sampler_counters_only_where_the_backend_keeps_them() -> None:
+    from forgetui.learning import grpo_step_line
+
+    step = {"step": 2, "reward_mean": 0.75, "samples": 84, "samples_trained": 32, "logprob_diff_max": 4e-5, "rollout_s": 149.2, "update_s": 57.0}
+    served = grpo_step_line(step)  # a vLLM server: no counters, so no zeros that read as measured
+    assert "prefill" not in served and "rollouts 149 s, update 57 s" in served and "trained on 32" in served
+    builtin = grpo_step_line({**step, "prefill_s": 12.4, "decode_s": 80.0, "reused_tokens": 900, "decode_tokens": 3000, "accepted_tokens": 10})
+    assert "rollouts 149 s (prefill 12 s, decode 80 s, 900 prompt tokens reused, 10 of 3000 answer tokens" in builtin
