@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TUNABLE = ("train_n", "eval_n", "eval_samples", "sft_epochs", "sft_lr", "grpo_steps", "grpo_tasks_per_step", "grpo_samples",
            "grpo_lr", "grpo_warmup", "grpo_temperature", "grpo_extra_batches", "max_tokens", "max_calls", "concurrency", "max_batch", "timeout_s",
-           "teacher_samples", "teacher_templates", "seed", "grpo_kl_coef", "grpo_entropy_coef", "grpo_call_discount", "grpo_merge", "select_every",
+           "teacher_samples", "teacher_templates", "seed", "grpo_kl_coef", "grpo_entropy_coef", "grpo_call_discount", "grpo_stratify_by", "grpo_merge", "select_every",
            "select_eval_n", "select_samples", "select_patience", "grpo_wordings", "select_wordings", "select_start",
            "select_held_out")
 
@@ -75,6 +75,10 @@ def parse_args() -> argparse.Namespace:
             continue
         if name.endswith("_wordings"):
             parser.add_argument("--" + name.replace("_", "-"), default=None, choices=get_args(Wordings))
+            continue
+        if name == "grpo_stratify_by":
+            parser.add_argument("--grpo-stratify-by", default=None, metavar="KEY", help="deal each GRPO step's tasks round-robin "
+                                "over this task meta key's values (family: every step holds every family)")
             continue
         kind = float if name.endswith(("_lr", "_temperature", "_coef", "_discount", "_merge")) else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None)

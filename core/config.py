@@ -228,6 +228,7 @@ class LocalGrpoSettings(TrainSettingsGroup):
     """GRPO on this machine: task order, refills, per-call credit."""
 
     shuffle: bool = Field(True, description="each epoch walks the tasks in a seeded random order (train.seed, else run.seed); false = the env's order")
+    stratify_by: str | None = Field(None, description="a task meta key (the toy env's family; a suite's domain): each step's batch and its refills are dealt round-robin over its values, each value's tasks in their own seeded epochs, so every step holds every value it has room for; none = one shuffle of all tasks")
     max_extra_batches: int = Field(0, ge=0, le=INT64_MAX, description="dynamic sampling (DAPO): while fewer groups than the step's first batch has tasks have rewards that differ, run up to this many refills of unused tasks in the same step, each sized by the share of groups with signal so far (at most twice the batch)")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets advantage × γ^(T−1−t); 1 = every call shares the rollout's advantage")
 

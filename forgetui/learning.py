@@ -134,6 +134,9 @@ class Plan:
     grpo_kl_coef: float = 0.0  # train.kl_coef: KL to the SFT weights
     grpo_entropy_coef: float = 0.0  # train.entropy_coef: an entropy bonus
     grpo_call_discount: float = 1.0  # train.call_discount: per-call credit, call t of T gets the advantage × γ^(T−1−t)
+    # train.stratify_by: each GRPO step's tasks dealt round-robin over the families ("family"), so no family goes a step
+    # without its own signal while the others' advantages move the weights they share; None: one shuffle of all tasks
+    grpo_stratify_by: str | None = None
     # the GRPO checkpoint the run keeps (after any selection), moved back towards the SFT weights: SFT + α·(GRPO − SFT)
     # (core/train/merge.py; WiSE-FT's remedy for a policy that drifted on inputs it never trained on). 1: GRPO's as is
     grpo_merge: float = 1.0
@@ -466,6 +469,7 @@ def grpo_config(plan: Plan, start: str) -> Any:
     config.train.kl_coef = plan.grpo_kl_coef
     config.train.entropy_coef = plan.grpo_entropy_coef
     config.train.call_discount = plan.grpo_call_discount
+    config.train.stratify_by = plan.grpo_stratify_by
     config.train.save_every = plan.select_every  # the checkpoints the eval-split selection scores
     return config
 

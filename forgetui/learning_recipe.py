@@ -64,6 +64,8 @@ class GrpoPart(_Part):
     kl_coef: float = Field(0.0, ge=0, description="KL to the SFT weights (veRL's low_var_kl); 0: none")
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus; 0: none")
     call_discount: float = Field(1.0, gt=0, le=1, description="per-call credit: call t of T gets the advantage × γ^(T−1−t); 1: every call alike")
+    stratify_by: str | None = Field(None, description="each step's tasks dealt round-robin over this task meta key's values "
+                                    "(family: every step holds every family); none: one shuffle of all tasks")
     wordings: Wordings = Field("all", description="untaught: train only on the train tasks worded with the seen templates the teacher "
                                "did not show (needs teacher.templates); practice: the train tasks worded with the toy families' "
                                "practice templates (no teacher shows them); all: every train task")
@@ -131,7 +133,7 @@ class Recipe(_Part):
             "grpo_steps": self.grpo.steps, "grpo_lr": self.grpo.lr, "grpo_warmup": self.grpo.warmup_steps, "grpo_temperature": self.grpo.temperature,
             "grpo_samples": self.grpo.group_size, "grpo_tasks_per_step": self.grpo.tasks_per_step,
             "grpo_extra_batches": self.grpo.extra_batches, "grpo_kl_coef": self.grpo.kl_coef,
-            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_merge": self.grpo.merge, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
+            "grpo_entropy_coef": self.grpo.entropy_coef, "grpo_call_discount": self.grpo.call_discount, "grpo_stratify_by": self.grpo.stratify_by, "grpo_merge": self.grpo.merge, "grpo_wordings": self.grpo.wordings, "select_every": self.select.every,
             "select_eval_n": self.select.eval_n, "select_samples": self.select.samples, "select_patience": self.select.patience,
             "select_wordings": self.select.wordings, "select_start": self.select.start,
             "select_held_out": self.select.held_out,

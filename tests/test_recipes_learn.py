@@ -41,8 +41,8 @@ def test_every_shipped_recipe_names_a_real_harness_and_valid_values(path: Path) 
     assert config.train.seed == recipe.seed and config.run.seed == recipe.seed
     assert config.run.n_samples == recipe.grpo.group_size >= 2 and config.train.temperature == recipe.grpo.temperature
     assert config.train.save_every == recipe.select.every and config.env.options["split"] == "train"
-    assert (config.train.kl_coef, config.train.entropy_coef, config.train.call_discount) == (
-        recipe.grpo.kl_coef, recipe.grpo.entropy_coef, recipe.grpo.call_discount)
+    assert (config.train.kl_coef, config.train.entropy_coef, config.train.call_discount, config.train.stratify_by) == (
+        recipe.grpo.kl_coef, recipe.grpo.entropy_coef, recipe.grpo.call_discount, recipe.grpo.stratify_by)
     assert config.train.warmup_steps == recipe.grpo.warmup_steps and config.train.lr == recipe.grpo.lr
     assert recipe.sampler == "builtin"  # what the measured runs used
 
@@ -152,3 +152,23 @@ def test_the_sampler_passes_through_to_a_plan_that_has_one_and_is_refused_by_one
     plain = tmp_path / "plain.toml"
     plain.write_text('harness = "react"\nsampler = "builtin"\n')
     script().apply_recipe(OlderPlan(), plain)
+
+
+def test_a_recipes_stratified_grpo_reaches_the_runs_task_schedule(tmp_path: Path) -> None:
+    """grpo.stratify_by = "family" → train.stratify_by: every GRPO step of the run holds every family."""
+    from core.train.batches import TaskSchedule
+    from core.registry import load_env
+    from core.session.setup import select_tasks
+
+    path = tmp_path / "react.toml"
+    path.write_text((Path(__file__).resolve().parents[1] / "examples" / "learn" / "react.toml").read_text().replace(
+        "[grpo]\n", '[grpo]\nstratify_by = "family"\n', 1))
+    plan = Plan(harness="react")
+    script().apply_recipe(plan, path)
+    config = grpo_config(plan, "/ck/sft")
+    assert plan.grpo_stratify_by == config.train.stratify_by == "family"
+    env = load_env("toy", **config.env.options)
+    tasks = tuple(select_tasks(env, config.env.tasks, None))
+    schedule = TaskSchedule(tasks, config.train.tasks_per_step, config.train.seed, config.train.shuffle, config.train.stratify_by)
+    families = {t.meta["family"] for t in tasks}
+    assert len(families) == 5 and all({t.meta["family"] for t in schedule.batch(step)} == families for step in range(plan.grpo_steps))

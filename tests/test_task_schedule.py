@@ -63,3 +63,43 @@ def test_no_per_step_runs_every_task_every_step_in_the_envs_order() -> None:
     tasks = toy_train()[:5]
     assert TaskSchedule(tasks, per_step=None, seed=9).batch(4) == list(tasks)
     assert TaskSchedule(tasks, per_step=8, seed=9).batch(4) == list(tasks)
+
+
+def test_a_stratified_batch_holds_every_family_each_step_and_walks_each_familys_tasks_in_epochs() -> None:
+    tasks = tuple(t for t in toy_train() if family(t) != "hello")  # 5 families x 20 tasks, as the learning benchmark trains
+    schedule = TaskSchedule(tasks, per_step=6, seed=5, stratify="family")
+    families = {family(t) for t in tasks}
+    for step in range(40):
+        batch = schedule.batch(step)
+        assert len(batch) == len({t.id for t in batch}) == 6
+        assert {family(t) for t in batch} == families, f"step {step} left a family out"
+    # each family's tasks: every one once before any repeats, in a seeded order that is not the env's
+    drawn: dict[str, list[str]] = {}
+    for step in range(40):
+        for t in schedule.batch(step):
+            drawn.setdefault(family(t), []).append(t.id)
+    for name, ids in drawn.items():
+        own = [t.id for t in tasks if family(t) == name]
+        assert sorted(ids[: len(own)]) == sorted(own) and ids[: len(own)] != own, name
+    # unstratified, the same seed leaves some step without some family (the failure this guards against)
+    plain = TaskSchedule(tasks, per_step=6, seed=5)
+    assert any({family(t) for t in plain.batch(step)} != families for step in range(40))
+
+
+def test_stratified_refills_deal_over_the_families_and_everything_depends_on_seed_and_step() -> None:
+    tasks = tuple(t for t in toy_train() if family(t) != "hello")
+    a, b = TaskSchedule(tasks, 6, seed=2, stratify="family"), TaskSchedule(tasks, 6, seed=2, stratify="family")
+    batch = a.batch(3)
+    more = a.refill(3, batch, 10)
+    assert len(more) == 10 and not {t.id for t in more} & {t.id for t in batch}
+    assert Counter(family(t) for t in more) == Counter({f: 2 for f in {family(t) for t in tasks}})
+    assert [t.id for t in more] == [t.id for t in b.refill(3, b.batch(3), 10)]
+    assert [t.id for t in a.batch(3)] != [t.id for t in TaskSchedule(tasks, 6, seed=3, stratify="family").batch(3)]
+    # a family with fewer tasks than its share is dealt what it has, never a task twice; tasks without the key form their own group
+    few = (*[t for t in tasks if family(t) == "rename"][:1], *[t for t in tasks if family(t) == "write-file"][:9], *[t for t in toy_train() if family(t) == "hello"][:2])
+    s = TaskSchedule(few, per_step=6, seed=0, stratify="no-such-key")
+    assert len({t.id for t in s.batch(0)}) == 6
+    small = TaskSchedule(few, per_step=6, seed=0, stratify="family")
+    for step in range(5):
+        ids = [t.id for t in small.batch(step)]
+        assert len(ids) == len(set(ids)) == 6 and {family(t) for t in small.batch(step)} == {"rename", "write-file", "hello"}

@@ -231,7 +231,7 @@ class LocalTrainerRun:
             tasks = session.tasks()
             check_train_tasks(tasks)
             train = config.train
-            schedule = TaskSchedule(tuple(tasks), train.tasks_per_step, train.seed if train.seed is not None else config.run.seed, train.shuffle)
+            schedule = TaskSchedule(tuple(tasks), train.tasks_per_step, train.seed if train.seed is not None else config.run.seed, train.shuffle, train.stratify_by)
             loop = LocalTraining(session, backend, trainer)
             if hooks.on_start is not None:
                 on_start_total = len(schedule.batch(0)) * config.run.n_samples * config.train.steps
