@@ -156,9 +156,9 @@ def test_the_sampler_passes_through_to_a_plan_that_has_one_and_is_refused_by_one
 
 def test_a_recipes_stratified_grpo_reaches_the_runs_task_schedule(tmp_path: Path) -> None:
     """grpo.stratify_by = "family" → train.stratify_by: every GRPO step of the run holds every family."""
-    from core.train.batches import TaskSchedule
     from core.registry import load_env
     from core.session.setup import select_tasks
+    from core.train.batches import TaskSchedule
 
     path = tmp_path / "react.toml"
     path.write_text((Path(__file__).resolve().parents[1] / "examples" / "learn" / "react.toml").read_text().replace(
