@@ -71,4 +71,3 @@ def is_pruned(state_file: Path) -> bool:
 
     state = torch.load(state_file, map_location="cpu", weights_only=True)
     return bool(state.get(PRUNED))
-
