@@ -30,7 +30,11 @@ class TaskSchedule:
     stratify: str | None = None  # a task meta key: deal each batch round-robin over its values
 
     def _order(self, salt: str) -> list[Task]:
-        order = list(self.tasks)
+        return self._shuffled(self.tasks, salt)
+
+    def _shuffled(self, tasks: tuple[Task, ...] | list[Task], salt: str) -> list[Task]:
+        """`tasks` in the seeded order `salt` names (as given when `shuffle` is off)."""
+        order = list(tasks)
         if self.shuffle:
             random.Random(f"{self.seed}:{salt}").shuffle(order)
         return order
@@ -54,7 +58,7 @@ class TaskSchedule:
             group = strata[i % len(strata)]
             draw = i // len(strata)
             epoch = draw // len(group)
-            task = self._shuffled(group, f"epoch:{epoch}")[draw % len(group)]
+            task = self._shuffled(group, f"epoch:{epoch}:{group[0].id}")[draw % len(group)]
             if all(t.id != task.id for t in out):  # a small value dealt twice in one batch holds no task twice
                 out.append(task)
             i += 1
@@ -85,12 +89,6 @@ class TaskSchedule:
         taken = {t.id for t in used}
         if not self.stratify:
             return [t for t in self._order(f"refill:{step}") if t.id not in taken][:n]
-        left = [[t for t in self._shuffled(group, f"refill:{step}") if t.id not in taken] for group in self._strata(f"refill:{step}")]
+        left = [[t for t in self._shuffled(group, f"refill:{step}:{group[0].id}") if t.id not in taken] for group in self._strata(f"refill:{step}")]
         dealt = [group[k] for k in range(max(map(len, left), default=0)) for group in left if k < len(group)]  # round-robin
         return dealt[:n]
-
-    def _shuffled(self, tasks: list[Task], salt: str) -> list[Task]:
-        order = list(tasks)
-        if self.shuffle:
-            random.Random(f"{self.seed}:{salt}:{tasks[0].id if tasks else ''}").shuffle(order)
-        return order
